@@ -1,0 +1,182 @@
+defmodule ExBurn do
+  @moduledoc """
+  Burn, the Rust deep-learning framework, from Elixir.
+
+  ExBurn runs tensors on Burn's pure-Rust CPU backend (present in every build) and, in the
+  `cuda`, `vulkan` and `metal` variants, on GPUs. It offers:
+
+    * `ExBurn.Tensor` and `ExBurn.BurnBridge` - tensors and ops without Nx
+    * `ExBurn.Backend` and `ExBurn.Compiler` - an Nx backend and `Nx.Defn` compiler (with Nx)
+    * native training with Burn's autodiff (`ExBurn.Model`, `ExBurn.Training`)
+
+  This module reports what the loaded library can do and holds the default device.
+  """
+
+  alias ExBurn.{Device, Native}
+
+  @version Mix.Project.config()[:version]
+
+  @doc "The ExBurn version."
+  @spec version() :: String.t()
+  def version, do: @version
+
+  @doc """
+  Configures ExBurn for this node.
+
+  ## Options
+
+    * `:default_device` - device used when none is given (`:cpu`, `:cuda`, `{:cuda, 1}`, ...);
+      it must be available in the loaded library
+    * `:nx_backend` - when Nx is loaded, also make `ExBurn.Backend` Nx's global default
+      backend on that device (default `true`)
+    * `:defn_compiler` - when Nx is loaded, also make `ExBurn.Compiler` the global default
+      `Nx.Defn` compiler (default `false`)
+
+  Returns the resulting settings.
+  """
+  @spec configure!(keyword()) :: map()
+  def configure!(opts \\ []) do
+    opts = Keyword.validate!(opts, default_device: :cpu, nx_backend: true, defn_compiler: false)
+    device = Device.normalize!(opts[:default_device])
+
+    unless available?(device) do
+      raise ExBurn.Error.new(
+              kind: :device_unavailable,
+              op: :configure!,
+              message: "device #{inspect(device)} is not available: #{device_problem(device)}"
+            )
+    end
+
+    :persistent_term.put({__MODULE__, :default_device}, device)
+
+    nx? = Code.ensure_loaded?(Nx) and Code.ensure_loaded?(ExBurn.Backend)
+
+    if nx? and opts[:nx_backend] do
+      apply(Nx, :global_default_backend, [{ExBurn.Backend, device: device}])
+    end
+
+    if nx? and opts[:defn_compiler] do
+      apply(Nx.Defn, :global_default_options, [[compiler: ExBurn.Compiler]])
+    end
+
+    %{default_device: device, nx_backend: nx? and opts[:nx_backend], defn_compiler: nx? and opts[:defn_compiler]}
+  end
+
+  @doc "The default device (`:cpu` unless changed with `configure!/1` or `config :ex_burn, :default_device`)."
+  @spec default_device() :: Device.t()
+  def default_device do
+    case :persistent_term.get({__MODULE__, :default_device}, nil) do
+      nil -> Device.normalize!(Application.get_env(:ex_burn, :default_device, :cpu))
+      d -> d
+    end
+  end
+
+  @doc "Whether the native library is loaded."
+  @spec nif_loaded?() :: boolean()
+  def nif_loaded? do
+    match?({:ok, _}, safe(fn -> Native.call(:build_info, []) end))
+  end
+
+  @doc """
+  What the loaded library contains and which devices answer: `%{version, backends,
+  nif_version, default_device, devices, cuda_available}`. `devices` lists the device 0 of each
+  compiled backend with its name and availability.
+  """
+  @spec device_info() :: map()
+  def device_info do
+    build = Native.call(:build_info, [], :device_info)
+
+    devices =
+      for b <- build.backends, b != :wgpu do
+        d = if b == :cpu, do: :cpu, else: {b, 0}
+        Map.put(Native.call(:device_info, [d], :device_info), :device, d)
+      end
+
+    build
+    |> Map.put(:default_device, default_device())
+    |> Map.put(:devices, devices)
+    |> Map.put(:cuda_available, Enum.any?(devices, &(&1.family == :cuda and &1.available)))
+  end
+
+  @doc "The name of the default device, e.g. `\"CPU (16 threads, flex backend)\"` or the GPU model."
+  @spec device_name() :: String.t()
+  def device_name do
+    Native.call(:device_info, [default_device()], :device_name).name
+  end
+
+  @doc "Whether a CUDA GPU can be used (the cuda variant is loaded and a driver answers)."
+  @spec cuda_available?() :: boolean()
+  def cuda_available? do
+    case safe(fn -> Native.call(:device_info, [{:cuda, 0}]) end) do
+      {:ok, %{available: available}} -> available
+      _ -> false
+    end
+  end
+
+  @doc "Whether `device` can be used with the loaded library."
+  @spec available?(Device.t() | atom()) :: boolean()
+  def available?(device) do
+    device = Device.normalize!(device)
+
+    case safe(fn -> Native.call(:device_info, [device]) end) do
+      {:ok, %{available: available}} -> available
+      _ -> false
+    end
+  end
+
+  defp device_problem(device) do
+    case safe(fn -> ExBurn.Tensor.new([0.0], device: device) end) do
+      {:error, e} -> Exception.message(e)
+      {:ok, _} -> "unknown"
+    end
+  end
+
+  @doc """
+  Runs a small end-to-end check on the default device: builds tensors, adds and multiplies
+  them, reads the result and compares it with the expected values.
+  """
+  @spec smoke_test() :: :ok | {:error, String.t()}
+  def smoke_test do
+    result =
+      safe(fn ->
+        a = ExBurn.Tensor.new([[1.0, 2.0], [3.0, 4.0]])
+        b = ExBurn.BurnBridge.matmul(a, ExBurn.BurnBridge.add(a, a))
+        ExBurn.Tensor.to_list(b)
+      end)
+
+    case result do
+      {:ok, [[14.0, 20.0], [30.0, 44.0]]} -> :ok
+      {:ok, other} -> {:error, "unexpected result #{inspect(other)}"}
+      {:error, e} -> {:error, Exception.message(e)}
+    end
+  end
+
+  @doc "A printable summary of version, backends and devices."
+  @spec summary() :: String.t()
+  def summary do
+    case safe(&device_info/0) do
+      {:ok, info} ->
+        devices =
+          Enum.map_join(info.devices, "\n", fn d ->
+            "  #{inspect(d.device)}: #{d.name} (#{if d.available, do: "available", else: "unavailable"})"
+          end)
+
+        """
+        ExBurn #{version()} (native #{info.version}, NIF #{info.nif_version}, #{info.target})
+        Backends compiled in: #{Enum.join(info.backends, ", ")}
+        Default device: #{inspect(info.default_device)}
+        Devices:
+        #{devices}
+        """
+
+      {:error, e} ->
+        "ExBurn #{version()}: #{Exception.message(e)}\n"
+    end
+  end
+
+  defp safe(fun) do
+    {:ok, fun.()}
+  rescue
+    e -> {:error, e}
+  end
+end

@@ -1,0 +1,40 @@
+defmodule ExBurn.Device do
+  @moduledoc """
+  Devices: `:cpu`, `{:cuda, i}`, `{:vulkan, i}` and `{:metal, i}`.
+
+  `:cuda`, `:vulkan` and `:metal` alone mean device 0. The CPU device exists in every build;
+  a GPU device exists only in the library variant that contains its backend. Using a device
+  the loaded library lacks raises `ExBurn.Error` of kind `:device_unavailable`.
+  """
+
+  @type t :: :cpu | {:cuda | :vulkan | :metal, non_neg_integer()}
+
+  @doc """
+  Normalises a device term.
+
+  ## Examples
+
+      iex> ExBurn.Device.normalize!(:cuda)
+      {:cuda, 0}
+      iex> ExBurn.Device.normalize!(:cpu)
+      :cpu
+  """
+  @spec normalize!(term()) :: t()
+  def normalize!(:cpu), do: :cpu
+  def normalize!(family) when family in [:cuda, :vulkan, :metal], do: {family, 0}
+
+  def normalize!({family, i} = d) when family in [:cuda, :vulkan, :metal] and is_integer(i) and i >= 0,
+    do: d
+
+  def normalize!(other) do
+    raise ExBurn.Error.new(
+            kind: :argument,
+            message: "unknown device #{inspect(other)} (expected :cpu, {:cuda, i}, {:vulkan, i} or {:metal, i})"
+          )
+  end
+
+  @doc "The device family (`:cpu`, `:cuda`, `:vulkan`, `:metal`)."
+  @spec family(t()) :: atom()
+  def family(:cpu), do: :cpu
+  def family({family, _}), do: family
+end

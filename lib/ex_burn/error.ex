@@ -1,0 +1,67 @@
+defmodule ExBurn.Error do
+  @moduledoc """
+  The one exception ExBurn raises.
+
+  Fields a caller can match on:
+
+    * `:kind` - a stable atom: `:shape`, `:dtype`, `:unsupported_dtype`, `:unsupported`,
+      `:device_unavailable`, `:device`, `:deallocated`, `:argument`, `:io`, `:corrupt`,
+      `:execution`, `:panic`, `:nif_not_loaded`
+    * `:op` - the operation that failed (an atom), when known
+    * `:message` - a human-readable explanation
+    * `:details` - an optional map of extra context (shapes, types)
+  """
+  defexception [:kind, :op, :message, :details]
+
+  @type t :: %__MODULE__{kind: atom(), op: atom() | nil, message: String.t(), details: map() | nil}
+
+  @impl true
+  def message(%__MODULE__{kind: kind, op: op, message: msg}) do
+    prefix = if op, do: "#{op}: ", else: ""
+    "#{prefix}#{msg} (#{kind})"
+  end
+
+  @doc """
+  Builds an error without raising it.
+
+  ## Options
+
+    * `:kind` - the error kind (default `:execution`)
+    * `:op` - the operation
+    * `:message` (or `:reason`) - the explanation
+    * `:details` - extra context
+
+  ## Examples
+
+      iex> ExBurn.Error.new(kind: :shape, op: :add, message: "bad shapes")
+      %ExBurn.Error{kind: :shape, op: :add, message: "bad shapes", details: nil}
+  """
+  @spec new(keyword()) :: t()
+  def new(opts) do
+    %__MODULE__{
+      kind: Keyword.get(opts, :kind, :execution),
+      op: Keyword.get(opts, :op),
+      message: Keyword.get(opts, :message) || Keyword.get(opts, :reason) || "unknown error",
+      details: Keyword.get(opts, :details)
+    }
+  end
+
+  @doc """
+  Wraps an `{:error, reason}` tuple (a string or a `{kind, message}` pair) in an error.
+
+  ## Examples
+
+      iex> ExBurn.Error.from_tuple({:error, {:shape, "bad"}}, op: :add)
+      %ExBurn.Error{kind: :shape, op: :add, message: "bad", details: nil}
+  """
+  @spec from_tuple({:error, term()}, keyword()) :: t()
+  def from_tuple({:error, {kind, msg}}, opts) when is_atom(kind),
+    do: new(Keyword.merge(opts, kind: kind, message: to_string(msg)))
+
+  def from_tuple({:error, msg}, opts), do: new(Keyword.put(opts, :message, to_string(msg)))
+
+  @doc "Formats an error with its kind, op and details for logs."
+  @spec format_error(t()) :: String.t()
+  def format_error(%__MODULE__{details: nil} = e), do: message(e)
+  def format_error(%__MODULE__{details: d} = e), do: message(e) <> " " <> inspect(d)
+end

@@ -1,0 +1,179 @@
+defmodule ExBurn.Tensor do
+  @moduledoc """
+  A tensor living in Burn, on some device.
+
+  The struct holds a reference to the native tensor plus its shape (a tuple, as in Nx), type
+  (`{:f, 32}` ...) and device. Data crosses the boundary in Nx's exact little-endian layout.
+  Native memory is released when the struct is garbage collected, or at once with `free/1`;
+  using a freed tensor raises `ExBurn.Error` of kind `:deallocated`.
+
+      iex> t = ExBurn.Tensor.new([[1, 2], [3, 4]], type: :s32)
+      iex> {t.shape, t.type, t.device}
+      {{2, 2}, {:s, 32}, :cpu}
+      iex> ExBurn.Tensor.to_list(t)
+      [[1, 2], [3, 4]]
+  """
+
+  import Kernel, except: [byte_size: 1]
+  alias ExBurn.{Device, Native, Type}
+
+  defstruct [:ref, :shape, :type, :device]
+
+  @type shape :: tuple()
+  @type t :: %__MODULE__{ref: reference(), shape: shape(), type: Type.t(), device: Device.t()}
+
+  @doc false
+  def wrap({ref, shape, type, device}), do: %__MODULE__{ref: ref, shape: shape, type: type, device: device}
+
+  @doc """
+  Builds a tensor from Nx-layout binary data.
+
+  ## Options
+
+    * `:device` - where to place it (default `ExBurn.default_device/0`)
+  """
+  @spec from_binary(binary(), shape() | [non_neg_integer()], term(), keyword()) :: t()
+  def from_binary(data, shape, type, opts \\ []) do
+    opts = Keyword.validate!(opts, [:device])
+    type = Type.normalize!(type)
+    shape = normalize_shape!(shape)
+    device = Device.normalize!(opts[:device] || ExBurn.default_device())
+
+    unless is_binary(data) do
+      raise ExBurn.Error.new(kind: :argument, op: :from_binary, message: "expected a binary, got #{inspect(data)}")
+    end
+
+    flavour = Native.flavour(device, div(Kernel.byte_size(data), Type.byte_size(type)))
+
+    Native.call(:tensor_from_binary, [data, shape, type, device], :from_binary, flavour)
+    |> wrap()
+  end
+
+  @doc """
+  Builds a tensor from a number or a nested list.
+
+  ## Options
+
+    * `:type` - element type (default `{:f, 32}` when any element is a float, else `{:s, 32}`)
+    * `:device` - where to place it (default `ExBurn.default_device/0`)
+  """
+  @spec new(number() | list(), keyword()) :: t()
+  def new(data, opts \\ []) do
+    opts = Keyword.validate!(opts, [:type, :device])
+    {shape, flat} = flatten(data)
+    type = Type.normalize!(opts[:type] || if(Enum.any?(flat, &is_float/1), do: {:f, 32}, else: {:s, 32}))
+    from_binary(Type.encode(flat, type), shape, type, device: opts[:device])
+  end
+
+  defp flatten(n) when is_number(n) or n in [:nan, :infinity, :neg_infinity], do: {{}, [n]}
+
+  defp flatten(list) when is_list(list) do
+    parts = Enum.map(list, &flatten/1)
+    shapes = parts |> Enum.map(&elem(&1, 0)) |> Enum.uniq()
+
+    case shapes do
+      [] ->
+        {{0}, []}
+
+      [inner] ->
+        {Tuple.insert_at(inner, 0, length(list)), Enum.flat_map(parts, &elem(&1, 1))}
+
+      _ ->
+        raise ExBurn.Error.new(kind: :shape, op: :new, message: "ragged nested list")
+    end
+  end
+
+  @doc """
+  Reads the data back as an Nx-layout binary.
+
+  ## Options
+
+    * `:limit` - read only the first `limit` elements
+  """
+  @spec to_binary(t(), keyword()) :: binary()
+  def to_binary(%__MODULE__{} = t, opts \\ []) do
+    opts = Keyword.validate!(opts, [:limit])
+    limit = opts[:limit]
+    n = if limit, do: min(limit, numel(t)), else: numel(t)
+    Native.call(:tensor_to_binary, [t.ref, limit], :to_binary, Native.flavour(t.device, n))
+  end
+
+  @doc "The elements as a nested list (non-finite floats as `:nan`, `:infinity`, `:neg_infinity`)."
+  @spec to_list(t()) :: number() | list()
+  def to_list(%__MODULE__{} = t) do
+    flat = t |> to_binary() |> Type.decode(t.type)
+    nest(flat, Tuple.to_list(t.shape))
+  end
+
+  defp nest([x], []), do: x
+  defp nest(flat, [_]), do: flat
+
+  defp nest(flat, [_ | inner]) do
+    size = Enum.product(inner)
+    if size == 0, do: [], else: flat |> Enum.chunk_every(size) |> Enum.map(&nest(&1, inner))
+  end
+
+  @doc "Frees the native memory now. Later use of the tensor raises kind `:deallocated`."
+  @spec free(t()) :: :ok
+  def free(%__MODULE__{ref: ref}) do
+    Native.call(:tensor_deallocate, [ref], :free)
+    :ok
+  end
+
+  @doc "Copies the tensor to `device`."
+  @spec to_device(t(), Device.t() | atom()) :: t()
+  def to_device(%__MODULE__{} = t, device) do
+    device = Device.normalize!(device)
+    if device == t.device, do: t, else: wrap(Native.call(:tensor_to_device, [t.ref, device], :to_device))
+  end
+
+  @doc "Rank (number of axes)."
+  @spec rank(t()) :: non_neg_integer()
+  def rank(%__MODULE__{shape: s}), do: tuple_size(s)
+
+  @doc "Number of elements."
+  @spec numel(t()) :: non_neg_integer()
+  def numel(%__MODULE__{shape: s}), do: s |> Tuple.to_list() |> Enum.product()
+
+  @doc "Size in bytes of the data."
+  @spec byte_size(t()) :: non_neg_integer()
+  def byte_size(%__MODULE__{type: type} = t), do: numel(t) * Type.byte_size(type)
+
+  @doc false
+  def normalize_shape!(shape) when is_tuple(shape), do: normalize_shape!(Tuple.to_list(shape))
+
+  def normalize_shape!(shape) when is_list(shape) do
+    if Enum.all?(shape, &(is_integer(&1) and &1 >= 0)) do
+      List.to_tuple(shape)
+    else
+      raise ExBurn.Error.new(kind: :argument, message: "invalid shape #{inspect(shape)}")
+    end
+  end
+
+  def normalize_shape!(other),
+    do: raise(ExBurn.Error.new(kind: :argument, message: "invalid shape #{inspect(other)}"))
+
+  defimpl Inspect do
+    import Inspect.Algebra
+
+    @max 30
+
+    def inspect(t, opts) do
+      {class, bits} = t.type
+      dims = t.shape |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
+      header = "#{class}#{bits}#{dims} #{Kernel.inspect(t.device)}"
+
+      body =
+        try do
+          n = ExBurn.Tensor.numel(t)
+          values = t |> ExBurn.Tensor.to_binary(limit: @max) |> ExBurn.Type.decode(t.type)
+          shown = Enum.map_join(values, ", ", &Kernel.inspect/1)
+          if n > @max, do: "[#{shown}, ...]", else: "[#{shown}]"
+        rescue
+          e in ExBurn.Error -> "(#{e.kind})"
+        end
+
+      concat(["#ExBurn.Tensor<", header, " ", color(body, :list, opts), ">"])
+    end
+  end
+end

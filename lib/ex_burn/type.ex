@@ -1,0 +1,147 @@
+defmodule ExBurn.Type do
+  @moduledoc """
+  Element types ExBurn supports, in Nx's notation.
+
+  Burn holds `f16`, `bf16`, `f32`, `f64`, `s8`-`s64` and `u8`-`u64`; Nx's `pred` is `{:u, 8}`.
+  Complex types, the `f8` variants and 2/4-bit integers are refused with an `ExBurn.Error` of
+  kind `:unsupported_dtype`.
+  """
+
+  @supported [
+    {:u, 8},
+    {:u, 16},
+    {:u, 32},
+    {:u, 64},
+    {:s, 8},
+    {:s, 16},
+    {:s, 32},
+    {:s, 64},
+    {:f, 16},
+    {:bf, 16},
+    {:f, 32},
+    {:f, 64}
+  ]
+
+  @type t :: {:u | :s | :f | :bf, 8 | 16 | 32 | 64}
+
+  @doc "All supported types."
+  @spec supported() :: [t()]
+  def supported, do: @supported
+
+  @doc """
+  Normalises a type (`{:f, 32}`, or shorthands such as `:f32`, `:bf16`, `:s64`, `:u8`, `:pred`)
+  and checks that Burn can hold it.
+
+  ## Examples
+
+      iex> ExBurn.Type.normalize!(:f32)
+      {:f, 32}
+      iex> ExBurn.Type.normalize!({:bf, 16})
+      {:bf, 16}
+  """
+  @spec normalize!(term()) :: t()
+  def normalize!(type) when type in @supported, do: type
+  def normalize!(:pred), do: {:u, 8}
+
+  def normalize!(type) when is_atom(type) do
+    case Regex.run(~r/^(bf|f|s|u|c)(\d+)$/, Atom.to_string(type)) do
+      [_, class, bits] -> normalize!({String.to_atom(class), String.to_integer(bits)})
+      _ -> raise ExBurn.Error.new(kind: :argument, message: "unknown type #{inspect(type)}")
+    end
+  end
+
+  def normalize!({class, bits} = type) when is_atom(class) and is_integer(bits) do
+    raise ExBurn.Error.new(
+            kind: :unsupported_dtype,
+            message:
+              "type #{inspect(type)} is not supported by Burn " <>
+                "(supported: #{Enum.map_join(@supported, ", ", &inspect/1)})"
+          )
+  end
+
+  def normalize!(other),
+    do: raise(ExBurn.Error.new(kind: :argument, message: "not a type: #{inspect(other)}"))
+
+  @doc "Bytes per element."
+  @spec byte_size(t()) :: pos_integer()
+  def byte_size({_, bits}), do: div(bits, 8)
+
+  @doc "Whether the type is a float type."
+  @spec float?(t()) :: boolean()
+  def float?({class, _}), do: class in [:f, :bf]
+
+  @doc """
+  Nx's promotion of two tensor types (`Nx.Type.merge/2`).
+
+  ## Examples
+
+      iex> ExBurn.Type.merge({:s, 8}, {:u, 8})
+      {:s, 16}
+      iex> ExBurn.Type.merge({:f, 16}, {:bf, 16})
+      {:f, 32}
+  """
+  @spec merge(t(), t()) :: t()
+  def merge(t, t), do: t
+  def merge({:f, 16}, {:bf, 16}), do: {:f, 32}
+  def merge({:bf, 16}, {:f, 16}), do: {:f, 32}
+
+  def merge({c1, b1} = a, {c2, b2} = b) do
+    cond do
+      float?(a) and float?(b) -> if b1 >= b2, do: a, else: b
+      float?(a) -> a
+      float?(b) -> b
+      c1 == c2 -> {c1, max(b1, b2)}
+      c1 == :s -> {:s, min(64, max(b1, b2 * 2))}
+      true -> {:s, min(64, max(b2, b1 * 2))}
+    end
+  end
+
+  @doc "Decodes `count` little-endian elements of `type` into numbers (and `:nan`, `:infinity`, `:neg_infinity`)."
+  @spec decode(binary(), t()) :: [number() | atom()]
+  def decode(bin, {:s, bits}), do: for(<<x::signed-little-size(bits) <- bin>>, do: x)
+  def decode(bin, {:u, bits}), do: for(<<x::unsigned-little-size(bits) <- bin>>, do: x)
+  def decode(bin, {:f, 16}), do: for(<<x::binary-size(2) <- bin>>, do: float(x, 16))
+  def decode(bin, {:bf, 16}), do: for(<<x::binary-size(2) <- bin>>, do: bfloat(x))
+  def decode(bin, {:f, 32}), do: for(<<x::binary-size(4) <- bin>>, do: float(x, 32))
+  def decode(bin, {:f, 64}), do: for(<<x::binary-size(8) <- bin>>, do: float(x, 64))
+
+  defp float(bin, bits) do
+    case bin do
+      <<x::float-little-size(bits)>> -> x
+      _ -> non_finite(bin, bits)
+    end
+  end
+
+  defp bfloat(<<lo, hi>>), do: float(<<0, 0, lo, hi>>, 32)
+
+  defp non_finite(bin, bits) do
+    <<u::unsigned-little-size(bits)>> = bin
+    mbits = %{16 => 10, 32 => 23, 64 => 52}[bits]
+    mantissa = Bitwise.band(u, Bitwise.bsl(1, mbits) - 1)
+    sign = Bitwise.bsr(u, bits - 1)
+
+    cond do
+      mantissa != 0 -> :nan
+      sign == 1 -> :neg_infinity
+      true -> :infinity
+    end
+  end
+
+  @doc "Encodes numbers (and `:nan`, `:infinity`, `:neg_infinity`) as little-endian elements of `type`."
+  @spec encode([number() | atom()], t()) :: binary()
+  def encode(values, type), do: for(v <- values, into: <<>>, do: encode1(v, type))
+
+  defp encode1(v, {:s, b}), do: <<trunc(v)::signed-little-size(b)>>
+  defp encode1(v, {:u, b}), do: <<trunc(v)::unsigned-little-size(b)>>
+  defp encode1(v, {:bf, 16}), do: binary_part(encode1(v, {:f, 32}), 2, 2)
+  defp encode1(:nan, {:f, 16}), do: <<0x7E00::little-16>>
+  defp encode1(:infinity, {:f, 16}), do: <<0x7C00::little-16>>
+  defp encode1(:neg_infinity, {:f, 16}), do: <<0xFC00::little-16>>
+  defp encode1(:nan, {:f, 32}), do: <<0x7FC00000::little-32>>
+  defp encode1(:infinity, {:f, 32}), do: <<0x7F800000::little-32>>
+  defp encode1(:neg_infinity, {:f, 32}), do: <<0xFF800000::little-32>>
+  defp encode1(:nan, {:f, 64}), do: <<0x7FF8000000000000::little-64>>
+  defp encode1(:infinity, {:f, 64}), do: <<0x7FF0000000000000::little-64>>
+  defp encode1(:neg_infinity, {:f, 64}), do: <<0xFFF0000000000000::little-64>>
+  defp encode1(v, {:f, b}), do: <<v * 1.0::float-little-size(b)>>
+end

@@ -1,0 +1,57 @@
+defmodule ExBurn.MixProject do
+  use Mix.Project
+
+  @version "0.4.0"
+  @source_url "https://github.com/ex-burn/ex_burn"
+
+  def project do
+    [
+      app: :ex_burn,
+      version: @version,
+      elixir: "~> 1.14",
+      start_permanent: Mix.env() == :prod,
+      deps: deps(),
+      package: package(),
+      description: "Burn (Rust) deep learning from Elixir: Nx backend, Defn compiler, native training.",
+      source_url: @source_url,
+      docs: [main: "readme", extras: ["README.md"]]
+    ]
+  end
+
+  def application do
+    [extra_applications: [:logger]]
+  end
+
+  # Hex packages are declared for real users. On a machine without Hex (no registry, no
+  # archive) Mix aborts on any Hex dependency, so the list is empty there and the optional
+  # integrations compile only when their modules are loadable (e.g. from ERL_LIBS).
+  defp deps do
+    if hex_available?() do
+      [
+        {:rustler_precompiled, "~> 0.8.4 or ~> 0.9.1 or ~> 0.10"},
+        {:rustler, "~> 0.37", optional: true},
+        {:nx, "~> 0.13"},
+        {:axon, "~> 0.8", optional: true},
+        {:telemetry, "~> 1.0", optional: true},
+        {:ex_doc, "~> 0.34", only: :dev, runtime: false}
+      ]
+    else
+      []
+    end
+  end
+
+  defp hex_available? do
+    System.get_env("EX_BURN_NO_HEX_DEPS") in [nil, "", "0"] and Code.ensure_loaded?(Hex)
+  end
+
+  defp package do
+    [
+      licenses: ["Apache-2.0"],
+      links: %{"GitHub" => @source_url},
+      files: ~w(lib native/ex_burn_core/src native/ex_burn_core/Cargo.toml
+                native/ex_burn_nif/src native/ex_burn_nif/Cargo.toml
+                Cargo.toml Cargo.lock Cross.toml checksum-Elixir.ExBurn.Nif.exs
+                mix.exs README.md LICENSE)
+    ]
+  end
+end

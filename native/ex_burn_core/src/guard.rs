@@ -1,0 +1,67 @@
+//! Turns panics (from Burn, cubecl or the engine) into [`Error::Panic`] values.
+//!
+//! A process-wide panic hook records the message of a panic raised while a [`guard`] runs on
+//! the current thread, instead of printing it; panics elsewhere keep the default hook.
+
+use crate::{Error, Result};
+use std::cell::{Cell, RefCell};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::Once;
+
+thread_local! {
+    static GUARDED: Cell<usize> = const { Cell::new(0) };
+    static MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+static HOOK: Once = Once::new();
+
+fn install_hook() {
+    HOOK.call_once(|| {
+        let default = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if GUARDED.with(|g| g.get()) > 0 {
+                let msg = if let Some(s) = info.payload().downcast_ref::<&str>() {
+                    (*s).to_string()
+                } else if let Some(s) = info.payload().downcast_ref::<String>() {
+                    s.clone()
+                } else {
+                    "unknown panic".to_string()
+                };
+                let at = info.location().map(|l| format!(" (at {}:{})", l.file(), l.line())).unwrap_or_default();
+                MESSAGE.with(|m| *m.borrow_mut() = Some(format!("{msg}{at}")));
+            } else {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// Runs `f`, returning its result, or `Error::Panic` with the panic's message.
+pub fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    install_hook();
+    GUARDED.with(|g| g.set(g.get() + 1));
+    let r = panic::catch_unwind(AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(g.get() - 1));
+    match r {
+        Ok(r) => r,
+        Err(_) => {
+            let msg = MESSAGE.with(|m| m.borrow_mut().take()).unwrap_or_else(|| "panic".into());
+            Err(classify(msg))
+        }
+    }
+}
+
+/// Maps well-known backend panics onto clearer error kinds.
+fn classify(msg: String) -> Error {
+    let lower = msg.to_lowercase();
+    if lower.contains("out of memory") || lower.contains("outofmemory") {
+        Error::Execution(format!("device out of memory: {msg}"))
+    } else if lower.contains("nvrtc") || lower.contains("cuda_path") || lower.contains("cuda installation") {
+        Error::Device(format!(
+            "CUDA runtime pieces are missing: {msg}. The cuda variant needs the NVIDIA driver, NVRTC \
+             (libnvrtc) and the CUDA headers; install the CUDA toolkit and set CUDA_PATH"
+        ))
+    } else {
+        Error::Panic(msg)
+    }
+}

@@ -1,0 +1,254 @@
+//! Element-wise binary ops with Nx broadcasting and type rules, plus `select` and `clip`.
+//!
+//! Nx semantics the core enforces where Burn differs: `remainder` takes the dividend's sign
+//! (Burn's follows the divisor), `quotient` truncates toward zero, integer arithmetic wraps,
+//! `min`/`max` propagate NaN.
+
+use super::util::{self, BOOL};
+use super::Op;
+use crate::dtype::Kind;
+use crate::tensor::{Prim, B};
+use crate::{DType, Error, Result, Tensor};
+use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+
+/// Arithmetic and bitwise element-wise functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Quot,
+    Rem,
+    Pow,
+    Atan2,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+}
+
+/// Comparisons (result is boolean).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+pub(super) fn eval(op: &Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let merged = DType::merge(a.dtype(), b.dtype());
+    let arith = |f: Bin, out: &Option<DType>, default: DType| binary(f, a, b, out.unwrap_or(default));
+    match op {
+        Op::Add { out } => arith(Bin::Add, out, merged),
+        Op::Subtract { out } => arith(Bin::Sub, out, merged),
+        Op::Multiply { out } => arith(Bin::Mul, out, merged),
+        Op::Divide { out } => arith(Bin::Div, out, merged.to_floating()),
+        Op::Quotient { out } => arith(Bin::Quot, out, merged),
+        Op::Remainder { out } => arith(Bin::Rem, out, merged),
+        Op::Pow { out } => arith(Bin::Pow, out, merged),
+        Op::Atan2 { out } => arith(Bin::Atan2, out, merged.to_floating()),
+        Op::Min { out } => arith(Bin::Min, out, merged),
+        Op::Max { out } => arith(Bin::Max, out, merged),
+        Op::BitwiseAnd { out } => arith(Bin::And, out, merged),
+        Op::BitwiseOr { out } => arith(Bin::Or, out, merged),
+        Op::BitwiseXor { out } => arith(Bin::Xor, out, merged),
+        Op::LeftShift { out } => arith(Bin::Shl, out, merged),
+        Op::RightShift { out } => arith(Bin::Shr, out, merged),
+        Op::Equal => compare(Cmp::Eq, a, b),
+        Op::NotEqual => compare(Cmp::Ne, a, b),
+        Op::Less => compare(Cmp::Lt, a, b),
+        Op::LessEqual => compare(Cmp::Le, a, b),
+        Op::Greater => compare(Cmp::Gt, a, b),
+        Op::GreaterEqual => compare(Cmp::Ge, a, b),
+        Op::LogicalAnd | Op::LogicalOr | Op::LogicalXor => logical(op, a, b),
+        other => Err(Error::Unsupported(format!("{} is not a binary op", other.name()))),
+    }
+}
+
+/// Broadcasts two tensors to a common shape after casting both to `dtype`.
+pub(crate) fn prepare(a: &Tensor, b: &Tensor, dtype: DType) -> Result<(Tensor, Tensor)> {
+    let shape = util::broadcast_shape(a.shape(), b.shape())?;
+    let a = util::broadcast_to(&a.cast(dtype)?, &shape)?;
+    let b = util::broadcast_to(&b.cast(dtype)?, &shape)?;
+    Ok((a, b))
+}
+
+/// Applies an arithmetic/bitwise function with Nx semantics, computing in `out`.
+pub(crate) fn binary(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Tensor> {
+    let int_only = matches!(f, Bin::Quot | Bin::And | Bin::Or | Bin::Xor | Bin::Shl | Bin::Shr);
+    if int_only && out.is_float() {
+        return Err(Error::Dtype(format!(
+            "expects integer operands, got {} and {}",
+            a.dtype(),
+            b.dtype()
+        )));
+    }
+    if f == Bin::Atan2 && !out.is_float() {
+        return Err(Error::Dtype(format!("expects a float result type, got {out}")));
+    }
+    let (a, b) = prepare(a, b, out)?;
+    same(f, &a, &b)
+}
+
+/// Applies `f` to two tensors of one dtype and shape.
+pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let shape = a.shape().to_vec();
+    if a.numel() == 0 {
+        return Ok(a.clone());
+    }
+    let kind = a.kind();
+    let (x, y) = (a.prim(), b.prim());
+    let prim: Prim = match (kind, f) {
+        (Kind::Float, Bin::Add) => B::float_add(x, y),
+        (Kind::Float, Bin::Sub) => B::float_sub(x, y),
+        (Kind::Float, Bin::Mul) => B::float_mul(x, y),
+        (Kind::Float, Bin::Div) => B::float_div(x, y),
+        (Kind::Float, Bin::Pow) => B::float_powf(x, y),
+        (Kind::Float, Bin::Atan2) => B::float_atan2(x, y),
+        (Kind::Float, Bin::Rem) => return remainder(a, b),
+        (_, Bin::Min) => return min_max(a, b, false),
+        (_, Bin::Max) => return min_max(a, b, true),
+        (Kind::Float, _) => return Err(Error::Dtype(format!("{f:?} expects integer operands"))),
+        (_, Bin::Add) => B::int_add(x, y),
+        (_, Bin::Sub) => B::int_sub(x, y),
+        (_, Bin::Mul) => B::int_mul(x, y),
+        (_, Bin::Div) | (_, Bin::Quot) => B::int_div(x, y),
+        (_, Bin::Rem) => return remainder(a, b),
+        (_, Bin::Pow) => B::int_powi(x, y),
+        (_, Bin::And) => B::bitwise_and(x, y),
+        (_, Bin::Or) => B::bitwise_or(x, y),
+        (_, Bin::Xor) => B::bitwise_xor(x, y),
+        (_, Bin::Shl) => B::bitwise_left_shift(x, y),
+        (_, Bin::Shr) => B::bitwise_right_shift(x, y),
+        (_, Bin::Atan2) => return Err(Error::Dtype("atan2 expects float operands".into())),
+    };
+    let kind = if kind == Kind::Bool { Kind::Int } else { kind };
+    Ok(Tensor::from_prim(prim, kind, shape))
+}
+
+/// Remainder with the dividend's sign (C `fmod` / Rust `%`), from Burn's divisor-signed one.
+fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let shape = a.shape().to_vec();
+    let (r, kind) = match a.kind() {
+        Kind::Float => (B::float_remainder(a.prim(), b.prim()), Kind::Float),
+        _ => (B::int_remainder(a.int_prim()?, b.int_prim()?), Kind::Int),
+    };
+    let r = Tensor::from_prim(r, kind, shape);
+    if a.dtype().is_unsigned_int() {
+        return Ok(r);
+    }
+    // r has b's sign; where r != 0 and sign(a) != sign(b), the C remainder is r - b.
+    let zero = util::broadcast_to(&util::scalar_like(a, 0.0)?, a.shape())?;
+    let a_neg = compare_same(Cmp::Lt, a, &zero);
+    let b_neg = compare_same(Cmp::Lt, b, &zero);
+    let r_nz = compare_same(Cmp::Ne, &r, &zero);
+    let signs_differ = bool_op(Bin::Xor, &a_neg, &b_neg);
+    let fix = bool_op(Bin::And, &signs_differ, &r_nz);
+    let shifted = same(Bin::Sub, &r, b)?;
+    Ok(util::select(&fix, &shifted, &r))
+}
+
+/// NaN-propagating element-wise min/max.
+fn min_max(a: &Tensor, b: &Tensor, max: bool) -> Result<Tensor> {
+    let a_wins = compare_same(if max { Cmp::Gt } else { Cmp::Lt }, a, b);
+    let a_wins = if a.kind() == Kind::Float {
+        let a_nan = util::bool_tensor(B::float_is_nan(a.prim(), BOOL), a.shape().to_vec());
+        bool_op(Bin::Or, &a_wins, &a_nan)
+    } else {
+        a_wins
+    };
+    Ok(util::select(&a_wins, a, b))
+}
+
+/// Nx comparison: computes in the merged type of both operands, returns `{:u, 8}` (bool kind).
+pub(crate) fn compare(c: Cmp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let t = DType::merge(a.dtype(), b.dtype());
+    let (a, b) = prepare(a, b, t)?;
+    Ok(compare_same(c, &a, &b))
+}
+
+/// Compares two tensors of one dtype and shape.
+pub(crate) fn compare_same(c: Cmp, a: &Tensor, b: &Tensor) -> Tensor {
+    let shape = a.shape().to_vec();
+    let (x, y) = (a.prim(), b.prim());
+    let prim = match a.kind() {
+        Kind::Float => match c {
+            Cmp::Eq => B::float_equal(x, y, BOOL),
+            Cmp::Ne => B::float_not_equal(x, y, BOOL),
+            Cmp::Lt => B::float_lower(x, y, BOOL),
+            Cmp::Le => B::float_lower_equal(x, y, BOOL),
+            Cmp::Gt => B::float_greater(x, y, BOOL),
+            Cmp::Ge => B::float_greater_equal(x, y, BOOL),
+        },
+        Kind::Int => match c {
+            Cmp::Eq => B::int_equal(x, y, BOOL),
+            Cmp::Ne => B::int_not_equal(x, y, BOOL),
+            Cmp::Lt => B::int_lower(x, y, BOOL),
+            Cmp::Le => B::int_lower_equal(x, y, BOOL),
+            Cmp::Gt => B::int_greater(x, y, BOOL),
+            Cmp::Ge => B::int_greater_equal(x, y, BOOL),
+        },
+        Kind::Bool => {
+            let (a, b) = (a.cast(DType::U8).expect("bool cast"), b.cast(DType::U8).expect("bool cast"));
+            return compare_same(c, &a, &b);
+        }
+    };
+    util::bool_tensor(prim, shape)
+}
+
+/// Boolean and/or/xor of two same-shape tensors (non-zero is true).
+pub(crate) fn bool_op(f: Bin, a: &Tensor, b: &Tensor) -> Tensor {
+    let shape = a.shape().to_vec();
+    let (x, y) = (a.bool_prim(), b.bool_prim());
+    let prim = match f {
+        Bin::And => B::bool_and(x, y),
+        Bin::Or => B::bool_or(x, y),
+        _ => B::bool_xor(x, y),
+    };
+    util::bool_tensor(prim, shape)
+}
+
+fn logical(op: &Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let shape = util::broadcast_shape(a.shape(), b.shape())?;
+    let a = util::broadcast_to(&a.to_bool(), &shape)?;
+    let b = util::broadcast_to(&b.to_bool(), &shape)?;
+    let f = match op {
+        Op::LogicalAnd => Bin::And,
+        Op::LogicalOr => Bin::Or,
+        _ => Bin::Xor,
+    };
+    Ok(bool_op(f, &a, &b))
+}
+
+/// Nx `select(pred, on_true, on_false)`.
+pub(super) fn select(pred: &Tensor, t: &Tensor, f: &Tensor, out: Option<DType>) -> Result<Tensor> {
+    let out = out.unwrap_or_else(|| DType::merge(t.dtype(), f.dtype()));
+    let shape = util::broadcast_shape(&util::broadcast_shape(pred.shape(), t.shape())?, f.shape())?;
+    let t = util::broadcast_to(&t.cast(out)?, &shape)?;
+    let f = util::broadcast_to(&f.cast(out)?, &shape)?;
+    let p = util::broadcast_to(&pred.to_bool(), &shape)?;
+    if t.numel() == 0 {
+        return Ok(t);
+    }
+    Ok(util::select(&p, &t, &f))
+}
+
+/// Nx `clip(x, min, max)` in x's type.
+pub(super) fn clip(x: &Tensor, lo: &Tensor, hi: &Tensor) -> Result<Tensor> {
+    let t = x.dtype();
+    let lo = util::broadcast_to(&lo.cast(t)?, x.shape())?;
+    let hi = util::broadcast_to(&hi.cast(t)?, x.shape())?;
+    let x = if x.kind() == Kind::Bool { x.cast(t)? } else { x.clone() };
+    if x.numel() == 0 {
+        return Ok(x);
+    }
+    let r = util::select(&compare_same(Cmp::Lt, &x, &lo), &lo, &x);
+    Ok(util::select(&compare_same(Cmp::Gt, &r, &hi), &hi, &r))
+}

@@ -1,0 +1,130 @@
+//! Nx `conv`: any permutations, strides, asymmetric/negative padding, input (lhs) and kernel
+//! dilation, feature groups and batch groups, lowered to Burn's conv1d/2d/3d.
+
+use super::util;
+use super::Op;
+use crate::dtype::Kind;
+use crate::tensor::{Prim, B};
+use crate::{DType, Error, Result, Scalar, Tensor};
+use burn::tensor::ops::{ConvOptions, ModuleOps};
+
+pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
+    let Op::Conv {
+        strides,
+        padding,
+        input_dilation,
+        kernel_dilation,
+        feature_group_size,
+        batch_group_size,
+        input_permutation,
+        kernel_permutation,
+        output_permutation,
+        out,
+    } = op
+    else {
+        return Err(Error::Unsupported(format!("{} is not conv", op.name())));
+    };
+    let r = input.rank();
+    if r < 3 || kernel.rank() != r {
+        return Err(Error::Shape(format!(
+            "conv needs input and kernel of equal rank >= 3, got {:?} and {:?}",
+            input.shape(),
+            kernel.shape()
+        )));
+    }
+    let sp = r - 2;
+    if sp > 3 {
+        return Err(Error::Unsupported(format!("conv with {sp} spatial dimensions (Burn has 1d, 2d and 3d)")));
+    }
+    let out = out.unwrap_or_else(|| DType::merge(input.dtype(), kernel.dtype()).to_floating());
+    if !out.is_float() {
+        return Err(Error::Dtype(format!("conv computes in floats, got result type {out}")));
+    }
+    let ident: Vec<usize> = (0..r).collect();
+    let x = util::permute(&input.cast(out)?, input_permutation.as_deref().unwrap_or(&ident))?;
+    let k = util::permute(&kernel.cast(out)?, kernel_permutation.as_deref().unwrap_or(&ident))?;
+    let ones = vec![1; sp];
+    let strides = strides.clone().unwrap_or_else(|| ones.clone());
+    let in_dil = input_dilation.clone().unwrap_or_else(|| ones.clone());
+    let k_dil = kernel_dilation.clone().unwrap_or_else(|| ones.clone());
+    let pads = padding.clone().unwrap_or_else(|| vec![(0, 0); sp]);
+    if strides.len() != sp || in_dil.len() != sp || k_dil.len() != sp || pads.len() != sp {
+        return Err(Error::Argument(format!(
+            "strides, padding and dilations need {sp} entries (one per spatial axis)"
+        )));
+    }
+    if strides.iter().chain(&in_dil).chain(&k_dil).any(|&v| v == 0) {
+        return Err(Error::Argument("strides and dilations must be positive".into()));
+    }
+    let (fg, bg) = (*feature_group_size, *batch_group_size);
+    let (n, c, o) = (x.shape()[0], x.shape()[1], k.shape()[0]);
+    if fg == 0 || bg == 0 || c % fg != 0 || k.shape()[1] * fg != c || o % fg != 0 || o % bg != 0 || n % bg != 0 {
+        return Err(Error::Shape(format!(
+            "conv: input {:?} and kernel {:?} do not fit feature_group_size {fg} and batch_group_size {bg}",
+            x.shape(),
+            k.shape()
+        )));
+    }
+
+    // Input dilation and any padding Burn cannot express (asymmetric or negative) become an
+    // explicit pad with zeros.
+    let symmetric = pads.iter().all(|&(lo, hi)| lo == hi && lo >= 0);
+    let dilated = in_dil.iter().any(|&d| d > 1);
+    let (x, burn_pad) = if symmetric && !dilated {
+        (x, pads.iter().map(|p| p.0 as usize).collect::<Vec<_>>())
+    } else {
+        let mut config = vec![(0, 0, 0), (0, 0, 0)];
+        config.extend(pads.iter().zip(&in_dil).map(|(&(lo, hi), &d)| (lo, hi, d as i64 - 1)));
+        let zero = util::full(&[], out, Scalar::I(0), &x.dispatch_device())?;
+        let padded = super::shape::pad(&x, &zero, &config)?;
+        (padded, vec![0; sp])
+    };
+
+    // Batch groups: fold the groups of the batch into the channels and convolve with groups.
+    let (x, groups) = if bg > 1 {
+        let mut s = vec![bg, n / bg, c];
+        s.extend_from_slice(&x.shape()[2..]);
+        let mut perm = vec![1, 0];
+        perm.extend(2..s.len());
+        let mut folded = vec![n / bg, bg * c];
+        folded.extend_from_slice(&x.shape()[2..]);
+        let t = util::permute(&x.reshape(s)?, &perm)?.reshape(folded)?;
+        (t, bg)
+    } else {
+        (x, fg)
+    };
+
+    for i in 0..sp {
+        let span = (k.shape()[2 + i] - 1) * k_dil[i] + 1;
+        if x.shape()[2 + i] + 2 * burn_pad[i] < span {
+            return Err(Error::Shape(format!(
+                "conv: kernel {:?} (dilated) is larger than the padded input {:?}",
+                k.shape(),
+                x.shape()
+            )));
+        }
+    }
+    let (xp, kp): (Prim, Prim) = (x.prim(), k.prim());
+    let prim = match sp {
+        1 => B::conv1d(xp, kp, None, ConvOptions::new([strides[0]], [burn_pad[0]], [k_dil[0]], groups)),
+        2 => B::conv2d(
+            xp,
+            kp,
+            None,
+            ConvOptions::new([strides[0], strides[1]], [burn_pad[0], burn_pad[1]], [k_dil[0], k_dil[1]], groups),
+        ),
+        _ => B::conv3d(
+            xp,
+            kp,
+            None,
+            ConvOptions::new(
+                [strides[0], strides[1], strides[2]],
+                [burn_pad[0], burn_pad[1], burn_pad[2]],
+                [k_dil[0], k_dil[1], k_dil[2]],
+                groups,
+            ),
+        ),
+    };
+    let res = Tensor::wrap(prim, Kind::Float);
+    util::permute(&res, output_permutation.as_deref().unwrap_or(&ident))
+}

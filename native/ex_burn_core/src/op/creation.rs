@@ -1,0 +1,115 @@
+//! Creation ops: iota, eye, full and seeded random tensors.
+//!
+//! Random numbers come from a counter-based generator (SplitMix64) on the host, so a seed gives
+//! the same tensor on every device and every run.
+
+use super::util;
+use super::Op;
+use crate::dtype::Kind;
+use crate::tensor::{prim_shape, B};
+use crate::{DType, Device, Error, Result, Scalar, Tensor};
+use burn::tensor::ops::IntTensorOps;
+use burn::tensor::{IntDType, TensorData};
+
+pub(super) fn eval(op: &Op, device: Device) -> Result<Tensor> {
+    let dev = device.to_dispatch()?;
+    match op {
+        Op::Iota { shape, dtype, axis } => iota(shape, *dtype, *axis, device),
+        Op::Eye { shape, dtype } => eye(shape, *dtype, device),
+        Op::Full { shape, dtype, value } => util::full(shape, *dtype, *value, &dev),
+        Op::RandomUniform { shape, dtype, min, max, seed } => {
+            let (lo, span) = (*min, *max - *min);
+            random(shape, *dtype, *seed, device, |g| lo + span * g.uniform())
+        }
+        Op::RandomNormal { shape, dtype, mean, std, seed } => {
+            let (m, s) = (*mean, *std);
+            random(shape, *dtype, *seed, device, |g| m + s * g.normal())
+        }
+        other => Err(Error::Unsupported(format!("{} is not a creation op", other.name()))),
+    }
+}
+
+/// Counts 0, 1, ... along `axis` (or over all elements in row-major order).
+pub(crate) fn iota(shape: &[usize], dtype: DType, axis: Option<usize>, device: Device) -> Result<Tensor> {
+    let dev = device.to_dispatch()?;
+    let n = crate::tensor::numel(shape);
+    if n == 0 {
+        return util::full(shape, dtype, Scalar::I(0), &dev);
+    }
+    let counts = match axis {
+        None => {
+            let p = B::int_arange(0..n as i64, &dev, IntDType::I64);
+            Tensor::from_prim(p, Kind::Int, shape.to_vec())
+        }
+        Some(a) => {
+            util::axis(a, shape.len())?;
+            let len = shape[a];
+            let p = B::int_arange(0..len as i64, &dev, IntDType::I64);
+            let mut view = vec![1; shape.len()];
+            view[a] = len;
+            let t = Tensor::from_prim(p, Kind::Int, view);
+            util::broadcast_to(&t, shape)?
+        }
+    };
+    counts.cast(dtype)
+}
+
+/// Ones where the last two indices agree, zeros elsewhere (rank >= 2).
+fn eye(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    let r = shape.len();
+    if r < 2 {
+        return Err(Error::Shape(format!("eye needs a shape of rank >= 2, got {shape:?}")));
+    }
+    let rows = iota(shape, DType::S64, Some(r - 2), device)?;
+    let cols = iota(shape, DType::S64, Some(r - 1), device)?;
+    super::binary::compare_same(super::binary::Cmp::Eq, &rows, &cols).cast(dtype)
+}
+
+/// SplitMix64, a tiny, well-mixed 64-bit generator.
+pub(crate) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator for `seed`.
+    pub(crate) fn new(seed: u64) -> Self {
+        SplitMix64(seed ^ 0x5851_F42D_4C95_7F2D)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1) with 53 random bits.
+    pub(crate) fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Standard normal (Box-Muller).
+    pub(crate) fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform();
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+fn random(
+    shape: &[usize],
+    dtype: DType,
+    seed: u64,
+    device: Device,
+    mut sample: impl FnMut(&mut SplitMix64) -> f64,
+) -> Result<Tensor> {
+    let n = crate::tensor::numel(shape);
+    let mut g = SplitMix64::new(seed);
+    // Integer samples floor toward negative infinity, so `[min, max)` holds for any sign.
+    let floor = dtype.is_int();
+    let values: Vec<f64> = (0..n)
+        .map(|_| sample(&mut g))
+        .map(|v| if floor { v.floor() } else { v })
+        .collect();
+    let data = TensorData::new(values, prim_shape(shape)).convert_dtype(dtype.burn());
+    Tensor::from_data(data, dtype, shape.to_vec(), device)
+}

@@ -1,0 +1,192 @@
+//! Indexing ops: gather, take, take_along_axis, indexed_add and indexed_put.
+//!
+//! Indices are clamped into range (as XLA and EXLA do), so a bad index never reads or writes
+//! outside a tensor. Multi-axis gathers and scatters permute the indexed axes to the front
+//! and use Burn's `gather_nd`/`scatter_nd`.
+
+use super::binary::{self, Bin};
+use super::util;
+use super::Op;
+use crate::dtype::Kind;
+use crate::tensor::{Prim, B};
+use crate::{DType, Error, Result, Tensor};
+use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
+use burn::tensor::{IndexingUpdateOp, TensorData};
+
+pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
+    match op {
+        Op::Gather { axes } => gather(&x[0], &x[1], axes),
+        Op::Take { axis } => take(&x[0], &x[1], *axis),
+        Op::TakeAlongAxis { axis } => take_along_axis(&x[0], &x[1], *axis),
+        Op::IndexedAdd { axes, out } => scatter(&x[0], &x[1], &x[2], axes, *out, IndexingUpdateOp::Add),
+        Op::IndexedPut { axes, out } => scatter(&x[0], &x[1], &x[2], axes, *out, IndexingUpdateOp::Assign),
+        other => Err(Error::Unsupported(format!("{} is not an indexing op", other.name()))),
+    }
+}
+
+fn check_index_type(idx: &Tensor) -> Result<()> {
+    if idx.dtype().is_float() {
+        return Err(Error::Dtype(format!("indices must be integers, got {}", idx.dtype())));
+    }
+    Ok(())
+}
+
+/// Clamps `idx` (any shape) into `[0, max]` where `max` broadcasts against it (aligned on
+/// the right); returns s64 indices.
+fn clamp(idx: &Tensor, max: &[usize]) -> Result<Tensor> {
+    let idx = idx.cast(DType::S64)?;
+    let device = idx.device();
+    let hi: Vec<i64> = max.iter().map(|&m| m.saturating_sub(1) as i64).collect();
+    let n = hi.len();
+    let hi = Tensor::from_data(TensorData::new(hi, [n]), DType::S64, vec![n], device)?;
+    let zero = util::full(&[], DType::S64, crate::Scalar::I(0), &idx.dispatch_device())?;
+    let lo_clamped = binary::binary(Bin::Max, &idx, &zero, DType::S64)?;
+    binary::binary(Bin::Min, &lo_clamped, &hi, DType::S64)
+}
+
+/// Moves `axes` to the front (in the given order); returns the tensor and the permutation.
+fn axes_first(t: &Tensor, axes: &[usize]) -> Result<(Tensor, Vec<usize>)> {
+    let mut seen = vec![false; t.rank()];
+    for &a in axes {
+        if a >= t.rank() || seen[a] {
+            return Err(Error::Argument(format!("axes {axes:?} are invalid for rank {}", t.rank())));
+        }
+        seen[a] = true;
+    }
+    let perm: Vec<usize> = axes.iter().copied().chain((0..t.rank()).filter(|a| !axes.contains(a))).collect();
+    Ok((util::permute(t, &perm)?, perm))
+}
+
+fn as_storable(t: &Tensor) -> Result<Tensor> {
+    if t.kind() == Kind::Bool {
+        t.cast(DType::U8)
+    } else {
+        Ok(t.clone())
+    }
+}
+
+fn gather(x: &Tensor, idx: &Tensor, axes: &[usize]) -> Result<Tensor> {
+    check_index_type(idx)?;
+    let k = axes.len();
+    if idx.rank() == 0 || idx.shape()[idx.rank() - 1] != k {
+        return Err(Error::Shape(format!(
+            "gather: the last axis of indices {:?} must have size {k} (one per gathered axis)",
+            idx.shape()
+        )));
+    }
+    let (xp, _) = axes_first(&as_storable(x)?, axes)?;
+    let mut shape: Vec<usize> = idx.shape()[..idx.rank() - 1].to_vec();
+    shape.extend_from_slice(&xp.shape()[k..]);
+    if crate::tensor::numel(&shape) == 0 || x.numel() == 0 {
+        return util::full(&shape, x.dtype(), crate::Scalar::I(0), &x.dispatch_device());
+    }
+    let idx = clamp(idx, &xp.shape()[..k])?;
+    let prim: Prim = match xp.kind() {
+        Kind::Float => B::float_gather_nd(xp.prim(), idx.prim()),
+        _ => B::int_gather_nd(xp.prim(), idx.prim()),
+    };
+    Ok(Tensor::from_prim(prim, xp.kind(), shape))
+}
+
+fn take(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
+    check_index_type(idx)?;
+    util::axis(axis, x.rank())?;
+    let x = as_storable(x)?;
+    let mut shape: Vec<usize> = x.shape()[..axis].to_vec();
+    shape.extend_from_slice(idx.shape());
+    shape.extend_from_slice(&x.shape()[axis + 1..]);
+    if crate::tensor::numel(&shape) == 0 || x.numel() == 0 {
+        return util::full(&shape, x.dtype(), crate::Scalar::I(0), &x.dispatch_device());
+    }
+    let flat = clamp(&idx.reshape(vec![idx.numel()])?, &[x.shape()[axis]])?;
+    let prim = match x.kind() {
+        Kind::Float => B::float_select(x.prim(), axis, flat.prim()),
+        _ => B::int_select(x.prim(), axis, flat.prim()),
+    };
+    let mut tmp = x.shape().to_vec();
+    tmp[axis] = idx.numel();
+    Tensor::from_prim(prim, x.kind(), tmp).reshape(shape)
+}
+
+fn take_along_axis(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
+    check_index_type(idx)?;
+    util::axis(axis, x.rank())?;
+    if idx.rank() != x.rank() {
+        return Err(Error::Shape(format!(
+            "take_along_axis: indices {:?} must have the rank of the tensor {:?}",
+            idx.shape(),
+            x.shape()
+        )));
+    }
+    let x = as_storable(x)?;
+    let mut xs = x.shape().to_vec();
+    let mut is = idx.shape().to_vec();
+    for i in 0..x.rank() {
+        if i != axis {
+            let b = util::broadcast_shape(&[xs[i]], &[is[i]])?[0];
+            xs[i] = b;
+            is[i] = b;
+        }
+    }
+    let xb = util::broadcast_to(&x, &xs)?;
+    let ib = util::broadcast_to(idx, &is)?;
+    if ib.numel() == 0 || xb.numel() == 0 {
+        return util::full(&is, x.dtype(), crate::Scalar::I(0), &x.dispatch_device());
+    }
+    let ib = clamp_axis(&ib, axis, x.shape()[axis])?;
+    let prim = match xb.kind() {
+        Kind::Float => B::float_gather(axis, xb.prim(), ib.prim()),
+        _ => B::int_gather(axis, xb.prim(), ib.prim()),
+    };
+    Ok(Tensor::from_prim(prim, xb.kind(), is))
+}
+
+fn clamp_axis(idx: &Tensor, _axis: usize, size: usize) -> Result<Tensor> {
+    let idx = idx.cast(DType::S64)?;
+    let p = B::int_clamp(idx.prim(), 0i64.into(), (size.saturating_sub(1) as i64).into());
+    Ok(Tensor::from_prim(p, Kind::Int, idx.shape().to_vec()))
+}
+
+fn scatter(
+    x: &Tensor,
+    idx: &Tensor,
+    upd: &Tensor,
+    axes: &[usize],
+    out: Option<DType>,
+    how: IndexingUpdateOp,
+) -> Result<Tensor> {
+    check_index_type(idx)?;
+    let k = axes.len();
+    if idx.rank() == 0 || idx.shape()[idx.rank() - 1] != k {
+        return Err(Error::Shape(format!(
+            "the last axis of indices {:?} must have size {k} (one per indexed axis)",
+            idx.shape()
+        )));
+    }
+    let out = out.unwrap_or_else(|| DType::merge(x.dtype(), upd.dtype()));
+    let (xp, perm) = axes_first(&x.cast(out)?, axes)?;
+    let mut want: Vec<usize> = idx.shape()[..idx.rank() - 1].to_vec();
+    want.extend_from_slice(&xp.shape()[k..]);
+    if upd.shape() != want.as_slice() {
+        return Err(Error::Shape(format!(
+            "updates of shape {:?} do not match indices {:?} (expected {want:?})",
+            upd.shape(),
+            idx.shape()
+        )));
+    }
+    if upd.numel() == 0 || x.numel() == 0 {
+        return x.cast(out);
+    }
+    let idx = clamp(idx, &xp.shape()[..k])?;
+    let u = upd.cast(out)?;
+    let prim = match xp.kind() {
+        Kind::Float => B::float_scatter_nd(xp.prim(), idx.prim(), u.prim(), how),
+        _ => B::int_scatter_nd(xp.prim(), idx.prim(), u.prim(), how),
+    };
+    let res = Tensor::from_prim(prim, xp.kind(), xp.shape().to_vec());
+    let mut inverse = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inverse[p] = i;
+    }
+    util::permute(&res, &inverse)
+}

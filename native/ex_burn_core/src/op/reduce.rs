@@ -1,0 +1,147 @@
+//! Reductions over any set of axes, with `keep_axes`: sum, product, max, min, all, any,
+//! argmax and argmin (with tie-breaking). Empty reductions give the identity element.
+
+use super::util;
+use super::{Op, TieBreak};
+use crate::dtype::Kind;
+use crate::tensor::{Prim, B};
+use crate::{DType, Error, Result, Scalar, Tensor};
+use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+
+#[derive(Clone, Copy, PartialEq)]
+enum Red {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    All,
+    Any,
+}
+
+pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
+    match op {
+        Op::Sum { axes, keep_axes, out } => {
+            reduce(Red::Sum, x, axes, *keep_axes, out.unwrap_or(x.dtype().to_aggregate()))
+        }
+        Op::Product { axes, keep_axes, out } => {
+            reduce(Red::Prod, x, axes, *keep_axes, out.unwrap_or(x.dtype().to_aggregate()))
+        }
+        Op::ReduceMax { axes, keep_axes } => reduce(Red::Max, x, axes, *keep_axes, x.dtype()),
+        Op::ReduceMin { axes, keep_axes } => reduce(Red::Min, x, axes, *keep_axes, x.dtype()),
+        Op::All { axes, keep_axes } => reduce(Red::All, x, axes, *keep_axes, DType::U8),
+        Op::Any { axes, keep_axes } => reduce(Red::Any, x, axes, *keep_axes, DType::U8),
+        Op::Argmax { axis, keep_axis, tie_break, out } => {
+            arg(x, *axis, *keep_axis, *tie_break, out.unwrap_or(DType::S64), true)
+        }
+        Op::Argmin { axis, keep_axis, tie_break, out } => {
+            arg(x, *axis, *keep_axis, *tie_break, out.unwrap_or(DType::S64), false)
+        }
+        other => Err(Error::Unsupported(format!("{} is not a reduction", other.name()))),
+    }
+}
+
+fn result_shape(shape: &[usize], axes: &[usize], keep: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| match (axes.contains(&i), keep) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+fn identity(red: Red, dtype: DType) -> Scalar {
+    match red {
+        Red::Sum | Red::Any => Scalar::I(0),
+        Red::Prod | Red::All => Scalar::I(1),
+        Red::Max if dtype.is_float() => Scalar::NegInfinity,
+        Red::Min if dtype.is_float() => Scalar::Infinity,
+        Red::Max => util::extreme(dtype, false),
+        Red::Min => util::extreme(dtype, true),
+    }
+}
+
+fn reduce(red: Red, x: &Tensor, axes: &Option<Vec<usize>>, keep: bool, out: DType) -> Result<Tensor> {
+    let axes = util::axes_sorted(axes, x.rank())?;
+    let shape = result_shape(x.shape(), &axes, keep);
+    if x.numel() == 0 {
+        return util::full(&shape, out, identity(red, out), &x.dispatch_device());
+    }
+    if axes.is_empty() {
+        return match red {
+            Red::All | Red::Any => Ok(x.to_bool()),
+            _ => x.cast(out),
+        };
+    }
+    if matches!(red, Red::All | Red::Any) {
+        let mut p = x.bool_prim();
+        for &a in &axes {
+            p = if red == Red::All { B::bool_all_dim(p, a) } else { B::bool_any_dim(p, a) };
+        }
+        return Ok(util::bool_tensor(p, shape));
+    }
+    let t = x.cast(out)?;
+    let kind = t.kind();
+    let mut p: Prim = t.prim();
+    if axes.len() == x.rank() && matches!(red, Red::Sum | Red::Prod) {
+        p = match (kind, red) {
+            (Kind::Float, Red::Sum) => B::float_sum(p),
+            (Kind::Float, _) => B::float_prod(p),
+            (_, Red::Sum) => B::int_sum(p),
+            _ => B::int_prod(p),
+        };
+        return Ok(Tensor::from_prim(p, kind, shape));
+    }
+    for &a in &axes {
+        p = match (kind, red) {
+            (Kind::Float, Red::Sum) => B::float_sum_dim(p, a),
+            (Kind::Float, Red::Prod) => B::float_prod_dim(p, a),
+            (Kind::Float, Red::Max) => B::float_max_dim(p, a),
+            (Kind::Float, _) => B::float_min_dim(p, a),
+            (_, Red::Sum) => B::int_sum_dim(p, a),
+            (_, Red::Prod) => B::int_prod_dim(p, a),
+            (_, Red::Max) => B::int_max_dim(p, a),
+            (_, _) => B::int_min_dim(p, a),
+        };
+    }
+    Ok(Tensor::from_prim(p, kind, shape))
+}
+
+fn arg(x: &Tensor, axis: Option<usize>, keep: bool, tie: TieBreak, out: DType, max: bool) -> Result<Tensor> {
+    if !out.is_int() {
+        return Err(Error::Dtype(format!("index type must be an integer type, got {out}")));
+    }
+    if x.numel() == 0 {
+        return Err(Error::Shape(format!("cannot take the arg{} of an empty tensor", if max { "max" } else { "min" })));
+    }
+    let (t, axis, shape) = match axis {
+        None => {
+            let n = x.numel();
+            let shape = if keep { vec![1; x.rank()] } else { vec![] };
+            (x.reshape(vec![n])?, 0, shape)
+        }
+        Some(a) => {
+            util::axis(a, x.rank())?;
+            (x.clone(), a, result_shape(x.shape(), &[a], keep))
+        }
+    };
+    let t = if t.kind() == Kind::Bool { t.cast(DType::U8)? } else { t };
+    let len = t.shape().get(axis).copied().unwrap_or(1);
+    let t = if tie == TieBreak::High { util::flip(&t, &[axis]) } else { t };
+    let p = t.prim();
+    let idx = match (t.kind(), max) {
+        (Kind::Float, true) => B::float_argmax(p, axis, out.int_dtype()?),
+        (Kind::Float, false) => B::float_argmin(p, axis, out.int_dtype()?),
+        (_, true) => B::int_cast(B::int_argmax(p, axis), out.int_dtype()?),
+        (_, false) => B::int_cast(B::int_argmin(p, axis), out.int_dtype()?),
+    };
+    let idx = if tie == TieBreak::High {
+        // index in the original order = len - 1 - index in the flipped order
+        B::int_add_scalar(B::int_neg(idx), ((len - 1) as i64).into())
+    } else {
+        idx
+    };
+    Ok(Tensor::from_prim(idx, Kind::Int, shape))
+}

@@ -1,0 +1,275 @@
+//! Shape ops: transpose, reshape, squeeze, broadcast, slice (strided, dynamic starts),
+//! put_slice, concatenate, stack, pad (negative and interior) and reverse.
+
+use super::util;
+use super::Op;
+use crate::dtype::Kind;
+use crate::tensor::{Prim, B};
+use crate::{DType, Error, Result, Scalar, Tensor};
+use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+
+pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
+    let t = &x[0];
+    match op {
+        Op::Transpose { axes } => {
+            let perm = axes.clone().unwrap_or_else(|| (0..t.rank()).rev().collect());
+            util::permute(t, &perm)
+        }
+        Op::Reshape { shape } => t.reshape(shape.clone()),
+        Op::Squeeze { axes } => {
+            let axes = match axes {
+                Some(a) => util::axes_sorted(&Some(a.clone()), t.rank())?,
+                None => (0..t.rank()).filter(|&i| t.shape()[i] == 1).collect(),
+            };
+            if let Some(&a) = axes.iter().find(|&&a| t.shape()[a] != 1) {
+                return Err(Error::Shape(format!(
+                    "cannot squeeze axis {a} of size {} in {:?}",
+                    t.shape()[a],
+                    t.shape()
+                )));
+            }
+            let shape = t.shape().iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+            t.reshape(shape)
+        }
+        Op::Broadcast { shape, axes } => broadcast(t, shape, axes.as_deref()),
+        Op::Slice { starts, lengths, strides, dynamic } => {
+            let starts = resolve_starts(starts, dynamic, &x[1..])?;
+            let ones = vec![1; t.rank()];
+            slice(t, &starts, lengths, strides.as_deref().unwrap_or(&ones))
+        }
+        Op::PutSlice { starts, dynamic } => {
+            let starts = resolve_starts(starts, dynamic, &x[2..])?;
+            put_slice(t, &x[1], &starts)
+        }
+        Op::Concatenate { axis } => concatenate(x, *axis),
+        Op::Stack { axis } => {
+            util::axis(*axis, x[0].rank() + 1)?;
+            let parts = x
+                .iter()
+                .map(|t| {
+                    let mut s = t.shape().to_vec();
+                    s.insert(*axis, 1);
+                    t.reshape(s)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            concatenate(&parts, *axis)
+        }
+        Op::Pad { config } => pad(t, &x[1], config),
+        Op::Reverse { axes } => {
+            let axes = util::axes_sorted(axes, t.rank())?;
+            Ok(util::flip(t, &axes))
+        }
+        other => Err(Error::Unsupported(format!("{} is not a shape op", other.name()))),
+    }
+}
+
+/// Reads the dynamic start scalars (a host read of one element each).
+fn resolve_starts(starts: &[i64], dynamic: &[usize], inputs: &[Tensor]) -> Result<Vec<i64>> {
+    let mut starts = starts.to_vec();
+    for (k, &axis) in dynamic.iter().enumerate() {
+        let t = inputs
+            .get(k)
+            .ok_or_else(|| Error::Argument(format!("missing dynamic start for axis {axis}")))?;
+        if t.numel() != 1 {
+            return Err(Error::Shape(format!("start index must be a scalar, got shape {:?}", t.shape())));
+        }
+        let v = t.cast(DType::S64)?.to_bytes(None)?;
+        let arr: [u8; 8] = v.as_slice().try_into().map_err(|_| Error::Execution("bad start index".into()))?;
+        if axis >= starts.len() {
+            return Err(Error::Argument(format!("dynamic axis {axis} out of range")));
+        }
+        starts[axis] = i64::from_le_bytes(arr);
+    }
+    Ok(starts)
+}
+
+/// Nx broadcast: input axis i goes to result axis `axes[i]` (right-aligned when absent).
+fn broadcast(t: &Tensor, shape: &[usize], axes: Option<&[usize]>) -> Result<Tensor> {
+    let r = shape.len();
+    let axes: Vec<usize> = match axes {
+        Some(a) => a.to_vec(),
+        None => {
+            if t.rank() > r {
+                return Err(Error::Shape(format!("cannot broadcast {:?} to {shape:?}", t.shape())));
+            }
+            (r - t.rank()..r).collect()
+        }
+    };
+    if axes.len() != t.rank() || axes.iter().any(|&a| a >= r) || axes.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(Error::Argument(format!("broadcast axes {axes:?} do not fit {:?} -> {shape:?}", t.shape())));
+    }
+    let mut view = vec![1; r];
+    for (i, &a) in axes.iter().enumerate() {
+        let d = t.shape()[i];
+        if d != 1 && d != shape[a] {
+            return Err(Error::Shape(format!("cannot broadcast {:?} to {shape:?} on axes {axes:?}", t.shape())));
+        }
+        view[a] = d;
+    }
+    util::broadcast_to(&t.reshape(view)?, shape)
+}
+
+/// Static strided slice with Nx's clamping of starts.
+pub(crate) fn slice(t: &Tensor, starts: &[i64], lengths: &[usize], strides: &[usize]) -> Result<Tensor> {
+    let r = t.rank();
+    if starts.len() != r || lengths.len() != r || strides.len() != r {
+        return Err(Error::Argument(format!(
+            "slice needs {r} starts, lengths and strides, got {}, {} and {}",
+            starts.len(),
+            lengths.len(),
+            strides.len()
+        )));
+    }
+    let mut spec = Vec::with_capacity(r);
+    let mut shape = Vec::with_capacity(r);
+    for i in 0..r {
+        let d = t.shape()[i];
+        let (len, st) = (lengths[i], strides[i]);
+        if len > d {
+            return Err(Error::Shape(format!("slice length {len} exceeds axis {i} of size {d}")));
+        }
+        if st == 0 {
+            return Err(Error::Argument("slice strides must be positive".into()));
+        }
+        let start = starts[i].clamp(0, (d - len) as i64) as usize;
+        spec.push((start, start + len, st));
+        shape.push(len.div_ceil(st));
+    }
+    slice_spec(t, &spec, shape)
+}
+
+/// Slice with non-negative starts that already fit.
+pub(crate) fn slice_static(t: &Tensor, starts: &[usize], lengths: &[usize], strides: &[usize]) -> Result<Tensor> {
+    let s: Vec<i64> = starts.iter().map(|&v| v as i64).collect();
+    slice(t, &s, lengths, strides)
+}
+
+fn slice_spec(t: &Tensor, spec: &[(usize, usize, usize)], shape: Vec<usize>) -> Result<Tensor> {
+    if crate::tensor::numel(&shape) == 0 {
+        return util::full(&shape, t.dtype(), Scalar::I(0), &t.dispatch_device());
+    }
+    if t.rank() == 0 {
+        return Ok(t.clone());
+    }
+    let s = util::slices(spec);
+    let p = t.prim();
+    let prim: Prim = match t.kind() {
+        Kind::Float => B::float_slice(p, &s),
+        Kind::Int => B::int_slice(p, &s),
+        Kind::Bool => B::bool_slice(p, &s),
+    };
+    Ok(Tensor::from_prim(prim, t.kind(), shape))
+}
+
+/// Writes `value` into `t` at `spec` (start, end, step) positions.
+fn assign(t: &Tensor, spec: &[(usize, usize, usize)], value: &Tensor) -> Result<Tensor> {
+    if value.numel() == 0 {
+        return Ok(t.clone());
+    }
+    if t.rank() == 0 {
+        return value.reshape(vec![]);
+    }
+    let s = util::slices(spec);
+    let prim = match t.kind() {
+        Kind::Float => B::float_slice_assign(t.prim(), &s, value.prim()),
+        Kind::Int => B::int_slice_assign(t.prim(), &s, value.int_prim()?),
+        Kind::Bool => B::bool_slice_assign(t.prim(), &s, value.bool_prim()),
+    };
+    Ok(Tensor::from_prim(prim, t.kind(), t.shape().to_vec()))
+}
+
+fn put_slice(t: &Tensor, update: &Tensor, starts: &[i64]) -> Result<Tensor> {
+    let r = t.rank();
+    if update.rank() != r || starts.len() != r {
+        return Err(Error::Shape(format!(
+            "put_slice: update {:?} and {} starts do not match tensor {:?}",
+            update.shape(),
+            starts.len(),
+            t.shape()
+        )));
+    }
+    let out = DType::merge(t.dtype(), update.dtype());
+    let (t, u) = (t.cast(out)?, update.cast(out)?);
+    let mut spec = Vec::with_capacity(r);
+    for i in 0..r {
+        let (d, l) = (t.shape()[i], u.shape()[i]);
+        if l > d {
+            return Err(Error::Shape(format!("put_slice: update axis {i} ({l}) exceeds tensor ({d})")));
+        }
+        let s = starts[i].clamp(0, (d - l) as i64) as usize;
+        spec.push((s, s + l, 1));
+    }
+    assign(&t, &spec, &u)
+}
+
+fn concatenate(x: &[Tensor], axis: usize) -> Result<Tensor> {
+    let first = &x[0];
+    util::axis(axis, first.rank())?;
+    let out = x.iter().skip(1).fold(first.dtype(), |acc, t| DType::merge(acc, t.dtype()));
+    for t in x {
+        let ok = t.rank() == first.rank()
+            && t.shape().iter().zip(first.shape()).enumerate().all(|(i, (a, b))| i == axis || a == b);
+        if !ok {
+            return Err(Error::Shape(format!(
+                "cannot concatenate {:?} and {:?} on axis {axis}",
+                first.shape(),
+                t.shape()
+            )));
+        }
+    }
+    let parts = x
+        .iter()
+        .filter(|t| t.numel() > 0)
+        .map(|t| t.cast(out))
+        .collect::<Result<Vec<_>>>()?;
+    let mut shape = first.shape().to_vec();
+    shape[axis] = x.iter().map(|t| t.shape()[axis]).sum();
+    if parts.is_empty() {
+        return util::full(&shape, out, Scalar::I(0), &first.dispatch_device());
+    }
+    Ok(util::cat(&parts, axis))
+}
+
+/// Nx pad: interior padding first, then low/high (negative values crop).
+pub(crate) fn pad(t: &Tensor, value: &Tensor, config: &[(i64, i64, i64)]) -> Result<Tensor> {
+    let r = t.rank();
+    if config.len() != r {
+        return Err(Error::Argument(format!("pad needs {r} (low, high, interior) triples, got {}", config.len())));
+    }
+    if value.numel() != 1 {
+        return Err(Error::Shape("pad value must be a scalar".into()));
+    }
+    let out = DType::merge(t.dtype(), value.dtype());
+    let t = t.cast(out)?;
+    let mut grown = Vec::with_capacity(r);
+    let mut place = Vec::with_capacity(r);
+    let mut crop = Vec::with_capacity(r);
+    for (i, &(lo, hi, interior)) in config.iter().enumerate() {
+        if interior < 0 {
+            return Err(Error::Argument("interior padding must be non-negative".into()));
+        }
+        let d = t.shape()[i] as i64;
+        let inner = if d == 0 { 0 } else { d + (d - 1) * interior };
+        let (plo, phi) = (lo.max(0), hi.max(0));
+        let size = plo + inner + phi;
+        grown.push(size as usize);
+        place.push((plo as usize, (plo + inner) as usize, (interior + 1) as usize));
+        let (clo, chi) = ((-lo).max(0), (-hi).max(0));
+        if clo + chi > size {
+            return Err(Error::Shape(format!("negative padding {config:?} removes more than axis {i} holds")));
+        }
+        crop.push((clo as usize, (size - chi) as usize));
+    }
+    let fill = util::broadcast_to(&value.cast(out)?.reshape(vec![])?, &grown)?;
+    let fill = fill.cast(out)?;
+    let filled = assign(&materialize(&fill)?, &place, &t)?;
+    let starts: Vec<usize> = crop.iter().map(|c| c.0).collect();
+    let lengths: Vec<usize> = crop.iter().map(|c| c.1 - c.0).collect();
+    slice_static(&filled, &starts, &lengths, &vec![1; r])
+}
+
+/// Turns a broadcast view into a tensor that owns its memory (slice_assign writes into it).
+fn materialize(t: &Tensor) -> Result<Tensor> {
+    let zero = util::full_like(t, Scalar::I(0))?;
+    super::binary::same(super::binary::Bin::Add, t, &zero)
+}

@@ -1,0 +1,247 @@
+//! Element-wise unary ops. Float functions on integer input compute in Nx's floating type
+//! (`{:f, 32}`); functions Burn lacks (expm1, cbrt, erfc, erf_inv, population_count,
+//! count_leading_zeros) are composed from Burn ops on the device. `round` rounds half away
+//! from zero as Nx does (Burn rounds half to even).
+
+use super::binary::{self, Bin, Cmp};
+use super::util::{self, BOOL};
+use super::Op;
+use crate::dtype::Kind;
+use crate::tensor::{Prim, B};
+use crate::{DType, Error, Result, Scalar, Tensor};
+use burn::tensor::ops::{ActivationOps, BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn::tensor::TensorMetadata;
+
+pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
+    use Op::*;
+    match op {
+        Neg => int_or_float(x, B::int_neg, B::float_neg),
+        Abs => {
+            if x.dtype().is_unsigned_int() {
+                x.cast(x.dtype())
+            } else {
+                int_or_float(x, B::int_abs, B::float_abs)
+            }
+        }
+        Sign => {
+            if x.dtype().is_unsigned_int() {
+                let zero = util::full_like(x, Scalar::I(0))?;
+                let nz = binary::compare_same(Cmp::Ne, x, &zero);
+                nz.cast(x.dtype())
+            } else {
+                int_or_float(x, B::int_sign, B::float_sign)
+            }
+        }
+        Floor | Ceil | Round if x.kind() != Kind::Float => x.cast(x.dtype()),
+        Floor => float(x, B::float_floor),
+        Ceil => float(x, B::float_ceil),
+        Round => round(x),
+        Exp => float(x, B::float_exp),
+        Log => float(x, B::float_log),
+        Log1p => float(x, B::float_log1p),
+        Sqrt => float(x, B::float_sqrt),
+        Rsqrt => float(x, |p| B::float_recip(B::float_sqrt(p))),
+        Sin => float(x, B::float_sin),
+        Cos => float(x, B::float_cos),
+        Tan => float(x, B::float_tan),
+        Asin => float(x, B::float_asin),
+        Acos => float(x, B::float_acos),
+        Atan => float(x, B::float_atan),
+        Sinh => float(x, B::float_sinh),
+        Cosh => float(x, B::float_cosh),
+        Tanh => float(x, B::float_tanh),
+        Asinh => float(x, B::float_asinh),
+        Acosh => float(x, B::float_acosh),
+        Atanh => float(x, B::float_atanh),
+        Erf => float(x, B::float_erf),
+        Erfc => float(x, |p| B::float_add_scalar(B::float_neg(B::float_erf(p)), 1.0f64.into())),
+        Sigmoid => float(x, B::sigmoid),
+        Relu => match x.kind() {
+            Kind::Float => float(x, B::relu),
+            _ => {
+                let zero = util::full_like(x, Scalar::I(0))?;
+                binary::same(Bin::Max, &x.cast(x.dtype())?, &zero)
+            }
+        },
+        Expm1 => expm1(x),
+        Cbrt => cbrt(x),
+        ErfInv => erf_inv(x),
+        IsNan | IsInfinity => {
+            if x.kind() != Kind::Float {
+                let z = util::full(x.shape(), DType::U8, Scalar::I(0), &x.dispatch_device())?;
+                return Ok(z);
+            }
+            let p = x.prim();
+            let b = if *op == IsNan { B::float_is_nan(p, BOOL) } else { B::float_is_inf(p, BOOL) };
+            Ok(util::bool_tensor(b, x.shape().to_vec()))
+        }
+        LogicalNot => {
+            let zero = util::full(&[], x.dtype(), Scalar::I(0), &x.dispatch_device())?;
+            binary::compare(Cmp::Eq, x, &zero)
+        }
+        BitwiseNot => int(x, B::bitwise_not),
+        PopulationCount => population_count(x),
+        CountLeadingZeros => count_leading_zeros(x),
+        other => Err(Error::Unsupported(format!("{} is not a unary op", other.name()))),
+    }
+}
+
+/// Applies a float function; integer input is first converted to Nx's floating type.
+fn float(x: &Tensor, f: impl FnOnce(Prim) -> Prim) -> Result<Tensor> {
+    let t = x.cast(x.dtype().to_floating())?;
+    if t.numel() == 0 {
+        return Ok(t);
+    }
+    Ok(Tensor::from_prim(f(t.prim()), Kind::Float, t.shape().to_vec()))
+}
+
+fn int(x: &Tensor, f: impl FnOnce(Prim) -> Prim) -> Result<Tensor> {
+    if x.dtype().is_float() {
+        return Err(Error::Dtype(format!("expects an integer tensor, got {}", x.dtype())));
+    }
+    let t = x.cast(x.dtype())?;
+    if t.numel() == 0 {
+        return Ok(t);
+    }
+    Ok(Tensor::from_prim(f(t.prim()), Kind::Int, t.shape().to_vec()))
+}
+
+fn int_or_float(x: &Tensor, i: impl FnOnce(Prim) -> Prim, f: impl FnOnce(Prim) -> Prim) -> Result<Tensor> {
+    if x.dtype().is_float() {
+        float(x, f)
+    } else {
+        int(x, i)
+    }
+}
+
+/// Float helpers over primitives, for compositions.
+fn adds(p: Prim, c: f64) -> Prim {
+    B::float_add_scalar(p, c.into())
+}
+fn muls(p: Prim, c: f64) -> Prim {
+    B::float_mul_scalar(p, c.into())
+}
+
+/// Round half away from zero: trunc(x) + sign(x) where |x - trunc(x)| >= 0.5.
+fn round(x: &Tensor) -> Result<Tensor> {
+    if x.numel() == 0 {
+        return Ok(x.clone());
+    }
+    let p = x.prim();
+    let t = B::float_trunc(p.clone());
+    let frac = B::float_abs(B::float_sub(p.clone(), t.clone()));
+    let half = B::float_greater_equal_elem(frac, 0.5f64.into(), BOOL);
+    let bumped = B::float_add(t.clone(), B::float_sign(p));
+    Ok(Tensor::from_prim(B::float_mask_where(t, half, bumped), Kind::Float, x.shape().to_vec()))
+}
+
+/// exp(x) - 1, with a second-order series near zero where the subtraction cancels.
+fn expm1(x: &Tensor) -> Result<Tensor> {
+    float(x, |p| {
+        let direct = adds(B::float_exp(p.clone()), -1.0);
+        let series = B::float_add(p.clone(), muls(B::float_mul(p.clone(), p.clone()), 0.5));
+        let small = B::float_lower_elem(B::float_abs(p), 1e-5f64.into(), BOOL);
+        B::float_mask_where(direct, small, series)
+    })
+}
+
+/// Real cube root: sign(x) * |x|^(1/3).
+fn cbrt(x: &Tensor) -> Result<Tensor> {
+    float(x, |p| {
+        let mag = B::float_powf_scalar(B::float_abs(p.clone()), (1.0f64 / 3.0).into());
+        B::float_mul(mag, B::float_sign(p))
+    })
+}
+
+/// Inverse error function: Giles' polynomial approximation, refined by one Newton step.
+fn erf_inv(x: &Tensor) -> Result<Tensor> {
+    const SMALL: [f64; 9] = [
+        2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+        -0.00125372503, -0.00417768164, 0.246640727, 1.50140941,
+    ];
+    const LARGE: [f64; 9] = [
+        -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+        -0.0076224613, 0.00943887047, 1.00167406, 2.83297682,
+    ];
+    let horner = |w: Prim, coef: &[f64]| {
+        let mut p = B::float_mul_scalar(B::float_ones(w.shape(), &B::float_device(&w), dtype_of(&w)), coef[0].into());
+        for c in &coef[1..] {
+            p = adds(B::float_mul(p, w.clone()), *c);
+        }
+        p
+    };
+    float(x, |p| {
+        // w = -log((1 - x)(1 + x))
+        let one_minus = adds(B::float_neg(p.clone()), 1.0);
+        let one_plus = adds(p.clone(), 1.0);
+        let w = B::float_neg(B::float_log(B::float_mul(one_minus, one_plus)));
+        let small = horner(adds(w.clone(), -2.5), &SMALL);
+        let large = horner(adds(B::float_sqrt(w.clone()), -3.0), &LARGE);
+        let is_small = B::float_lower_elem(w, 5.0f64.into(), BOOL);
+        let y = B::float_mul(B::float_mask_where(large, is_small, small), p.clone());
+        // Newton: y -= (erf(y) - x) / (2/sqrt(pi) * exp(-y^2)), only where |x| < 1.
+        let err = B::float_sub(B::float_erf(y.clone()), p.clone());
+        let deriv = muls(B::float_exp(B::float_neg(B::float_mul(y.clone(), y.clone()))), std::f64::consts::FRAC_2_SQRT_PI);
+        let refined = B::float_sub(y.clone(), B::float_div(err, deriv));
+        let inside = B::float_lower_elem(B::float_abs(p.clone()), 1.0f64.into(), BOOL);
+        let y = B::float_mask_where(y, inside, refined);
+        // erf_inv(±1) = ±inf exactly.
+        let at_one = B::float_equal_elem(B::float_abs(p.clone()), 1.0f64.into(), BOOL);
+        B::float_mask_where(y, at_one, muls(p, f64::INFINITY))
+    })
+}
+
+fn dtype_of(p: &Prim) -> burn::tensor::FloatDType {
+    use burn::tensor::TensorMetadata;
+    p.dtype().into()
+}
+
+/// Number of set bits, computed bit by bit with shifts and masks (exact for every width).
+fn population_count(x: &Tensor) -> Result<Tensor> {
+    let t = x.dtype();
+    if t.is_float() {
+        return Err(Error::Dtype(format!("expects an integer tensor, got {t}")));
+    }
+    let x = x.cast(t)?;
+    if x.numel() == 0 {
+        return Ok(x);
+    }
+    let mut count = B::int_zeros(x.prim().shape(), &x.dispatch_device(), t.int_dtype()?);
+    for i in 0..t.bits() {
+        let bit = B::bitwise_and_scalar(B::bitwise_right_shift_scalar(x.prim(), (i as i64).into()), 1i64.into());
+        count = B::int_add(count, bit);
+    }
+    Ok(Tensor::from_prim(count, Kind::Int, x.shape().to_vec()))
+}
+
+/// Leading zero bits: counts the shifts `x >> i` (i in 0..bits) that leave zero; negative
+/// signed values have none.
+fn count_leading_zeros(x: &Tensor) -> Result<Tensor> {
+    let t = x.dtype();
+    if t.is_float() {
+        return Err(Error::Dtype(format!("expects an integer tensor, got {t}")));
+    }
+    let x = x.cast(t)?;
+    if x.numel() == 0 {
+        return Ok(x);
+    }
+    let mut count = B::int_zeros(x.prim().shape(), &x.dispatch_device(), t.int_dtype()?);
+    for i in 0..t.bits() {
+        let shifted = B::bitwise_right_shift_scalar(x.prim(), (i as i64).into());
+        let is_zero = B::int_equal_elem(shifted, 0i64.into(), BOOL);
+        count = B::int_add(count, B::bool_into_int(is_zero, t.int_dtype()?));
+    }
+    Ok(Tensor::from_prim(count, Kind::Int, x.shape().to_vec()))
+}
+
+/// Reinterprets the bytes as another type of the same width (through host memory).
+pub(super) fn bitcast(x: &Tensor, to: DType) -> Result<Tensor> {
+    if x.dtype().size() != to.size() {
+        return Err(Error::Dtype(format!(
+            "bitcast needs types of the same width, got {} and {to}",
+            x.dtype()
+        )));
+    }
+    let bytes = x.to_bytes(None)?;
+    Tensor::from_bytes(&bytes, x.shape(), to, x.device())
+}

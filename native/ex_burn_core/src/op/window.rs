@@ -1,0 +1,93 @@
+//! Window reductions (sum, product, max, min) over windows of every axis, with strides,
+//! low/high padding (by the reduction's identity) and window dilations.
+//!
+//! Each axis is unfolded into (windows, window) with Burn's `unfold` view, the dilation is a
+//! strided slice of the window axis, and the window axes are then reduced.
+
+use super::util;
+use super::Op;
+use crate::dtype::Kind;
+use crate::tensor::{Prim, B};
+use crate::{Error, Result, Scalar, Tensor};
+use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
+
+pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
+    let (red, dims, strides, padding, dil) = match op {
+        Op::WindowSum { window_dims, strides, padding, window_dilations } => (0, window_dims, strides, padding, window_dilations),
+        Op::WindowProduct { window_dims, strides, padding, window_dilations } => (1, window_dims, strides, padding, window_dilations),
+        Op::WindowMax { window_dims, strides, padding, window_dilations } => (2, window_dims, strides, padding, window_dilations),
+        Op::WindowMin { window_dims, strides, padding, window_dilations } => (3, window_dims, strides, padding, window_dilations),
+        other => return Err(Error::Unsupported(format!("{} is not a window op", other.name()))),
+    };
+    let r = x.rank();
+    let ones = vec![1; r];
+    let strides = strides.clone().unwrap_or_else(|| ones.clone());
+    let dil = dil.clone().unwrap_or_else(|| ones.clone());
+    let padding = padding.clone().unwrap_or_else(|| vec![(0, 0); r]);
+    if dims.len() != r || strides.len() != r || dil.len() != r || padding.len() != r {
+        return Err(Error::Argument(format!("window dimensions, strides, padding and dilations need {r} entries")));
+    }
+    if dims.iter().chain(&strides).chain(&dil).any(|&v| v == 0) {
+        return Err(Error::Argument("window dimensions, strides and dilations must be positive".into()));
+    }
+    let x = if x.kind() == Kind::Bool { x.cast(crate::DType::U8)? } else { x.clone() };
+    let identity = match (red, x.dtype().is_float()) {
+        (0, _) => Scalar::I(0),
+        (1, _) => Scalar::I(1),
+        (2, true) => Scalar::NegInfinity,
+        (3, true) => Scalar::Infinity,
+        (2, false) => util::extreme(x.dtype(), false),
+        _ => util::extreme(x.dtype(), true),
+    };
+    let x = if padding.iter().any(|&p| p != (0, 0)) {
+        let value = util::full(&[], x.dtype(), identity, &x.dispatch_device())?;
+        let config: Vec<_> = padding.iter().map(|&(lo, hi)| (lo, hi, 0)).collect();
+        super::shape::pad(&x, &value, &config)?
+    } else {
+        x
+    };
+    let mut out_shape = Vec::with_capacity(r);
+    for i in 0..r {
+        let span = (dims[i] - 1) * dil[i] + 1;
+        let d = x.shape()[i];
+        out_shape.push(if d < span { 0 } else { (d - span) / strides[i] + 1 });
+    }
+    if crate::tensor::numel(&out_shape) == 0 || r == 0 {
+        return util::full(&out_shape, x.dtype(), identity, &x.dispatch_device());
+    }
+    // Unfold axis i (now at position 2i) into (windows, span) at positions (2i, 2i+1).
+    let mut t = x.clone();
+    for i in 0..r {
+        let span = (dims[i] - 1) * dil[i] + 1;
+        let p = t.prim();
+        let prim: Prim = match t.kind() {
+            Kind::Float => B::float_unfold(p, 2 * i, span, strides[i]),
+            _ => B::int_unfold(p, 2 * i, span, strides[i]),
+        };
+        t = Tensor::wrap(prim, t.kind());
+        if dil[i] > 1 {
+            let rank = t.rank();
+            let zeros = vec![0; rank];
+            let mut lens = t.shape().to_vec();
+            lens[2 * i + 1] = span;
+            let mut steps = vec![1; rank];
+            steps[2 * i + 1] = dil[i];
+            t = super::shape::slice_static(&t, &zeros, &lens, &steps)?;
+        }
+    }
+    let mut p = t.prim();
+    for i in 0..r {
+        let a = 2 * i + 1;
+        p = match (t.kind(), red) {
+            (Kind::Float, 0) => B::float_sum_dim(p, a),
+            (Kind::Float, 1) => B::float_prod_dim(p, a),
+            (Kind::Float, 2) => B::float_max_dim(p, a),
+            (Kind::Float, _) => B::float_min_dim(p, a),
+            (_, 0) => B::int_sum_dim(p, a),
+            (_, 1) => B::int_prod_dim(p, a),
+            (_, 2) => B::int_max_dim(p, a),
+            (_, _) => B::int_min_dim(p, a),
+        };
+    }
+    Ok(Tensor::from_prim(p, t.kind(), out_shape))
+}

@@ -1,0 +1,250 @@
+//! A rank-free tensor: one Burn primitive of any kind (float, int or bool), any rank including
+//! 0 and zero-sized dimensions, with Nx's exact little-endian byte layout in and out.
+//!
+//! Burn primitives carry their dtype and shape at run time, so there is no enum over rank or
+//! dtype here. Rank-0 tensors are stored as rank-1 primitives of one element (some backends
+//! reject rank 0); the logical shape is kept beside the primitive.
+
+use crate::dtype::{DType, Kind};
+use crate::{Device, Error, Result};
+use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn::tensor::{BoolDType, Shape, TensorData, TensorMetadata};
+use burn::{Dispatch, DispatchTensor};
+
+/// The Burn backend every tensor lives on.
+pub(crate) type B = Dispatch;
+/// A Burn tensor primitive (float, int and bool share this type in `Dispatch`).
+pub(crate) type Prim = DispatchTensor;
+
+/// A tensor on some device.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    prim: Prim,
+    kind: Kind,
+    shape: Vec<usize>,
+}
+
+/// Converts a logical shape into the primitive's shape (rank 0 is stored as `[1]`).
+pub(crate) fn prim_shape(shape: &[usize]) -> Shape {
+    if shape.is_empty() {
+        Shape::from(vec![1])
+    } else {
+        Shape::from(shape.to_vec())
+    }
+}
+
+/// Number of elements of a shape (1 for rank 0).
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+fn read<F>(f: F) -> Result<TensorData>
+where
+    F: std::future::Future<Output = std::result::Result<TensorData, burn::tensor::backend::ExecutionError>>,
+{
+    match burn::tensor::try_read_sync(f) {
+        Some(Ok(data)) => Ok(data),
+        Some(Err(e)) => Err(Error::Execution(format!("reading tensor data failed: {e:?}"))),
+        None => Err(Error::Execution("reading tensor data would block".into())),
+    }
+}
+
+impl Tensor {
+    /// Wraps a primitive of `kind` whose logical shape is `shape`; reshapes the primitive when
+    /// its own shape differs (e.g. after a reduction that kept a size-1 axis).
+    pub(crate) fn from_prim(prim: Prim, kind: Kind, shape: Vec<usize>) -> Tensor {
+        let want = prim_shape(&shape);
+        let prim = if prim.shape() == want {
+            prim
+        } else {
+            match kind {
+                Kind::Float => B::float_reshape(prim, want),
+                Kind::Int => B::int_reshape(prim, want),
+                Kind::Bool => B::bool_reshape(prim, want),
+            }
+        };
+        Tensor { prim, kind, shape }
+    }
+
+    /// Wraps a primitive keeping its own shape.
+    pub(crate) fn wrap(prim: Prim, kind: Kind) -> Tensor {
+        let shape = prim.shape().to_vec();
+        Tensor { prim, kind, shape }
+    }
+
+    /// Builds a tensor from Nx's little-endian bytes.
+    pub fn from_bytes(bytes: &[u8], shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let n = numel(shape);
+        let want = n
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::Shape(format!("shape {shape:?} is too large")))?;
+        if bytes.len() != want {
+            return Err(Error::Shape(format!(
+                "binary of {} bytes does not match shape {shape:?} of type {dtype} ({want} bytes expected)",
+                bytes.len()
+            )));
+        }
+        let data = TensorData::from_bytes_vec(bytes.to_vec(), prim_shape(shape), dtype.burn());
+        Tensor::from_data(data, dtype, shape.to_vec(), device)
+    }
+
+    /// Builds a tensor from Burn `TensorData` whose dtype is `dtype`.
+    pub(crate) fn from_data(data: TensorData, dtype: DType, shape: Vec<usize>, device: Device) -> Result<Tensor> {
+        let dev = device.to_dispatch()?;
+        let (prim, kind) = match dtype.kind() {
+            Kind::Float => (B::float_from_data(data, &dev), Kind::Float),
+            _ => (B::int_from_data(data, &dev), Kind::Int),
+        };
+        Ok(Tensor::from_prim(prim, kind, shape))
+    }
+
+    /// Reads the tensor back as Nx's little-endian bytes; `limit` keeps the first elements only.
+    pub fn to_bytes(&self, limit: Option<usize>) -> Result<Vec<u8>> {
+        let dtype = self.dtype();
+        let n = self.numel();
+        let t = match limit {
+            Some(l) if l < n => {
+                let flat = self.reshape(vec![n])?;
+                crate::op::shape::slice_static(&flat, &[0], &[l], &[1])?
+            }
+            _ => self.clone(),
+        };
+        if t.numel() == 0 {
+            return Ok(Vec::new());
+        }
+        let t = if t.kind == Kind::Bool { t.cast(DType::U8)? } else { t };
+        let data = match t.kind {
+            Kind::Float => read(B::float_into_data(t.prim))?,
+            _ => read(B::int_into_data(t.prim))?,
+        };
+        let data = if data.dtype != dtype.burn() {
+            data.convert_dtype(dtype.burn())
+        } else {
+            data
+        };
+        Ok(data.into_bytes().to_vec())
+    }
+
+    /// The logical shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The rank (number of axes).
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    /// The Nx element type (`{:u, 8}` for booleans).
+    pub fn dtype(&self) -> DType {
+        match self.kind {
+            Kind::Bool => DType::U8,
+            _ => DType::from_burn(self.prim.dtype()).unwrap_or(DType::F32),
+        }
+    }
+
+    /// The primitive kind holding the data.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The device the tensor lives on.
+    pub fn device(&self) -> Device {
+        Device::from_dispatch(&self.dispatch_device())
+    }
+
+    pub(crate) fn dispatch_device(&self) -> burn::DispatchDevice {
+        match self.kind {
+            Kind::Float => B::float_device(&self.prim),
+            Kind::Int => B::int_device(&self.prim),
+            Kind::Bool => B::bool_device(&self.prim),
+        }
+    }
+
+    /// Bytes of device memory the data occupies.
+    pub fn byte_size(&self) -> usize {
+        self.numel() * self.dtype().size()
+    }
+
+    /// Copies the tensor to another device.
+    pub fn to_device(&self, device: Device) -> Result<Tensor> {
+        if device == self.device() {
+            return Ok(self.clone());
+        }
+        let dev = device.to_dispatch()?;
+        let prim = self.prim.clone();
+        let prim = match self.kind {
+            Kind::Float => B::float_to_device(prim, &dev),
+            Kind::Int => B::int_to_device(prim, &dev),
+            Kind::Bool => B::bool_to_device(prim, &dev),
+        };
+        Ok(Tensor { prim, kind: self.kind, shape: self.shape.clone() })
+    }
+
+    /// The primitive (rank >= 1).
+    pub(crate) fn prim(&self) -> Prim {
+        self.prim.clone()
+    }
+
+    /// Reshapes (number of elements must match).
+    pub fn reshape(&self, shape: Vec<usize>) -> Result<Tensor> {
+        if numel(&shape) != self.numel() {
+            return Err(Error::Shape(format!(
+                "cannot reshape {:?} ({} elements) into {:?}",
+                self.shape,
+                self.numel(),
+                shape
+            )));
+        }
+        Ok(Tensor::from_prim(self.prim.clone(), self.kind, shape))
+    }
+
+    /// Converts to another Nx type with Nx's rules: floats to ints truncate toward zero,
+    /// ints wrap to narrower ints, and booleans become 0/1.
+    pub fn cast(&self, to: DType) -> Result<Tensor> {
+        let from = self.dtype();
+        if from == to && self.kind != Kind::Bool {
+            return Ok(self.clone());
+        }
+        let p = self.prim.clone();
+        let (prim, kind) = match (self.kind, to.kind()) {
+            (Kind::Float, Kind::Float) => (B::float_cast(p, to.float_dtype()?), Kind::Float),
+            (Kind::Float, _) => (B::float_into_int(p, to.int_dtype()?), Kind::Int),
+            (Kind::Int, Kind::Float) => (B::int_into_float(p, to.float_dtype()?), Kind::Float),
+            (Kind::Int, _) => (B::int_cast(p, to.int_dtype()?), Kind::Int),
+            (Kind::Bool, Kind::Float) => (B::bool_into_float(p, to.float_dtype()?), Kind::Float),
+            (Kind::Bool, _) => (B::bool_into_int(p, to.int_dtype()?), Kind::Int),
+        };
+        Ok(Tensor { prim, kind, shape: self.shape.clone() })
+    }
+
+    /// A boolean view: `true` where the element is non-zero (NaN counts as non-zero).
+    pub(crate) fn to_bool(&self) -> Tensor {
+        let p = self.prim.clone();
+        let prim = match self.kind {
+            Kind::Bool => p,
+            Kind::Float => B::float_not_equal_elem(p, 0.0f64.into(), BoolDType::Native),
+            Kind::Int => B::int_not_equal_elem(p, 0i64.into(), BoolDType::Native),
+        };
+        Tensor { prim, kind: Kind::Bool, shape: self.shape.clone() }
+    }
+
+    /// The int primitive of an int (or bool, converted to u8) tensor.
+    pub(crate) fn int_prim(&self) -> Result<Prim> {
+        match self.kind {
+            Kind::Int => Ok(self.prim.clone()),
+            Kind::Bool => Ok(self.cast(DType::U8)?.prim),
+            Kind::Float => Err(Error::Dtype(format!("expected an integer tensor, got {}", self.dtype()))),
+        }
+    }
+
+    /// The bool primitive (non-zero test for non-bool tensors).
+    pub(crate) fn bool_prim(&self) -> Prim {
+        self.to_bool().prim
+    }
+}

@@ -1,0 +1,307 @@
+mod common;
+use common::*;
+use ex_burn_core::{DType, Op};
+
+fn add(out: Option<DType>) -> Op {
+    Op::Add { out }
+}
+
+#[test]
+fn broadcasting_of_size_one_axes_and_ranks() {
+    let a = f(&[1., 2., 3.], &[3, 1]);
+    let b = f(&[10., 20.], &[2]);
+    check(
+        &ev(add(None), &[&a, &b]),
+        &[3, 2],
+        DType::F32,
+        &[11., 21., 12., 22., 13., 23.],
+    );
+    let s0 = f(&[100.], &[]);
+    check(&ev(add(None), &[&s0, &b]), &[2], DType::F32, &[110., 120.]);
+    assert_eq!(ev_err(add(None), &[&f(&[1., 2., 3.], &[3]), &b]), "shape");
+}
+
+#[test]
+fn type_promotion_follows_nx() {
+    let i8t = t(&[1., 2.], &[2], DType::S8);
+    let u8t = t(&[1., 2.], &[2], DType::U8);
+    let f16t = t(&[1., 2.], &[2], DType::F16);
+    let bf16t = t(&[1., 2.], &[2], DType::BF16);
+    assert_eq!(ev(add(None), &[&i8t, &u8t]).dtype(), DType::S16);
+    assert_eq!(ev(add(None), &[&i8t, &f16t]).dtype(), DType::F16);
+    assert_eq!(ev(add(None), &[&f16t, &bf16t]).dtype(), DType::F32);
+    assert_eq!(
+        ev(Op::Divide { out: None }, &[&i8t, &i8t]).dtype(),
+        DType::F32
+    );
+    // an explicit result type wins (Nx's `out`)
+    assert_eq!(
+        ev(add(Some(DType::S8)), &[&i8t, &s(&[1., 1.], &[2])]).dtype(),
+        DType::S8
+    );
+}
+
+#[test]
+fn integer_arithmetic_wraps() {
+    let a = t(&[127., -128., 100.], &[3], DType::S8);
+    let b = t(&[1., -1., 100.], &[3], DType::S8);
+    check(
+        &ev(add(None), &[&a, &b]),
+        &[3],
+        DType::S8,
+        &[-128., 127., -56.],
+    );
+    check(
+        &ev(Op::Multiply { out: None }, &[&a, &b]),
+        &[3],
+        DType::S8,
+        &[127., -128., 16.],
+    );
+    let u = t(&[0., 250.], &[2], DType::U8);
+    let one = t(&[1., 10.], &[2], DType::U8);
+    check(
+        &ev(Op::Subtract { out: None }, &[&u, &one]),
+        &[2],
+        DType::U8,
+        &[255., 240.],
+    );
+    check(&ev(add(None), &[&u, &one]), &[2], DType::U8, &[1., 4.]);
+}
+
+#[test]
+fn quotient_truncates_and_remainder_takes_the_dividends_sign() {
+    let a = s(&[7., -7., 7., -7., 6.], &[5]);
+    let b = s(&[2., 2., -2., -2., 3.], &[5]);
+    check(
+        &ev(Op::Quotient { out: None }, &[&a, &b]),
+        &[5],
+        DType::S64,
+        &[3., -3., -3., 3., 2.],
+    );
+    check(
+        &ev(Op::Remainder { out: None }, &[&a, &b]),
+        &[5],
+        DType::S64,
+        &[1., -1., 1., -1., 0.],
+    );
+    let fa = f(&[5.5, -5.5, 5.5, -5.5], &[4]);
+    let fb = f(&[2., 2., -2., -2.], &[4]);
+    check(
+        &ev(Op::Remainder { out: None }, &[&fa, &fb]),
+        &[4],
+        DType::F32,
+        &[1.5, -1.5, 1.5, -1.5],
+    );
+    let ua = t(&[7., 200.], &[2], DType::U8);
+    let ub = t(&[2., 7.], &[2], DType::U8);
+    check(
+        &ev(Op::Remainder { out: None }, &[&ua, &ub]),
+        &[2],
+        DType::U8,
+        &[1., 4.],
+    );
+    assert_eq!(ev_err(Op::Quotient { out: None }, &[&fa, &fb]), "dtype");
+}
+
+#[test]
+fn float_division_by_zero_gives_infinities() {
+    let a = f(&[1., -1., 0.], &[3]);
+    let z = f(&[0., 0., 0.], &[3]);
+    check(
+        &ev(Op::Divide { out: None }, &[&a, &z]),
+        &[3],
+        DType::F32,
+        &[f64::INFINITY, f64::NEG_INFINITY, f64::NAN],
+    );
+}
+
+#[test]
+fn pow_atan2_min_max() {
+    let a = f(&[2., 9., -8.], &[3]);
+    let b = f(&[3., 0.5, 2.], &[3]);
+    close(&ev(Op::Pow { out: None }, &[&a, &b]), &[8., 3., 64.], 1e-6);
+    let ia = s(&[2., 3., -2.], &[3]);
+    let ib = s(&[10., 3., 3.], &[3]);
+    check(
+        &ev(Op::Pow { out: None }, &[&ia, &ib]),
+        &[3],
+        DType::S64,
+        &[1024., 27., -8.],
+    );
+    close(
+        &ev(
+            Op::Atan2 { out: None },
+            &[&f(&[1., -1.], &[2]), &f(&[1., -1.], &[2])],
+        ),
+        &[
+            std::f64::consts::FRAC_PI_4,
+            -3.0 * std::f64::consts::FRAC_PI_4,
+        ],
+        1e-6,
+    );
+    let x = f(&[1., f64::NAN, 3., -0.0], &[4]);
+    let y = f(&[2., 1., f64::NAN, 0.0], &[4]);
+    let mx = v(&ev(Op::Max { out: None }, &[&x, &y]));
+    assert_eq!(mx[0], 2.0);
+    assert!(
+        mx[1].is_nan() && mx[2].is_nan(),
+        "max must propagate NaN: {mx:?}"
+    );
+    let mn = v(&ev(Op::Min { out: None }, &[&x, &y]));
+    assert_eq!(mn[0], 1.0);
+    assert!(mn[1].is_nan() && mn[2].is_nan());
+    check(
+        &ev(Op::Max { out: None }, &[&ia, &ib]),
+        &[3],
+        DType::S64,
+        &[10., 3., 3.],
+    );
+}
+
+#[test]
+fn bitwise_and_shifts() {
+    let a = t(&[12., -1., 5.], &[3], DType::S32);
+    let b = t(&[10., 7., 1.], &[3], DType::S32);
+    check(
+        &ev(Op::BitwiseAnd { out: None }, &[&a, &b]),
+        &[3],
+        DType::S32,
+        &[8., 7., 1.],
+    );
+    check(
+        &ev(Op::BitwiseOr { out: None }, &[&a, &b]),
+        &[3],
+        DType::S32,
+        &[14., -1., 5.],
+    );
+    check(
+        &ev(Op::BitwiseXor { out: None }, &[&a, &b]),
+        &[3],
+        DType::S32,
+        &[6., -8., 4.],
+    );
+    check(
+        &ev(Op::LeftShift { out: None }, &[&a, &b]),
+        &[3],
+        DType::S32,
+        &[12288., -128., 10.],
+    );
+    // arithmetic right shift on signed values
+    check(
+        &ev(
+            Op::RightShift { out: None },
+            &[
+                &t(&[-16., 16.], &[2], DType::S32),
+                &t(&[2., 2.], &[2], DType::S32),
+            ],
+        ),
+        &[2],
+        DType::S32,
+        &[-4., 4.],
+    );
+    let u = t(&[200.], &[1], DType::U8);
+    check(
+        &ev(
+            Op::RightShift { out: None },
+            &[&u, &t(&[3.], &[1], DType::U8)],
+        ),
+        &[1],
+        DType::U8,
+        &[25.],
+    );
+    assert_eq!(
+        ev_err(
+            Op::BitwiseAnd { out: None },
+            &[&f(&[1.], &[1]), &f(&[1.], &[1])]
+        ),
+        "dtype"
+    );
+}
+
+#[test]
+fn comparisons_and_logic_return_u8() {
+    let a = f(&[1., 2., f64::NAN], &[3]);
+    let b = f(&[2., 2., f64::NAN], &[3]);
+    check(&ev(Op::Less, &[&a, &b]), &[3], DType::U8, &[1., 0., 0.]);
+    check(&ev(Op::Equal, &[&a, &b]), &[3], DType::U8, &[0., 1., 0.]);
+    check(&ev(Op::NotEqual, &[&a, &b]), &[3], DType::U8, &[1., 0., 1.]);
+    check(
+        &ev(Op::GreaterEqual, &[&a, &b]),
+        &[3],
+        DType::U8,
+        &[0., 1., 0.],
+    );
+    // mixed types compare in the merged type: u8 255 vs s8 -1
+    check(
+        &ev(
+            Op::Greater,
+            &[&t(&[255.], &[1], DType::U8), &t(&[-1.], &[1], DType::S8)],
+        ),
+        &[1],
+        DType::U8,
+        &[1.],
+    );
+    let p = t(&[0., 1., 2., 0.], &[4], DType::S32);
+    let q = t(&[0., 0., 3., 5.], &[4], DType::S32);
+    check(
+        &ev(Op::LogicalAnd, &[&p, &q]),
+        &[4],
+        DType::U8,
+        &[0., 0., 1., 0.],
+    );
+    check(
+        &ev(Op::LogicalOr, &[&p, &q]),
+        &[4],
+        DType::U8,
+        &[0., 1., 1., 1.],
+    );
+    check(
+        &ev(Op::LogicalXor, &[&p, &q]),
+        &[4],
+        DType::U8,
+        &[0., 1., 0., 1.],
+    );
+    // a comparison result feeds arithmetic as u8
+    let c = ev(Op::Less, &[&a, &b]);
+    check(&ev(add(None), &[&c, &c]), &[3], DType::U8, &[2., 0., 0.]);
+}
+
+#[test]
+fn select_and_clip() {
+    let p = t(&[1., 0., 5.], &[3], DType::U8);
+    let x = s(&[1., 2., 3.], &[3]);
+    let y = f(&[-1.], &[]);
+    check(
+        &ev(Op::Select { out: None }, &[&p, &x, &y]),
+        &[3],
+        DType::F32,
+        &[1., -1., 3.],
+    );
+    let c = f(&[-5., 0.5, 7., f64::NAN], &[4]);
+    check(
+        &ev(Op::Clip, &[&c, &f(&[0.], &[]), &f(&[1.], &[])]),
+        &[4],
+        DType::F32,
+        &[0., 0.5, 1., f64::NAN],
+    );
+    check(
+        &ev(
+            Op::Clip,
+            &[&s(&[-5., 3., 9.], &[3]), &s(&[0.], &[]), &s(&[4.], &[])],
+        ),
+        &[3],
+        DType::S64,
+        &[0., 3., 4.],
+    );
+}
+
+#[test]
+fn empty_operands() {
+    let e = f(&[], &[0, 2]);
+    check(
+        &ev(add(None), &[&e, &f(&[1., 2.], &[2])]),
+        &[0, 2],
+        DType::F32,
+        &[],
+    );
+}

@@ -1,0 +1,117 @@
+//! Helpers for the op tests: build tensors from numbers, run ops, read values back.
+#![allow(dead_code)]
+
+use ex_burn_core::{eval, DType, Device, Op, Tensor};
+
+/// Encodes numbers as Nx bytes of `dtype`.
+pub fn bytes_of(values: &[f64], dtype: DType) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &v in values {
+        match dtype {
+            DType::F16 => out.extend(half::f16::from_f64(v).to_le_bytes()),
+            DType::BF16 => out.extend(half::bf16::from_f64(v).to_le_bytes()),
+            DType::F32 => out.extend((v as f32).to_le_bytes()),
+            DType::F64 => out.extend(v.to_le_bytes()),
+            DType::S8 => out.extend((v as i64 as i8).to_le_bytes()),
+            DType::S16 => out.extend((v as i64 as i16).to_le_bytes()),
+            DType::S32 => out.extend((v as i64 as i32).to_le_bytes()),
+            DType::S64 => out.extend((v as i64).to_le_bytes()),
+            DType::U8 => out.extend((v as i64 as u8).to_le_bytes()),
+            DType::U16 => out.extend((v as i64 as u16).to_le_bytes()),
+            DType::U32 => out.extend((v as i64 as u32).to_le_bytes()),
+            DType::U64 => out.extend((v as u64).to_le_bytes()),
+        }
+    }
+    out
+}
+
+/// Decodes Nx bytes of `dtype` into f64 values.
+pub fn values_of(bytes: &[u8], dtype: DType) -> Vec<f64> {
+    bytes
+        .chunks(dtype.size())
+        .map(|c| match dtype {
+            DType::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
+            DType::BF16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f64(),
+            DType::F32 => f32::from_le_bytes(c.try_into().unwrap()) as f64,
+            DType::F64 => f64::from_le_bytes(c.try_into().unwrap()),
+            DType::S8 => i8::from_le_bytes([c[0]]) as f64,
+            DType::S16 => i16::from_le_bytes(c.try_into().unwrap()) as f64,
+            DType::S32 => i32::from_le_bytes(c.try_into().unwrap()) as f64,
+            DType::S64 => i64::from_le_bytes(c.try_into().unwrap()) as f64,
+            DType::U8 => c[0] as f64,
+            DType::U16 => u16::from_le_bytes(c.try_into().unwrap()) as f64,
+            DType::U32 => u32::from_le_bytes(c.try_into().unwrap()) as f64,
+            DType::U64 => u64::from_le_bytes(c.try_into().unwrap()) as f64,
+        })
+        .collect()
+}
+
+/// The device tests run on: `EX_BURN_TEST_DEVICE=cuda` selects `{:cuda, 0}`.
+pub fn dev() -> Device {
+    match std::env::var("EX_BURN_TEST_DEVICE").as_deref() {
+        Ok("cuda") => Device::Cuda(0),
+        Ok("vulkan") => Device::Vulkan(0),
+        _ => Device::Cpu,
+    }
+}
+
+/// A tensor of `dtype` and `shape` holding `values`.
+pub fn t(values: &[f64], shape: &[usize], dtype: DType) -> Tensor {
+    Tensor::from_bytes(&bytes_of(values, dtype), shape, dtype, dev()).expect("tensor")
+}
+
+/// An f32 tensor.
+pub fn f(values: &[f64], shape: &[usize]) -> Tensor {
+    t(values, shape, DType::F32)
+}
+
+/// An s64 tensor.
+pub fn s(values: &[f64], shape: &[usize]) -> Tensor {
+    t(values, shape, DType::S64)
+}
+
+/// Runs one op.
+pub fn ev(op: Op, inputs: &[&Tensor]) -> Tensor {
+    let owned: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
+    eval(&op, &owned, dev())
+        .unwrap_or_else(|e| panic!("{op:?} failed: {e}"))
+        .remove(0)
+}
+
+/// Runs one op expecting an error; returns its kind.
+pub fn ev_err(op: Op, inputs: &[&Tensor]) -> String {
+    let owned: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
+    match ex_burn_core::guard(|| eval(&op, &owned, dev())) {
+        Ok(_) => panic!("{op:?} should have failed"),
+        Err(e) => e.kind().to_string(),
+    }
+}
+
+/// The values of a tensor as f64.
+pub fn v(t: &Tensor) -> Vec<f64> {
+    values_of(&t.to_bytes(None).expect("read"), t.dtype())
+}
+
+/// Asserts shape, dtype and values (exactly).
+pub fn check(t: &Tensor, shape: &[usize], dtype: DType, want: &[f64]) {
+    assert_eq!(t.shape(), shape, "shape");
+    assert_eq!(t.dtype(), dtype, "dtype");
+    let got = v(t);
+    assert_eq!(got.len(), want.len(), "length of {got:?} vs {want:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            (g.is_nan() && w.is_nan()) || g == w,
+            "got {got:?}, want {want:?}"
+        );
+    }
+}
+
+/// Asserts values within a relative/absolute tolerance.
+pub fn close(t: &Tensor, want: &[f64], tol: f64) {
+    let got = v(t);
+    assert_eq!(got.len(), want.len(), "length of {got:?} vs {want:?}");
+    for (g, w) in got.iter().zip(want) {
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs());
+        assert!(ok, "got {got:?}, want {want:?} (tol {tol})");
+    }
+}

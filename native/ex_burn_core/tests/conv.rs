@@ -1,0 +1,179 @@
+mod common;
+use common::*;
+use ex_burn_core::{DType, Op};
+
+fn conv() -> Op {
+    Op::Conv {
+        strides: None,
+        padding: None,
+        input_dilation: None,
+        kernel_dilation: None,
+        feature_group_size: 1,
+        batch_group_size: 1,
+        input_permutation: None,
+        kernel_permutation: None,
+        output_permutation: None,
+        out: None,
+    }
+}
+
+fn with(f: impl FnOnce(&mut Op)) -> Op {
+    let mut op = conv();
+    f(&mut op);
+    op
+}
+
+fn seq(n: usize) -> Vec<f64> {
+    (0..n).map(|i| i as f64).collect()
+}
+
+#[test]
+fn conv1d_valid_and_strided() {
+    let x = f(&[1., 2., 3., 4., 5.], &[1, 1, 5]);
+    let k = f(&[1., 0., -1.], &[1, 1, 3]);
+    check(
+        &ev(conv(), &[&x, &k]),
+        &[1, 1, 3],
+        DType::F32,
+        &[-2., -2., -2.],
+    );
+    let strided = with(|o| {
+        if let Op::Conv { strides, .. } = o {
+            *strides = Some(vec![2])
+        }
+    });
+    check(&ev(strided, &[&x, &k]), &[1, 1, 2], DType::F32, &[-2., -2.]);
+}
+
+#[test]
+fn conv2d_padding_asymmetric_and_negative() {
+    let x = f(&seq(9), &[1, 1, 3, 3]);
+    let k = f(&[1., 1., 1., 1.], &[1, 1, 2, 2]);
+    check(
+        &ev(conv(), &[&x, &k]),
+        &[1, 1, 2, 2],
+        DType::F32,
+        &[8., 12., 20., 24.],
+    );
+    let same = with(|o| {
+        if let Op::Conv { padding, .. } = o {
+            *padding = Some(vec![(0, 1), (0, 1)])
+        }
+    });
+    check(
+        &ev(same, &[&x, &k]),
+        &[1, 1, 3, 3],
+        DType::F32,
+        &[8., 12., 7., 20., 24., 13., 13., 15., 8.],
+    );
+    let crop = with(|o| {
+        if let Op::Conv { padding, .. } = o {
+            *padding = Some(vec![(-1, 0), (0, 0)])
+        }
+    });
+    check(&ev(crop, &[&x, &k]), &[1, 1, 1, 2], DType::F32, &[20., 24.]);
+}
+
+#[test]
+fn dilations() {
+    let x = f(&seq(5), &[1, 1, 5]);
+    let k = f(&[1., 1.], &[1, 1, 2]);
+    let kd = with(|o| {
+        if let Op::Conv {
+            kernel_dilation, ..
+        } = o
+        {
+            *kernel_dilation = Some(vec![2])
+        }
+    });
+    check(&ev(kd, &[&x, &k]), &[1, 1, 3], DType::F32, &[2., 4., 6.]);
+    // input dilation 2 turns [0,1,2,3,4] into [0,_,1,_,2,_,3,_,4]
+    let id = with(|o| {
+        if let Op::Conv { input_dilation, .. } = o {
+            *input_dilation = Some(vec![2])
+        }
+    });
+    check(
+        &ev(id, &[&x, &k]),
+        &[1, 1, 8],
+        DType::F32,
+        &[0., 1., 1., 2., 2., 3., 3., 4.],
+    );
+}
+
+#[test]
+fn feature_groups_and_batch_groups() {
+    // 2 input channels, 2 output channels, groups of 1 channel each
+    let x = f(&[1., 2., 3., 10., 20., 30.], &[1, 2, 3]);
+    let k = f(&[1., 1., 2., 2.], &[2, 1, 2]);
+    let fg = with(|o| {
+        if let Op::Conv {
+            feature_group_size, ..
+        } = o
+        {
+            *feature_group_size = 2
+        }
+    });
+    check(
+        &ev(fg, &[&x, &k]),
+        &[1, 2, 2],
+        DType::F32,
+        &[3., 5., 60., 100.],
+    );
+    // batch groups: batch 2 split into 2 groups; output feature g uses batch g
+    let xb = f(&[1., 2., 3., 10., 20., 30.], &[2, 1, 3]);
+    let kb = f(&[1., 1., 1., -1.], &[2, 1, 2]);
+    let bg = with(|o| {
+        if let Op::Conv {
+            batch_group_size, ..
+        } = o
+        {
+            *batch_group_size = 2
+        }
+    });
+    check(
+        &ev(bg, &[&xb, &kb]),
+        &[1, 2, 2],
+        DType::F32,
+        &[3., 5., -10., -10.],
+    );
+}
+
+#[test]
+fn permutations_and_integer_input() {
+    // NWC input and WIO kernel, NWC output
+    let x = f(&[1., 2., 3., 4., 5.], &[1, 5, 1]);
+    let k = s(&[1., 0., -1.], &[3, 1, 1]);
+    let op = with(|o| {
+        if let Op::Conv {
+            input_permutation,
+            kernel_permutation,
+            output_permutation,
+            ..
+        } = o
+        {
+            *input_permutation = Some(vec![0, 2, 1]);
+            *kernel_permutation = Some(vec![2, 1, 0]);
+            *output_permutation = Some(vec![0, 2, 1]);
+        }
+    });
+    check(&ev(op, &[&x, &k]), &[1, 3, 1], DType::F32, &[-2., -2., -2.]);
+}
+
+#[test]
+fn conv3d_and_errors() {
+    let x = f(&[1.; 8], &[1, 1, 2, 2, 2]);
+    let k = f(&[1.; 8], &[1, 1, 2, 2, 2]);
+    check(&ev(conv(), &[&x, &k]), &[1, 1, 1, 1, 1], DType::F32, &[8.]);
+    assert_eq!(
+        ev_err(
+            conv(),
+            &[&f(&[1.; 3], &[1, 1, 3]), &f(&[1.; 8], &[1, 1, 8])]
+        ),
+        "shape"
+    );
+    assert_eq!(
+        ev_err(conv(), &[&f(&[1.; 3], &[3]), &f(&[1.; 3], &[3])]),
+        "shape"
+    );
+}

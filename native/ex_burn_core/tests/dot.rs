@@ -1,0 +1,98 @@
+mod common;
+use common::*;
+use ex_burn_core::{DType, Op};
+
+fn dot(ca: Vec<usize>, ba: Vec<usize>, cb: Vec<usize>, bb: Vec<usize>) -> Op {
+    Op::Dot {
+        contract_a: ca,
+        batch_a: ba,
+        contract_b: cb,
+        batch_b: bb,
+        out: None,
+    }
+}
+
+#[test]
+fn matrix_product() {
+    let a = f(&[1., 2., 3., 4., 5., 6.], &[2, 3]);
+    let b = f(&[7., 8., 9., 10., 11., 12.], &[3, 2]);
+    check(
+        &ev(dot(vec![1], vec![], vec![0], vec![]), &[&a, &b]),
+        &[2, 2],
+        DType::F32,
+        &[58., 64., 139., 154.],
+    );
+}
+
+#[test]
+fn vector_inner_and_outer() {
+    let a = f(&[1., 2., 3.], &[3]);
+    check(
+        &ev(dot(vec![0], vec![], vec![0], vec![]), &[&a, &a]),
+        &[],
+        DType::F32,
+        &[14.],
+    );
+    check(
+        &ev(
+            dot(vec![], vec![], vec![], vec![]),
+            &[&a, &f(&[1., 10.], &[2])],
+        ),
+        &[3, 2],
+        DType::F32,
+        &[1., 10., 2., 20., 3., 30.],
+    );
+}
+
+#[test]
+fn contraction_over_non_trailing_axes_with_batch() {
+    // a: [2(batch), 3(contract), 2(free)], b: [2(batch), 3(contract)]
+    let a = f(&(1..=12).map(|i| i as f64).collect::<Vec<_>>(), &[2, 3, 2]);
+    let b = f(&[1., 0., 1., 2., 1., 0.], &[2, 3]);
+    // batch 0: a0 = [[1,2],[3,4],[5,6]], b0 = [1,0,1] -> [6, 8]
+    // batch 1: a1 = [[7,8],[9,10],[11,12]], b1 = [2,1,0] -> [23, 26]
+    check(
+        &ev(dot(vec![1], vec![0], vec![1], vec![0]), &[&a, &b]),
+        &[2, 2],
+        DType::F32,
+        &[6., 8., 23., 26.],
+    );
+}
+
+#[test]
+fn integer_and_mixed_types() {
+    let a = s(&[1., 2., 3., 4.], &[2, 2]);
+    let b = t(&[1., 1., 1., 1.], &[2, 2], DType::S8);
+    check(
+        &ev(dot(vec![1], vec![], vec![0], vec![]), &[&a, &b]),
+        &[2, 2],
+        DType::S64,
+        &[3., 3., 7., 7.],
+    );
+    let fb = t(&[0.5, 0.5, 0.5, 0.5], &[2, 2], DType::F64);
+    check(
+        &ev(dot(vec![1], vec![], vec![0], vec![]), &[&a, &fb]),
+        &[2, 2],
+        DType::F64,
+        &[1.5, 1.5, 3.5, 3.5],
+    );
+}
+
+#[test]
+fn empty_contraction_is_zero_and_mismatch_is_a_shape_error() {
+    let a = f(&[], &[2, 0]);
+    let b = f(&[], &[0, 3]);
+    check(
+        &ev(dot(vec![1], vec![], vec![0], vec![]), &[&a, &b]),
+        &[2, 3],
+        DType::F32,
+        &[0.; 6],
+    );
+    assert_eq!(
+        ev_err(
+            dot(vec![1], vec![], vec![0], vec![]),
+            &[&f(&[1.; 6], &[2, 3]), &f(&[1.; 4], &[2, 2])]
+        ),
+        "shape"
+    );
+}

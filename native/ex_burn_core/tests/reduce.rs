@@ -1,0 +1,257 @@
+mod common;
+use common::*;
+use ex_burn_core::op::TieBreak;
+use ex_burn_core::{DType, Op};
+
+fn sum(axes: Option<Vec<usize>>, keep: bool) -> Op {
+    Op::Sum {
+        axes,
+        keep_axes: keep,
+        out: None,
+    }
+}
+
+#[test]
+fn sum_over_any_axes_with_keep_axes() {
+    let x = f(&[1., 2., 3., 4., 5., 6.], &[2, 3]);
+    check(&ev(sum(None, false), &[&x]), &[], DType::F32, &[21.]);
+    check(
+        &ev(sum(Some(vec![0]), false), &[&x]),
+        &[3],
+        DType::F32,
+        &[5., 7., 9.],
+    );
+    check(
+        &ev(sum(Some(vec![1]), true), &[&x]),
+        &[2, 1],
+        DType::F32,
+        &[6., 15.],
+    );
+    check(
+        &ev(sum(Some(vec![0, 1]), true), &[&x]),
+        &[1, 1],
+        DType::F32,
+        &[21.],
+    );
+    let y = f(&(0..24).map(|i| i as f64).collect::<Vec<_>>(), &[2, 3, 4]);
+    check(
+        &ev(sum(Some(vec![0, 2]), false), &[&y]),
+        &[3],
+        DType::F32,
+        &[60., 92., 124.],
+    );
+}
+
+#[test]
+fn integer_sums_accumulate_in_64_bits() {
+    let x = t(&[100., 100., 100.], &[3], DType::S8);
+    check(&ev(sum(None, false), &[&x]), &[], DType::S64, &[300.]);
+    let u = t(&[200., 200.], &[2], DType::U8);
+    check(&ev(sum(None, false), &[&u]), &[], DType::U64, &[400.]);
+    check(
+        &ev(
+            Op::Product {
+                axes: None,
+                keep_axes: false,
+                out: None,
+            },
+            &[&t(&[2., 3., 4.], &[3], DType::S32)],
+        ),
+        &[],
+        DType::S64,
+        &[24.],
+    );
+}
+
+#[test]
+fn empty_reductions_give_the_identity() {
+    let e = f(&[], &[0, 3]);
+    check(
+        &ev(sum(Some(vec![0]), false), &[&e]),
+        &[3],
+        DType::F32,
+        &[0., 0., 0.],
+    );
+    check(
+        &ev(
+            Op::Product {
+                axes: None,
+                keep_axes: false,
+                out: None,
+            },
+            &[&e],
+        ),
+        &[],
+        DType::F32,
+        &[1.],
+    );
+    check(
+        &ev(
+            Op::ReduceMax {
+                axes: None,
+                keep_axes: false,
+            },
+            &[&e],
+        ),
+        &[],
+        DType::F32,
+        &[f64::NEG_INFINITY],
+    );
+    check(
+        &ev(
+            Op::ReduceMin {
+                axes: None,
+                keep_axes: false,
+            },
+            &[&t(&[], &[0], DType::S8)],
+        ),
+        &[],
+        DType::S8,
+        &[127.],
+    );
+    check(
+        &ev(
+            Op::All {
+                axes: None,
+                keep_axes: false,
+            },
+            &[&e],
+        ),
+        &[],
+        DType::U8,
+        &[1.],
+    );
+    check(
+        &ev(
+            Op::Any {
+                axes: None,
+                keep_axes: false,
+            },
+            &[&e],
+        ),
+        &[],
+        DType::U8,
+        &[0.],
+    );
+}
+
+#[test]
+fn max_min_all_any() {
+    let x = s(&[3., -1., 7., 2., 9., -4.], &[2, 3]);
+    check(
+        &ev(
+            Op::ReduceMax {
+                axes: Some(vec![1]),
+                keep_axes: false,
+            },
+            &[&x],
+        ),
+        &[2],
+        DType::S64,
+        &[7., 9.],
+    );
+    check(
+        &ev(
+            Op::ReduceMin {
+                axes: Some(vec![0]),
+                keep_axes: true,
+            },
+            &[&x],
+        ),
+        &[1, 3],
+        DType::S64,
+        &[2., -1., -4.],
+    );
+    let b = t(&[1., 0., 1., 1., 1., 1.], &[2, 3], DType::U8);
+    check(
+        &ev(
+            Op::All {
+                axes: Some(vec![1]),
+                keep_axes: false,
+            },
+            &[&b],
+        ),
+        &[2],
+        DType::U8,
+        &[0., 1.],
+    );
+    check(
+        &ev(
+            Op::Any {
+                axes: Some(vec![0]),
+                keep_axes: false,
+            },
+            &[&b],
+        ),
+        &[3],
+        DType::U8,
+        &[1., 1., 1.],
+    );
+    check(
+        &ev(
+            Op::All {
+                axes: None,
+                keep_axes: false,
+            },
+            &[&f(&[0.5, -1.], &[2])],
+        ),
+        &[],
+        DType::U8,
+        &[1.],
+    );
+}
+
+#[test]
+fn argmax_argmin_with_ties() {
+    let x = f(&[1., 5., 5., 0., 0., 2.], &[2, 3]);
+    let am = |axis, tie| Op::Argmax {
+        axis,
+        keep_axis: false,
+        tie_break: tie,
+        out: None,
+    };
+    check(
+        &ev(am(Some(1), TieBreak::Low), &[&x]),
+        &[2],
+        DType::S64,
+        &[1., 2.],
+    );
+    check(
+        &ev(am(Some(1), TieBreak::High), &[&x]),
+        &[2],
+        DType::S64,
+        &[2., 2.],
+    );
+    check(&ev(am(None, TieBreak::Low), &[&x]), &[], DType::S64, &[1.]);
+    check(&ev(am(None, TieBreak::High), &[&x]), &[], DType::S64, &[2.]);
+    let amin = Op::Argmin {
+        axis: Some(1),
+        keep_axis: true,
+        tie_break: TieBreak::High,
+        out: Some(DType::S32),
+    };
+    check(&ev(amin, &[&x]), &[2, 1], DType::S32, &[0., 1.]);
+    let ai = Op::Argmin {
+        axis: Some(0),
+        keep_axis: false,
+        tie_break: TieBreak::Low,
+        out: None,
+    };
+    check(
+        &ev(ai, &[&s(&[3., 1., 1., 3.], &[4])]),
+        &[],
+        DType::S64,
+        &[1.],
+    );
+    assert_eq!(ev_err(am(None, TieBreak::Low), &[&f(&[], &[0])]), "shape");
+}
+
+#[test]
+fn bad_axes_are_argument_errors() {
+    let x = f(&[1., 2.], &[2]);
+    assert_eq!(ev_err(sum(Some(vec![1]), false), &[&x]), "argument");
+    assert_eq!(
+        ev_err(sum(Some(vec![0, 0]), false), &[&f(&[1.; 4], &[2, 2])]),
+        "argument"
+    );
+}

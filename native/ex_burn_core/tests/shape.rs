@@ -1,0 +1,262 @@
+mod common;
+use common::*;
+use ex_burn_core::{DType, Op};
+
+fn x23() -> ex_burn_core::Tensor {
+    f(&[1., 2., 3., 4., 5., 6.], &[2, 3])
+}
+
+#[test]
+fn transpose_reshape_squeeze() {
+    check(
+        &ev(Op::Transpose { axes: None }, &[&x23()]),
+        &[3, 2],
+        DType::F32,
+        &[1., 4., 2., 5., 3., 6.],
+    );
+    let y = f(&(0..24).map(|i| i as f64).collect::<Vec<_>>(), &[2, 3, 4]);
+    let p = ev(
+        Op::Transpose {
+            axes: Some(vec![2, 0, 1]),
+        },
+        &[&y],
+    );
+    assert_eq!(p.shape(), &[4, 2, 3]);
+    assert_eq!(&v(&p)[..6], &[0., 4., 8., 12., 16., 20.]);
+    check(
+        &ev(Op::Reshape { shape: vec![3, 2] }, &[&x23()]),
+        &[3, 2],
+        DType::F32,
+        &[1., 2., 3., 4., 5., 6.],
+    );
+    check(
+        &ev(Op::Reshape { shape: vec![] }, &[&f(&[7.], &[1, 1])]),
+        &[],
+        DType::F32,
+        &[7.],
+    );
+    assert_eq!(ev_err(Op::Reshape { shape: vec![4] }, &[&x23()]), "shape");
+    let z = f(&[1., 2.], &[1, 2, 1]);
+    assert_eq!(ev(Op::Squeeze { axes: None }, &[&z]).shape(), &[2]);
+    assert_eq!(
+        ev(
+            Op::Squeeze {
+                axes: Some(vec![2])
+            },
+            &[&z]
+        )
+        .shape(),
+        &[1, 2]
+    );
+    assert_eq!(
+        ev_err(
+            Op::Squeeze {
+                axes: Some(vec![1])
+            },
+            &[&z]
+        ),
+        "shape"
+    );
+}
+
+#[test]
+fn broadcast_with_axes() {
+    let v3 = f(&[1., 2., 3.], &[3]);
+    check(
+        &ev(
+            Op::Broadcast {
+                shape: vec![2, 3],
+                axes: None,
+            },
+            &[&v3],
+        ),
+        &[2, 3],
+        DType::F32,
+        &[1., 2., 3., 1., 2., 3.],
+    );
+    check(
+        &ev(
+            Op::Broadcast {
+                shape: vec![3, 2],
+                axes: Some(vec![0]),
+            },
+            &[&v3],
+        ),
+        &[3, 2],
+        DType::F32,
+        &[1., 1., 2., 2., 3., 3.],
+    );
+    check(
+        &ev(
+            Op::Broadcast {
+                shape: vec![2],
+                axes: None,
+            },
+            &[&f(&[5.], &[])],
+        ),
+        &[2],
+        DType::F32,
+        &[5., 5.],
+    );
+}
+
+#[test]
+fn slices_strided_clamped_and_dynamic() {
+    let x = f(&(0..10).map(|i| i as f64).collect::<Vec<_>>(), &[10]);
+    let sl = |starts, lengths, strides| Op::Slice {
+        starts,
+        lengths,
+        strides,
+        dynamic: vec![],
+    };
+    check(
+        &ev(sl(vec![2], vec![5], None), &[&x]),
+        &[5],
+        DType::F32,
+        &[2., 3., 4., 5., 6.],
+    );
+    check(
+        &ev(sl(vec![1], vec![7], Some(vec![3])), &[&x]),
+        &[3],
+        DType::F32,
+        &[1., 4., 7.],
+    );
+    // starts are clamped so the slice fits, as Nx does for dynamic starts
+    check(
+        &ev(sl(vec![8], vec![4], None), &[&x]),
+        &[4],
+        DType::F32,
+        &[6., 7., 8., 9.],
+    );
+    let dynamic = Op::Slice {
+        starts: vec![0, 0],
+        lengths: vec![1, 2],
+        strides: None,
+        dynamic: vec![0, 1],
+    };
+    check(
+        &ev(
+            dynamic,
+            &[&x23(), &s(&[1.], &[]), &t(&[5.], &[], DType::S32)],
+        ),
+        &[1, 2],
+        DType::F32,
+        &[5., 6.],
+    );
+    check(
+        &ev(sl(vec![0], vec![0], None), &[&x]),
+        &[0],
+        DType::F32,
+        &[],
+    );
+}
+
+#[test]
+fn put_slice_clamps_and_promotes() {
+    let x = s(&[0., 0., 0., 0.], &[2, 2]);
+    let u = f(&[1.5, 2.5], &[1, 2]);
+    let op = Op::PutSlice {
+        starts: vec![5, 0],
+        dynamic: vec![],
+    };
+    check(&ev(op, &[&x, &u]), &[2, 2], DType::F32, &[0., 0., 1.5, 2.5]);
+}
+
+#[test]
+fn concatenate_and_stack() {
+    let a = f(&[1., 2.], &[1, 2]);
+    let b = s(&[3., 4., 5., 6.], &[2, 2]);
+    check(
+        &ev(Op::Concatenate { axis: 0 }, &[&a, &b]),
+        &[3, 2],
+        DType::F32,
+        &[1., 2., 3., 4., 5., 6.],
+    );
+    let e = f(&[], &[0, 2]);
+    check(
+        &ev(Op::Concatenate { axis: 0 }, &[&e, &a]),
+        &[1, 2],
+        DType::F32,
+        &[1., 2.],
+    );
+    let c = f(&[3., 4.], &[2]);
+    let d = f(&[1., 2.], &[2]);
+    check(
+        &ev(Op::Stack { axis: 1 }, &[&d, &c]),
+        &[2, 2],
+        DType::F32,
+        &[1., 3., 2., 4.],
+    );
+    assert_eq!(
+        ev_err(Op::Concatenate { axis: 1 }, &[&a, &f(&[1.; 3], &[3, 1])]),
+        "shape"
+    );
+}
+
+#[test]
+fn pad_positive_negative_and_interior() {
+    let x = f(&[1., 2., 3.], &[3]);
+    let zero = f(&[0.], &[]);
+    check(
+        &ev(
+            Op::Pad {
+                config: vec![(1, 2, 0)],
+            },
+            &[&x, &zero],
+        ),
+        &[6],
+        DType::F32,
+        &[0., 1., 2., 3., 0., 0.],
+    );
+    check(
+        &ev(
+            Op::Pad {
+                config: vec![(0, 0, 1)],
+            },
+            &[&x, &f(&[9.], &[])],
+        ),
+        &[5],
+        DType::F32,
+        &[1., 9., 2., 9., 3.],
+    );
+    check(
+        &ev(
+            Op::Pad {
+                config: vec![(-1, 1, 1)],
+            },
+            &[&x, &zero],
+        ),
+        &[5],
+        DType::F32,
+        &[0., 2., 0., 3., 0.],
+    );
+    let m = f(&[1., 2., 3., 4.], &[2, 2]);
+    let r = ev(
+        Op::Pad {
+            config: vec![(1, 0, 0), (0, -1, 0)],
+        },
+        &[&m, &f(&[-1.], &[])],
+    );
+    check(&r, &[3, 1], DType::F32, &[-1., 1., 3.]);
+}
+
+#[test]
+fn reverse_axes() {
+    check(
+        &ev(
+            Op::Reverse {
+                axes: Some(vec![1]),
+            },
+            &[&x23()],
+        ),
+        &[2, 3],
+        DType::F32,
+        &[3., 2., 1., 6., 5., 4.],
+    );
+    check(
+        &ev(Op::Reverse { axes: None }, &[&x23()]),
+        &[2, 3],
+        DType::F32,
+        &[6., 5., 4., 3., 2., 1.],
+    );
+}

@@ -1,0 +1,213 @@
+mod common;
+use common::*;
+use ex_burn_core::{DType, Op};
+
+fn run(op: Op, x: &[f64]) -> Vec<f64> {
+    v(&ev(op, &[&f(x, &[x.len()])]))
+}
+
+fn close_to(got: Vec<f64>, want: &[f64], tol: f64) {
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs()),
+            "got {got:?} want {want:?}"
+        );
+    }
+}
+
+#[test]
+fn float_functions_match_libm() {
+    let xs = [0.1, 0.5, 0.9];
+    let cases: Vec<(Op, fn(f64) -> f64)> = vec![
+        (Op::Exp, f64::exp),
+        (Op::Log, f64::ln),
+        (Op::Log1p, f64::ln_1p),
+        (Op::Sqrt, f64::sqrt),
+        (Op::Sin, f64::sin),
+        (Op::Cos, f64::cos),
+        (Op::Tan, f64::tan),
+        (Op::Asin, f64::asin),
+        (Op::Acos, f64::acos),
+        (Op::Atan, f64::atan),
+        (Op::Sinh, f64::sinh),
+        (Op::Cosh, f64::cosh),
+        (Op::Tanh, f64::tanh),
+        (Op::Asinh, f64::asinh),
+        (Op::Atanh, f64::atanh),
+        (Op::Expm1, f64::exp_m1),
+        (Op::Cbrt, f64::cbrt),
+    ];
+    for (op, f) in cases {
+        let want: Vec<f64> = xs.iter().map(|&x| f(x)).collect();
+        close_to(run(op.clone(), &xs), &want, 1e-5);
+    }
+    close_to(
+        run(Op::Acosh, &[1.5, 2.0]),
+        &[1.5f64.acosh(), 2f64.acosh()],
+        1e-5,
+    );
+    close_to(run(Op::Rsqrt, &[4.0, 0.25]), &[0.5, 2.0], 1e-6);
+    close_to(
+        run(Op::Sigmoid, &[0.0, 2.0]),
+        &[0.5, 1.0 / (1.0 + (-2f64).exp())],
+        1e-6,
+    );
+    close_to(run(Op::Cbrt, &[-27.0, 8.0]), &[-3.0, 2.0], 1e-5);
+}
+
+#[test]
+fn erf_family() {
+    // erf(0.5) = 0.5204998778, erfc(0.5) = 0.4795001222, erf_inv(0.5) = 0.4769362762
+    close_to(
+        run(Op::Erf, &[0.5, -1.0]),
+        &[0.5204998778, -0.8427007929],
+        1e-5,
+    );
+    close_to(run(Op::Erfc, &[0.5]), &[0.4795001222], 1e-5);
+    close_to(
+        run(Op::ErfInv, &[0.5, -0.9, 0.0, 0.999]),
+        &[0.4769362762, -1.1630871537, 0.0, 2.3267537655],
+        1e-5,
+    );
+    let edge = run(Op::ErfInv, &[1.0, -1.0]);
+    assert_eq!(edge, vec![f64::INFINITY, f64::NEG_INFINITY]);
+    // f64 precision after the Newton step
+    let x = t(&[0.3], &[1], DType::F64);
+    close(&ev(Op::ErfInv, &[&x]), &[0.27246271472675443], 1e-12);
+}
+
+#[test]
+fn expm1_keeps_precision_near_zero() {
+    let x = t(&[1e-10, -1e-8], &[2], DType::F64);
+    close(
+        &ev(Op::Expm1, &[&x]),
+        &[1.00000000005e-10, -9.99999995e-9],
+        1e-12,
+    );
+}
+
+#[test]
+fn rounding_is_half_away_from_zero() {
+    let x = [2.5, -2.5, 0.5, 1.5, -0.4, 3.7];
+    assert_eq!(run(Op::Round, &x), vec![3., -3., 1., 2., -0., 4.]);
+    assert_eq!(run(Op::Floor, &[-1.5, 1.5]), vec![-2., 1.]);
+    assert_eq!(run(Op::Ceil, &[-1.5, 1.5]), vec![-1., 2.]);
+    // on integers these are the identity and keep the type
+    check(&ev(Op::Round, &[&s(&[3.], &[1])]), &[1], DType::S64, &[3.]);
+}
+
+#[test]
+fn integer_input_to_float_functions_gives_f32() {
+    let x = t(&[1., 4.], &[2], DType::S32);
+    let r = ev(Op::Sqrt, &[&x]);
+    check(&r, &[2], DType::F32, &[1., 2.]);
+    let h = t(&[4.], &[1], DType::F16);
+    assert_eq!(ev(Op::Sqrt, &[&h]).dtype(), DType::F16);
+}
+
+#[test]
+fn sign_abs_neg_with_edge_cases() {
+    let x = f(&[-3., 0., -0.0, 2., f64::NAN], &[5]);
+    let sg = v(&ev(Op::Sign, &[&x]));
+    assert_eq!(&sg[..2], &[-1., 0.]);
+    assert_eq!(sg[3], 1.0);
+    assert!(sg[4].is_nan());
+    check(
+        &ev(Op::Abs, &[&t(&[-128., 5.], &[2], DType::S8)]),
+        &[2],
+        DType::S8,
+        &[-128., 5.],
+    );
+    check(
+        &ev(Op::Neg, &[&t(&[1., 0.], &[2], DType::U8)]),
+        &[2],
+        DType::U8,
+        &[255., 0.],
+    );
+    check(
+        &ev(Op::Sign, &[&t(&[0., 7.], &[2], DType::U16)]),
+        &[2],
+        DType::U16,
+        &[0., 1.],
+    );
+    check(
+        &ev(Op::Abs, &[&t(&[3.], &[1], DType::U8)]),
+        &[1],
+        DType::U8,
+        &[3.],
+    );
+}
+
+#[test]
+fn predicates_and_logical_not() {
+    let x = f(&[f64::NAN, f64::INFINITY, -f64::INFINITY, 1.0], &[4]);
+    check(&ev(Op::IsNan, &[&x]), &[4], DType::U8, &[1., 0., 0., 0.]);
+    check(
+        &ev(Op::IsInfinity, &[&x]),
+        &[4],
+        DType::U8,
+        &[0., 1., 1., 0.],
+    );
+    check(&ev(Op::IsNan, &[&s(&[1.], &[1])]), &[1], DType::U8, &[0.]);
+    check(
+        &ev(Op::LogicalNot, &[&s(&[0., 3.], &[2])]),
+        &[2],
+        DType::U8,
+        &[1., 0.],
+    );
+}
+
+#[test]
+fn bit_counting() {
+    let x = t(&[0., 1., -1., 255., 16.], &[5], DType::S32);
+    check(
+        &ev(Op::PopulationCount, &[&x]),
+        &[5],
+        DType::S32,
+        &[0., 1., 32., 8., 1.],
+    );
+    check(
+        &ev(Op::CountLeadingZeros, &[&x]),
+        &[5],
+        DType::S32,
+        &[32., 31., 0., 24., 27.],
+    );
+    let u = t(&[0., 1., 128.], &[3], DType::U8);
+    check(
+        &ev(Op::CountLeadingZeros, &[&u]),
+        &[3],
+        DType::U8,
+        &[8., 7., 0.],
+    );
+    check(
+        &ev(Op::PopulationCount, &[&t(&[-1.], &[1], DType::S64)]),
+        &[1],
+        DType::S64,
+        &[64.],
+    );
+    check(
+        &ev(Op::BitwiseNot, &[&t(&[0., 5.], &[2], DType::S16)]),
+        &[2],
+        DType::S16,
+        &[-1., -6.],
+    );
+    assert_eq!(ev_err(Op::PopulationCount, &[&f(&[1.], &[1])]), "dtype");
+}
+
+#[test]
+fn bitcast_reinterprets() {
+    let x = f(&[1.0], &[1]);
+    check(
+        &ev(Op::Bitcast { dtype: DType::S32 }, &[&x]),
+        &[1],
+        DType::S32,
+        &[1065353216.],
+    );
+    assert_eq!(ev_err(Op::Bitcast { dtype: DType::S64 }, &[&x]), "dtype");
+}
+
+#[test]
+fn rank_zero_and_empty() {
+    check(&ev(Op::Exp, &[&f(&[0.], &[])]), &[], DType::F32, &[1.]);
+    check(&ev(Op::Exp, &[&f(&[], &[0])]), &[0], DType::F32, &[]);
+}

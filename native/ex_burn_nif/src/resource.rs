@@ -1,0 +1,52 @@
+//! Resource types held by Elixir: tensors (freed on `deallocate` or garbage collection) and
+//! validated programs.
+
+use ex_burn_core::{Error, Program, Result, Tensor};
+use std::sync::RwLock;
+
+/// A tensor owned by the BEAM. `deallocate` drops the device memory at once; later use is
+/// an `:deallocated` error.
+pub struct TensorRes {
+    inner: RwLock<Option<Tensor>>,
+}
+
+#[rustler::resource_impl]
+impl rustler::Resource for TensorRes {}
+
+impl TensorRes {
+    /// Wraps a tensor.
+    pub fn new(t: Tensor) -> Self {
+        TensorRes {
+            inner: RwLock::new(Some(t)),
+        }
+    }
+
+    /// A cheap handle to the tensor (Burn primitives are reference counted).
+    pub fn get(&self) -> Result<Tensor> {
+        let guard = self
+            .inner
+            .read()
+            .map_err(|_| Error::Execution("tensor lock poisoned".into()))?;
+        guard
+            .clone()
+            .ok_or_else(|| Error::Deallocated("tensor was deallocated and cannot be used".into()))
+    }
+
+    /// Frees the tensor; returns whether it was still allocated.
+    pub fn free(&self) -> Result<bool> {
+        let mut guard = self
+            .inner
+            .write()
+            .map_err(|_| Error::Execution("tensor lock poisoned".into()))?;
+        Ok(guard.take().is_some())
+    }
+}
+
+/// A validated program, ready to run many times.
+pub struct ProgramRes {
+    /// The program.
+    pub program: Program,
+}
+
+#[rustler::resource_impl]
+impl rustler::Resource for ProgramRes {}
