@@ -59,7 +59,11 @@ defmodule ExBurn do
       apply(Nx.Defn, :global_default_options, [[compiler: ExBurn.Compiler]])
     end
 
-    %{default_device: device, nx_backend: nx? and opts[:nx_backend], defn_compiler: nx? and opts[:defn_compiler]}
+    %{
+      default_device: device,
+      nx_backend: nx? and opts[:nx_backend],
+      defn_compiler: nx? and opts[:defn_compiler]
+    }
   end
 
   @doc "The default device (`:cpu` unless changed with `configure!/1` or `config :ex_burn, :default_device`)."

@@ -52,7 +52,13 @@ defmodule ExBurn.BurnBridge do
   @spec iota(tuple() | list(), term(), keyword()) :: tensor()
   def iota(shape, type \\ :s32, opts \\ []) do
     opts = Keyword.validate!(opts, [:axis, :device])
-    Op.eval1(:iota, [], [shape: shape_list(shape), dtype: type, axis: opts[:axis]], Keyword.take(opts, [:device]))
+
+    Op.eval1(
+      :iota,
+      [],
+      [shape: shape_list(shape), dtype: type, axis: opts[:axis]],
+      Keyword.take(opts, [:device])
+    )
   end
 
   @doc "An identity matrix of size `n` (or a batch of them for a shape of rank >= 2)."
@@ -78,7 +84,15 @@ defmodule ExBurn.BurnBridge do
   @spec random_uniform(tuple() | list(), keyword()) :: tensor()
   def random_uniform(shape, opts \\ []) do
     opts = Keyword.validate!(opts, min: 0.0, max: 1.0, seed: 0, type: :f32, device: nil)
-    attrs = [shape: shape_list(shape), dtype: opts[:type], min: opts[:min] * 1.0, max: opts[:max] * 1.0, seed: opts[:seed]]
+
+    attrs = [
+      shape: shape_list(shape),
+      dtype: opts[:type],
+      min: opts[:min] * 1.0,
+      max: opts[:max] * 1.0,
+      seed: opts[:seed]
+    ]
+
     Op.eval1(:random_uniform, [], attrs, device: opts[:device])
   end
 
@@ -93,7 +107,15 @@ defmodule ExBurn.BurnBridge do
   @spec random_normal(tuple() | list(), keyword()) :: tensor()
   def random_normal(shape, opts \\ []) do
     opts = Keyword.validate!(opts, mean: 0.0, std: 1.0, seed: 0, type: :f32, device: nil)
-    attrs = [shape: shape_list(shape), dtype: opts[:type], mean: opts[:mean] * 1.0, std: opts[:std] * 1.0, seed: opts[:seed]]
+
+    attrs = [
+      shape: shape_list(shape),
+      dtype: opts[:type],
+      mean: opts[:mean] * 1.0,
+      std: opts[:std] * 1.0,
+      seed: opts[:seed]
+    ]
+
     Op.eval1(:random_normal, [], attrs, device: opts[:device])
   end
 
@@ -127,7 +149,10 @@ defmodule ExBurn.BurnBridge do
   defp operands(a, %Tensor{} = b), do: {scalar(a, b), b}
 
   defp operands(a, b) do
-    raise ExBurn.Error.new(kind: :argument, message: "expected tensors or numbers, got #{inspect(a)} and #{inspect(b)}")
+    raise ExBurn.Error.new(
+            kind: :argument,
+            message: "expected tensors or numbers, got #{inspect(a)} and #{inspect(b)}"
+          )
   end
 
   # A number meets a tensor: it takes the tensor's type, or f32 when a float meets integers.
@@ -225,7 +250,9 @@ defmodule ExBurn.BurnBridge do
   end
 
   @doc "General contraction of `a`'s `contract_a` axes with `b`'s `contract_b` axes, batching over `batch_a`/`batch_b`."
-  @spec dot(tensor(), [non_neg_integer()], [non_neg_integer()], tensor(), [non_neg_integer()], [non_neg_integer()]) :: tensor()
+  @spec dot(tensor(), [non_neg_integer()], [non_neg_integer()], tensor(), [non_neg_integer()], [
+          non_neg_integer()
+        ]) :: tensor()
   def dot(%Tensor{} = a, contract_a, batch_a, %Tensor{} = b, contract_b, batch_b) do
     Op.eval1(:dot, [a, b], contract_a: contract_a, batch_a: batch_a, contract_b: contract_b, batch_b: batch_b)
   end
@@ -236,7 +263,8 @@ defmodule ExBurn.BurnBridge do
 
   @doc "Log-softmax along `axis` (default the last)."
   @spec log_softmax(tensor(), integer() | nil) :: tensor()
-  def log_softmax(%Tensor{} = t, axis \\ nil), do: Op.eval1(:log_softmax, [t], axis: axis || tuple_size(t.shape) - 1)
+  def log_softmax(%Tensor{} = t, axis \\ nil),
+    do: Op.eval1(:log_softmax, [t], axis: axis || tuple_size(t.shape) - 1)
 
   # ---- shape ----
 
@@ -254,7 +282,8 @@ defmodule ExBurn.BurnBridge do
 
   @doc "Broadcasts to `shape` (axes aligned on the right, or mapped by `axes`)."
   @spec broadcast(tensor(), tuple() | list(), [non_neg_integer()] | nil) :: tensor()
-  def broadcast(%Tensor{} = t, shape, axes \\ nil), do: Op.eval1(:broadcast, [t], shape: shape_list(shape), axes: axes)
+  def broadcast(%Tensor{} = t, shape, axes \\ nil),
+    do: Op.eval1(:broadcast, [t], shape: shape_list(shape), axes: axes)
 
   @doc "A strided slice: `starts`, `lengths` and optional `strides` per axis."
   @spec slice(tensor(), [integer()], [non_neg_integer()], [pos_integer()] | nil) :: tensor()
@@ -263,7 +292,8 @@ defmodule ExBurn.BurnBridge do
 
   @doc "Writes `update` into `t` at `starts` (clamped so it fits)."
   @spec put_slice(tensor(), [integer()], tensor()) :: tensor()
-  def put_slice(%Tensor{} = t, starts, %Tensor{} = update), do: Op.eval1(:put_slice, [t, update], starts: starts)
+  def put_slice(%Tensor{} = t, starts, %Tensor{} = update),
+    do: Op.eval1(:put_slice, [t, update], starts: starts)
 
   @doc "Joins tensors along `axis`."
   @spec concatenate([tensor()], non_neg_integer()) :: tensor()

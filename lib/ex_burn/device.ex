@@ -29,7 +29,8 @@ defmodule ExBurn.Device do
   def normalize!(other) do
     raise ExBurn.Error.new(
             kind: :argument,
-            message: "unknown device #{inspect(other)} (expected :cpu, {:cuda, i}, {:vulkan, i} or {:metal, i})"
+            message:
+              "unknown device #{inspect(other)} (expected :cpu, {:cuda, i}, {:vulkan, i} or {:metal, i})"
           )
   end
 

@@ -40,7 +40,11 @@ defmodule ExBurn.Tensor do
     device = Device.normalize!(opts[:device] || ExBurn.default_device())
 
     unless is_binary(data) do
-      raise ExBurn.Error.new(kind: :argument, op: :from_binary, message: "expected a binary, got #{inspect(data)}")
+      raise ExBurn.Error.new(
+              kind: :argument,
+              op: :from_binary,
+              message: "expected a binary, got #{inspect(data)}"
+            )
     end
 
     flavour = Native.flavour(device, div(Kernel.byte_size(data), Type.byte_size(type)))

@@ -73,14 +73,18 @@ impl Device {
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
                 crate::cuda::check(i)?;
-                Ok(DispatchDevice::Cuda(burn::backend::cuda::CudaDevice::new(i)))
+                Ok(DispatchDevice::Cuda(burn::backend::cuda::CudaDevice::new(
+                    i,
+                )))
             }
             #[cfg(feature = "vulkan")]
             Device::Vulkan(i) => Ok(DispatchDevice::Vulkan(wgpu_device(i))),
             #[cfg(feature = "metal")]
             Device::Metal(i) => Ok(DispatchDevice::Metal(wgpu_device(i))),
             #[allow(unreachable_patterns)]
-            _ => Err(Error::DeviceUnavailable(format!("device {self} is not available"))),
+            _ => Err(Error::DeviceUnavailable(format!(
+                "device {self} is not available"
+            ))),
         }
     }
 

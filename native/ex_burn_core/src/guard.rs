@@ -27,7 +27,10 @@ fn install_hook() {
                 } else {
                     "unknown panic".to_string()
                 };
-                let at = info.location().map(|l| format!(" (at {}:{})", l.file(), l.line())).unwrap_or_default();
+                let at = info
+                    .location()
+                    .map(|l| format!(" (at {}:{})", l.file(), l.line()))
+                    .unwrap_or_default();
                 MESSAGE.with(|m| *m.borrow_mut() = Some(format!("{msg}{at}")));
             } else {
                 default(info);
@@ -45,7 +48,9 @@ pub fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     match r {
         Ok(r) => r,
         Err(_) => {
-            let msg = MESSAGE.with(|m| m.borrow_mut().take()).unwrap_or_else(|| "panic".into());
+            let msg = MESSAGE
+                .with(|m| m.borrow_mut().take())
+                .unwrap_or_else(|| "panic".into());
             Err(classify(msg))
         }
     }
@@ -56,7 +61,10 @@ fn classify(msg: String) -> Error {
     let lower = msg.to_lowercase();
     if lower.contains("out of memory") || lower.contains("outofmemory") {
         Error::Execution(format!("device out of memory: {msg}"))
-    } else if lower.contains("nvrtc") || lower.contains("cuda_path") || lower.contains("cuda installation") {
+    } else if lower.contains("nvrtc")
+        || lower.contains("cuda_path")
+        || lower.contains("cuda installation")
+    {
         Error::Device(format!(
             "CUDA runtime pieces are missing: {msg}. The cuda variant needs the NVIDIA driver, NVRTC \
              (libnvrtc) and the CUDA headers; install the CUDA toolkit and set CUDA_PATH"

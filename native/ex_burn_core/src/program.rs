@@ -36,12 +36,24 @@ pub struct Program {
 impl Program {
     /// A program of a single op on `arity` inputs.
     pub fn single(op: Op, arity: usize) -> Result<Program> {
-        Program::new(arity, vec![Instr { op, args: (0..arity).collect() }], vec![arity])
+        Program::new(
+            arity,
+            vec![Instr {
+                op,
+                args: (0..arity).collect(),
+            }],
+            vec![arity],
+        )
     }
 
     /// Builds and validates a program.
     pub fn new(inputs: usize, instrs: Vec<Instr>, outputs: Vec<usize>) -> Result<Program> {
-        let mut p = Program { inputs, instrs, outputs, last_use: vec![] };
+        let mut p = Program {
+            inputs,
+            instrs,
+            outputs,
+            last_use: vec![],
+        };
         p.validate()?;
         Ok(p)
     }
@@ -63,14 +75,18 @@ impl Program {
             }
             for &a in &ins.args {
                 if a >= self.inputs + i {
-                    return Err(Error::Argument(format!("instruction {i} reads value {a} before it is defined")));
+                    return Err(Error::Argument(format!(
+                        "instruction {i} reads value {a} before it is defined"
+                    )));
                 }
                 last[a] = i;
             }
         }
         for &o in &self.outputs {
             if o >= total {
-                return Err(Error::Argument(format!("output {o} is not a value of the program")));
+                return Err(Error::Argument(format!(
+                    "output {o} is not a value of the program"
+                )));
             }
             last[o] = usize::MAX - 1;
         }
@@ -93,7 +109,11 @@ impl Program {
             let args = ins
                 .args
                 .iter()
-                .map(|&a| values[a].clone().ok_or_else(|| Error::Execution(format!("value {a} was freed"))))
+                .map(|&a| {
+                    values[a]
+                        .clone()
+                        .ok_or_else(|| Error::Execution(format!("value {a} was freed")))
+                })
                 .collect::<Result<Vec<_>>>()?;
             let mut out = op::eval(&ins.op, &args, device)?;
             values[self.inputs + i] = out.pop();
@@ -105,7 +125,11 @@ impl Program {
         }
         self.outputs
             .iter()
-            .map(|&o| values[o].clone().ok_or_else(|| Error::Execution(format!("output {o} missing"))))
+            .map(|&o| {
+                values[o]
+                    .clone()
+                    .ok_or_else(|| Error::Execution(format!("output {o} missing")))
+            })
             .collect()
     }
 }

@@ -40,11 +40,15 @@ pub fn numel(shape: &[usize]) -> usize {
 
 fn read<F>(f: F) -> Result<TensorData>
 where
-    F: std::future::Future<Output = std::result::Result<TensorData, burn::tensor::backend::ExecutionError>>,
+    F: std::future::Future<
+        Output = std::result::Result<TensorData, burn::tensor::backend::ExecutionError>,
+    >,
 {
     match burn::tensor::try_read_sync(f) {
         Some(Ok(data)) => Ok(data),
-        Some(Err(e)) => Err(Error::Execution(format!("reading tensor data failed: {e:?}"))),
+        Some(Err(e)) => Err(Error::Execution(format!(
+            "reading tensor data failed: {e:?}"
+        ))),
         None => Err(Error::Execution("reading tensor data would block".into())),
     }
 }
@@ -73,7 +77,12 @@ impl Tensor {
     }
 
     /// Builds a tensor from Nx's little-endian bytes.
-    pub fn from_bytes(bytes: &[u8], shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    pub fn from_bytes(
+        bytes: &[u8],
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
         let n = numel(shape);
         let want = n
             .checked_mul(dtype.size())
@@ -89,7 +98,12 @@ impl Tensor {
     }
 
     /// Builds a tensor from Burn `TensorData` whose dtype is `dtype`.
-    pub(crate) fn from_data(data: TensorData, dtype: DType, shape: Vec<usize>, device: Device) -> Result<Tensor> {
+    pub(crate) fn from_data(
+        data: TensorData,
+        dtype: DType,
+        shape: Vec<usize>,
+        device: Device,
+    ) -> Result<Tensor> {
         let dev = device.to_dispatch()?;
         let (prim, kind) = match dtype.kind() {
             Kind::Float => (B::float_from_data(data, &dev), Kind::Float),
@@ -112,7 +126,11 @@ impl Tensor {
         if t.numel() == 0 {
             return Ok(Vec::new());
         }
-        let t = if t.kind == Kind::Bool { t.cast(DType::U8)? } else { t };
+        let t = if t.kind == Kind::Bool {
+            t.cast(DType::U8)?
+        } else {
+            t
+        };
         let data = match t.kind {
             Kind::Float => read(B::float_into_data(t.prim))?,
             _ => read(B::int_into_data(t.prim))?,
@@ -183,7 +201,11 @@ impl Tensor {
             Kind::Int => B::int_to_device(prim, &dev),
             Kind::Bool => B::bool_to_device(prim, &dev),
         };
-        Ok(Tensor { prim, kind: self.kind, shape: self.shape.clone() })
+        Ok(Tensor {
+            prim,
+            kind: self.kind,
+            shape: self.shape.clone(),
+        })
     }
 
     /// The primitive (rank >= 1).
@@ -220,7 +242,11 @@ impl Tensor {
             (Kind::Bool, Kind::Float) => (B::bool_into_float(p, to.float_dtype()?), Kind::Float),
             (Kind::Bool, _) => (B::bool_into_int(p, to.int_dtype()?), Kind::Int),
         };
-        Ok(Tensor { prim, kind, shape: self.shape.clone() })
+        Ok(Tensor {
+            prim,
+            kind,
+            shape: self.shape.clone(),
+        })
     }
 
     /// A boolean view: `true` where the element is non-zero (NaN counts as non-zero).
@@ -231,7 +257,11 @@ impl Tensor {
             Kind::Float => B::float_not_equal_elem(p, 0.0f64.into(), BoolDType::Native),
             Kind::Int => B::int_not_equal_elem(p, 0i64.into(), BoolDType::Native),
         };
-        Tensor { prim, kind: Kind::Bool, shape: self.shape.clone() }
+        Tensor {
+            prim,
+            kind: Kind::Bool,
+            shape: self.shape.clone(),
+        }
     }
 
     /// The int primitive of an int (or bool, converted to u8) tensor.
@@ -239,7 +269,10 @@ impl Tensor {
         match self.kind {
             Kind::Int => Ok(self.prim.clone()),
             Kind::Bool => Ok(self.cast(DType::U8)?.prim),
-            Kind::Float => Err(Error::Dtype(format!("expected an integer tensor, got {}", self.dtype()))),
+            Kind::Float => Err(Error::Dtype(format!(
+                "expected an integer tensor, got {}",
+                self.dtype()
+            ))),
         }
     }
 

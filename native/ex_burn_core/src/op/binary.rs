@@ -44,7 +44,8 @@ pub(crate) enum Cmp {
 
 pub(super) fn eval(op: &Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let merged = DType::merge(a.dtype(), b.dtype());
-    let arith = |f: Bin, out: &Option<DType>, default: DType| binary(f, a, b, out.unwrap_or(default));
+    let arith =
+        |f: Bin, out: &Option<DType>, default: DType| binary(f, a, b, out.unwrap_or(default));
     match op {
         Op::Add { out } => arith(Bin::Add, out, merged),
         Op::Subtract { out } => arith(Bin::Sub, out, merged),
@@ -68,7 +69,10 @@ pub(super) fn eval(op: &Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         Op::Greater => compare(Cmp::Gt, a, b),
         Op::GreaterEqual => compare(Cmp::Ge, a, b),
         Op::LogicalAnd | Op::LogicalOr | Op::LogicalXor => logical(op, a, b),
-        other => Err(Error::Unsupported(format!("{} is not a binary op", other.name()))),
+        other => Err(Error::Unsupported(format!(
+            "{} is not a binary op",
+            other.name()
+        ))),
     }
 }
 
@@ -82,7 +86,10 @@ pub(crate) fn prepare(a: &Tensor, b: &Tensor, dtype: DType) -> Result<(Tensor, T
 
 /// Applies an arithmetic/bitwise function with Nx semantics, computing in `out`.
 pub(crate) fn binary(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Tensor> {
-    let int_only = matches!(f, Bin::Quot | Bin::And | Bin::Or | Bin::Xor | Bin::Shl | Bin::Shr);
+    let int_only = matches!(
+        f,
+        Bin::Quot | Bin::And | Bin::Or | Bin::Xor | Bin::Shl | Bin::Shr
+    );
     if int_only && out.is_float() {
         return Err(Error::Dtype(format!(
             "expects integer operands, got {} and {}",
@@ -91,7 +98,9 @@ pub(crate) fn binary(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Tenso
         )));
     }
     if f == Bin::Atan2 && !out.is_float() {
-        return Err(Error::Dtype(format!("expects a float result type, got {out}")));
+        return Err(Error::Dtype(format!(
+            "expects a float result type, got {out}"
+        )));
     }
     let (a, b) = prepare(a, b, out)?;
     same(f, &a, &b)
@@ -196,7 +205,10 @@ pub(crate) fn compare_same(c: Cmp, a: &Tensor, b: &Tensor) -> Tensor {
             Cmp::Ge => B::int_greater_equal(x, y, BOOL),
         },
         Kind::Bool => {
-            let (a, b) = (a.cast(DType::U8).expect("bool cast"), b.cast(DType::U8).expect("bool cast"));
+            let (a, b) = (
+                a.cast(DType::U8).expect("bool cast"),
+                b.cast(DType::U8).expect("bool cast"),
+            );
             return compare_same(c, &a, &b);
         }
     };
@@ -245,7 +257,11 @@ pub(super) fn clip(x: &Tensor, lo: &Tensor, hi: &Tensor) -> Result<Tensor> {
     let t = x.dtype();
     let lo = util::broadcast_to(&lo.cast(t)?, x.shape())?;
     let hi = util::broadcast_to(&hi.cast(t)?, x.shape())?;
-    let x = if x.kind() == Kind::Bool { x.cast(t)? } else { x.clone() };
+    let x = if x.kind() == Kind::Bool {
+        x.cast(t)?
+    } else {
+        x.clone()
+    };
     if x.numel() == 0 {
         return Ok(x);
     }

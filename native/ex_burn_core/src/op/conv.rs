@@ -34,15 +34,25 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
     }
     let sp = r - 2;
     if sp > 3 {
-        return Err(Error::Unsupported(format!("conv with {sp} spatial dimensions (Burn has 1d, 2d and 3d)")));
+        return Err(Error::Unsupported(format!(
+            "conv with {sp} spatial dimensions (Burn has 1d, 2d and 3d)"
+        )));
     }
     let out = out.unwrap_or_else(|| DType::merge(input.dtype(), kernel.dtype()).to_floating());
     if !out.is_float() {
-        return Err(Error::Dtype(format!("conv computes in floats, got result type {out}")));
+        return Err(Error::Dtype(format!(
+            "conv computes in floats, got result type {out}"
+        )));
     }
     let ident: Vec<usize> = (0..r).collect();
-    let x = util::permute(&input.cast(out)?, input_permutation.as_deref().unwrap_or(&ident))?;
-    let k = util::permute(&kernel.cast(out)?, kernel_permutation.as_deref().unwrap_or(&ident))?;
+    let x = util::permute(
+        &input.cast(out)?,
+        input_permutation.as_deref().unwrap_or(&ident),
+    )?;
+    let k = util::permute(
+        &kernel.cast(out)?,
+        kernel_permutation.as_deref().unwrap_or(&ident),
+    )?;
     let ones = vec![1; sp];
     let strides = strides.clone().unwrap_or_else(|| ones.clone());
     let in_dil = input_dilation.clone().unwrap_or_else(|| ones.clone());
@@ -54,11 +64,20 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
         )));
     }
     if strides.iter().chain(&in_dil).chain(&k_dil).any(|&v| v == 0) {
-        return Err(Error::Argument("strides and dilations must be positive".into()));
+        return Err(Error::Argument(
+            "strides and dilations must be positive".into(),
+        ));
     }
     let (fg, bg) = (*feature_group_size, *batch_group_size);
     let (n, c, o) = (x.shape()[0], x.shape()[1], k.shape()[0]);
-    if fg == 0 || bg == 0 || c % fg != 0 || k.shape()[1] * fg != c || o % fg != 0 || o % bg != 0 || n % bg != 0 {
+    if fg == 0
+        || bg == 0
+        || c % fg != 0
+        || k.shape()[1] * fg != c
+        || o % fg != 0
+        || o % bg != 0
+        || n % bg != 0
+    {
         return Err(Error::Shape(format!(
             "conv: input {:?} and kernel {:?} do not fit feature_group_size {fg} and batch_group_size {bg}",
             x.shape(),
@@ -74,7 +93,11 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
         (x, pads.iter().map(|p| p.0 as usize).collect::<Vec<_>>())
     } else {
         let mut config = vec![(0, 0, 0), (0, 0, 0)];
-        config.extend(pads.iter().zip(&in_dil).map(|(&(lo, hi), &d)| (lo, hi, d as i64 - 1)));
+        config.extend(
+            pads.iter()
+                .zip(&in_dil)
+                .map(|(&(lo, hi), &d)| (lo, hi, d as i64 - 1)),
+        );
         let zero = util::full(&[], out, Scalar::I(0), &x.dispatch_device())?;
         let padded = super::shape::pad(&x, &zero, &config)?;
         (padded, vec![0; sp])
@@ -106,12 +129,22 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
     }
     let (xp, kp): (Prim, Prim) = (x.prim(), k.prim());
     let prim = match sp {
-        1 => B::conv1d(xp, kp, None, ConvOptions::new([strides[0]], [burn_pad[0]], [k_dil[0]], groups)),
+        1 => B::conv1d(
+            xp,
+            kp,
+            None,
+            ConvOptions::new([strides[0]], [burn_pad[0]], [k_dil[0]], groups),
+        ),
         2 => B::conv2d(
             xp,
             kp,
             None,
-            ConvOptions::new([strides[0], strides[1]], [burn_pad[0], burn_pad[1]], [k_dil[0], k_dil[1]], groups),
+            ConvOptions::new(
+                [strides[0], strides[1]],
+                [burn_pad[0], burn_pad[1]],
+                [k_dil[0], k_dil[1]],
+                groups,
+            ),
         ),
         _ => B::conv3d(
             xp,

@@ -16,21 +16,45 @@ pub(super) fn eval(op: &Op, device: Device) -> Result<Tensor> {
     match op {
         Op::Iota { shape, dtype, axis } => iota(shape, *dtype, *axis, device),
         Op::Eye { shape, dtype } => eye(shape, *dtype, device),
-        Op::Full { shape, dtype, value } => util::full(shape, *dtype, *value, &dev),
-        Op::RandomUniform { shape, dtype, min, max, seed } => {
+        Op::Full {
+            shape,
+            dtype,
+            value,
+        } => util::full(shape, *dtype, *value, &dev),
+        Op::RandomUniform {
+            shape,
+            dtype,
+            min,
+            max,
+            seed,
+        } => {
             let (lo, span) = (*min, *max - *min);
             random(shape, *dtype, *seed, device, |g| lo + span * g.uniform())
         }
-        Op::RandomNormal { shape, dtype, mean, std, seed } => {
+        Op::RandomNormal {
+            shape,
+            dtype,
+            mean,
+            std,
+            seed,
+        } => {
             let (m, s) = (*mean, *std);
             random(shape, *dtype, *seed, device, |g| m + s * g.normal())
         }
-        other => Err(Error::Unsupported(format!("{} is not a creation op", other.name()))),
+        other => Err(Error::Unsupported(format!(
+            "{} is not a creation op",
+            other.name()
+        ))),
     }
 }
 
 /// Counts 0, 1, ... along `axis` (or over all elements in row-major order).
-pub(crate) fn iota(shape: &[usize], dtype: DType, axis: Option<usize>, device: Device) -> Result<Tensor> {
+pub(crate) fn iota(
+    shape: &[usize],
+    dtype: DType,
+    axis: Option<usize>,
+    device: Device,
+) -> Result<Tensor> {
     let dev = device.to_dispatch()?;
     let n = crate::tensor::numel(shape);
     if n == 0 {
@@ -58,7 +82,9 @@ pub(crate) fn iota(shape: &[usize], dtype: DType, axis: Option<usize>, device: D
 fn eye(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
     let r = shape.len();
     if r < 2 {
-        return Err(Error::Shape(format!("eye needs a shape of rank >= 2, got {shape:?}")));
+        return Err(Error::Shape(format!(
+            "eye needs a shape of rank >= 2, got {shape:?}"
+        )));
     }
     let rows = iota(shape, DType::S64, Some(r - 2), device)?;
     let cols = iota(shape, DType::S64, Some(r - 1), device)?;

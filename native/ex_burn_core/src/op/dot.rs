@@ -9,14 +9,18 @@ use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
 
 fn free_axes(rank: usize, used: &[&[usize]]) -> Vec<usize> {
-    (0..rank).filter(|a| !used.iter().any(|u| u.contains(a))).collect()
+    (0..rank)
+        .filter(|a| !used.iter().any(|u| u.contains(a)))
+        .collect()
 }
 
 fn check(axes: &[usize], rank: usize, what: &str) -> Result<()> {
     let mut seen = vec![false; rank];
     for &a in axes {
         if a >= rank || seen[a] {
-            return Err(Error::Argument(format!("{what} axes {axes:?} are invalid for rank {rank}")));
+            return Err(Error::Argument(format!(
+                "{what} axes {axes:?} are invalid for rank {rank}"
+            )));
         }
         seen[a] = true;
     }
@@ -53,7 +57,12 @@ pub(crate) fn dot(
     let fa = free_axes(a.rank(), &[ca, ba]);
     let fb = free_axes(b.rank(), &[cb, bb]);
     let dims = |s: &[usize], ax: &[usize]| ax.iter().map(|&i| s[i]).collect::<Vec<_>>();
-    let (batch, free_a, free_b, k) = (dims(sa, ba), dims(sa, &fa), dims(sb, &fb), numel(&dims(sa, ca)));
+    let (batch, free_a, free_b, k) = (
+        dims(sa, ba),
+        dims(sa, &fa),
+        dims(sb, &fb),
+        numel(&dims(sa, ca)),
+    );
     let (nb, m, n) = (numel(&batch), numel(&free_a), numel(&free_b));
     let shape: Vec<usize> = [batch.clone(), free_a, free_b].concat();
 
@@ -68,6 +77,10 @@ pub(crate) fn dot(
         Kind::Float => B::float_matmul(a3.prim(), b3.prim()),
         _ => B::int_matmul(a3.int_prim()?, b3.int_prim()?),
     };
-    let kind = if out.is_float() { Kind::Float } else { Kind::Int };
+    let kind = if out.is_float() {
+        Kind::Float
+    } else {
+        Kind::Int
+    };
     Ok(Tensor::from_prim(prim, kind, shape))
 }

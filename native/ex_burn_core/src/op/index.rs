@@ -18,15 +18,25 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
         Op::Gather { axes } => gather(&x[0], &x[1], axes),
         Op::Take { axis } => take(&x[0], &x[1], *axis),
         Op::TakeAlongAxis { axis } => take_along_axis(&x[0], &x[1], *axis),
-        Op::IndexedAdd { axes, out } => scatter(&x[0], &x[1], &x[2], axes, *out, IndexingUpdateOp::Add),
-        Op::IndexedPut { axes, out } => scatter(&x[0], &x[1], &x[2], axes, *out, IndexingUpdateOp::Assign),
-        other => Err(Error::Unsupported(format!("{} is not an indexing op", other.name()))),
+        Op::IndexedAdd { axes, out } => {
+            scatter(&x[0], &x[1], &x[2], axes, *out, IndexingUpdateOp::Add)
+        }
+        Op::IndexedPut { axes, out } => {
+            scatter(&x[0], &x[1], &x[2], axes, *out, IndexingUpdateOp::Assign)
+        }
+        other => Err(Error::Unsupported(format!(
+            "{} is not an indexing op",
+            other.name()
+        ))),
     }
 }
 
 fn check_index_type(idx: &Tensor) -> Result<()> {
     if idx.dtype().is_float() {
-        return Err(Error::Dtype(format!("indices must be integers, got {}", idx.dtype())));
+        return Err(Error::Dtype(format!(
+            "indices must be integers, got {}",
+            idx.dtype()
+        )));
     }
     Ok(())
 }
@@ -49,11 +59,18 @@ fn axes_first(t: &Tensor, axes: &[usize]) -> Result<(Tensor, Vec<usize>)> {
     let mut seen = vec![false; t.rank()];
     for &a in axes {
         if a >= t.rank() || seen[a] {
-            return Err(Error::Argument(format!("axes {axes:?} are invalid for rank {}", t.rank())));
+            return Err(Error::Argument(format!(
+                "axes {axes:?} are invalid for rank {}",
+                t.rank()
+            )));
         }
         seen[a] = true;
     }
-    let perm: Vec<usize> = axes.iter().copied().chain((0..t.rank()).filter(|a| !axes.contains(a))).collect();
+    let perm: Vec<usize> = axes
+        .iter()
+        .copied()
+        .chain((0..t.rank()).filter(|a| !axes.contains(a)))
+        .collect();
     Ok((util::permute(t, &perm)?, perm))
 }
 
@@ -143,7 +160,11 @@ fn take_along_axis(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
 
 fn clamp_axis(idx: &Tensor, _axis: usize, size: usize) -> Result<Tensor> {
     let idx = idx.cast(DType::S64)?;
-    let p = B::int_clamp(idx.prim(), 0i64.into(), (size.saturating_sub(1) as i64).into());
+    let p = B::int_clamp(
+        idx.prim(),
+        0i64.into(),
+        (size.saturating_sub(1) as i64).into(),
+    );
     Ok(Tensor::from_prim(p, Kind::Int, idx.shape().to_vec()))
 }
 

@@ -41,11 +41,22 @@ pub enum TieBreak {
 pub enum Op {
     // ---- creation (no inputs) ----
     /// Counts along `axis` (or over the flattened tensor when `axis` is absent).
-    Iota { shape: Vec<usize>, dtype: DType, axis: Option<usize> },
+    Iota {
+        shape: Vec<usize>,
+        dtype: DType,
+        axis: Option<usize>,
+    },
     /// Ones where the last two indices are equal.
-    Eye { shape: Vec<usize>, dtype: DType },
+    Eye {
+        shape: Vec<usize>,
+        dtype: DType,
+    },
     /// Every element set to `value`.
-    Full { shape: Vec<usize>, dtype: DType, value: Scalar },
+    Full {
+        shape: Vec<usize>,
+        dtype: DType,
+        value: Scalar,
+    },
     /// Uniform samples in `[min, max)` from a deterministic generator seeded by `seed`.
     RandomUniform {
         shape: Vec<usize>,
@@ -70,121 +81,387 @@ pub enum Op {
     },
 
     // ---- unary: [x] ----
-    Neg, Abs, Sign, Exp, Expm1, Log, Log1p, Sqrt, Rsqrt, Cbrt,
-    Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Tanh, Asinh, Acosh, Atanh,
-    Erf, Erfc, ErfInv, Sigmoid, Relu, Floor, Ceil, Round,
-    IsNan, IsInfinity, LogicalNot, BitwiseNot, PopulationCount, CountLeadingZeros,
+    Neg,
+    Abs,
+    Sign,
+    Exp,
+    Expm1,
+    Log,
+    Log1p,
+    Sqrt,
+    Rsqrt,
+    Cbrt,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Tanh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Erf,
+    Erfc,
+    ErfInv,
+    Sigmoid,
+    Relu,
+    Floor,
+    Ceil,
+    Round,
+    IsNan,
+    IsInfinity,
+    LogicalNot,
+    BitwiseNot,
+    PopulationCount,
+    CountLeadingZeros,
 
     // ---- binary with broadcasting: [a, b] ----
-    Add { #[serde(default)] out: Option<DType> },
-    Subtract { #[serde(default)] out: Option<DType> },
-    Multiply { #[serde(default)] out: Option<DType> },
-    Divide { #[serde(default)] out: Option<DType> },
-    Quotient { #[serde(default)] out: Option<DType> },
-    Remainder { #[serde(default)] out: Option<DType> },
-    Pow { #[serde(default)] out: Option<DType> },
-    Atan2 { #[serde(default)] out: Option<DType> },
-    Min { #[serde(default)] out: Option<DType> },
-    Max { #[serde(default)] out: Option<DType> },
-    BitwiseAnd { #[serde(default)] out: Option<DType> },
-    BitwiseOr { #[serde(default)] out: Option<DType> },
-    BitwiseXor { #[serde(default)] out: Option<DType> },
-    LeftShift { #[serde(default)] out: Option<DType> },
-    RightShift { #[serde(default)] out: Option<DType> },
-    Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual,
-    LogicalAnd, LogicalOr, LogicalXor,
+    Add {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Subtract {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Multiply {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Divide {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Quotient {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Remainder {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Pow {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Atan2 {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Min {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Max {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    BitwiseAnd {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    BitwiseOr {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    BitwiseXor {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    LeftShift {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    RightShift {
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Equal,
+    NotEqual,
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+    LogicalAnd,
+    LogicalOr,
+    LogicalXor,
 
     // ---- types ----
     /// [x] converted with Nx's rules.
-    AsType { dtype: DType },
+    AsType {
+        dtype: DType,
+    },
     /// [x] reinterpreted bit for bit (same element size).
-    Bitcast { dtype: DType },
+    Bitcast {
+        dtype: DType,
+    },
     /// [pred, on_true, on_false], broadcast together.
-    Select { #[serde(default)] out: Option<DType> },
+    Select {
+        #[serde(default)]
+        out: Option<DType>,
+    },
     /// [x, min, max].
     Clip,
 
     // ---- reductions: [x] ----
-    Sum { #[serde(default)] axes: Option<Vec<usize>>, #[serde(default)] keep_axes: bool, #[serde(default)] out: Option<DType> },
-    Product { #[serde(default)] axes: Option<Vec<usize>>, #[serde(default)] keep_axes: bool, #[serde(default)] out: Option<DType> },
-    ReduceMax { #[serde(default)] axes: Option<Vec<usize>>, #[serde(default)] keep_axes: bool },
-    ReduceMin { #[serde(default)] axes: Option<Vec<usize>>, #[serde(default)] keep_axes: bool },
-    All { #[serde(default)] axes: Option<Vec<usize>>, #[serde(default)] keep_axes: bool },
-    Any { #[serde(default)] axes: Option<Vec<usize>>, #[serde(default)] keep_axes: bool },
-    Argmax { #[serde(default)] axis: Option<usize>, #[serde(default)] keep_axis: bool, #[serde(default)] tie_break: TieBreak, #[serde(default)] out: Option<DType> },
-    Argmin { #[serde(default)] axis: Option<usize>, #[serde(default)] keep_axis: bool, #[serde(default)] tie_break: TieBreak, #[serde(default)] out: Option<DType> },
+    Sum {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+        #[serde(default)]
+        keep_axes: bool,
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Product {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+        #[serde(default)]
+        keep_axes: bool,
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    ReduceMax {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+        #[serde(default)]
+        keep_axes: bool,
+    },
+    ReduceMin {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+        #[serde(default)]
+        keep_axes: bool,
+    },
+    All {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+        #[serde(default)]
+        keep_axes: bool,
+    },
+    Any {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+        #[serde(default)]
+        keep_axes: bool,
+    },
+    Argmax {
+        #[serde(default)]
+        axis: Option<usize>,
+        #[serde(default)]
+        keep_axis: bool,
+        #[serde(default)]
+        tie_break: TieBreak,
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    Argmin {
+        #[serde(default)]
+        axis: Option<usize>,
+        #[serde(default)]
+        keep_axis: bool,
+        #[serde(default)]
+        tie_break: TieBreak,
+        #[serde(default)]
+        out: Option<DType>,
+    },
 
     // ---- linear algebra ----
     /// [a, b]: general contraction; result axes are batch, free of a, free of b.
     Dot {
-        #[serde(default)] contract_a: Vec<usize>,
-        #[serde(default)] batch_a: Vec<usize>,
-        #[serde(default)] contract_b: Vec<usize>,
-        #[serde(default)] batch_b: Vec<usize>,
-        #[serde(default)] out: Option<DType>,
+        #[serde(default)]
+        contract_a: Vec<usize>,
+        #[serde(default)]
+        batch_a: Vec<usize>,
+        #[serde(default)]
+        contract_b: Vec<usize>,
+        #[serde(default)]
+        batch_b: Vec<usize>,
+        #[serde(default)]
+        out: Option<DType>,
     },
 
     // ---- shape: [x] unless noted ----
-    Transpose { #[serde(default)] axes: Option<Vec<usize>> },
-    Reshape { shape: Vec<usize> },
-    Squeeze { #[serde(default)] axes: Option<Vec<usize>> },
+    Transpose {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+    },
+    Reshape {
+        shape: Vec<usize>,
+    },
+    Squeeze {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+    },
     /// `axes[i]` is the result axis that input axis `i` maps to.
-    Broadcast { shape: Vec<usize>, #[serde(default)] axes: Option<Vec<usize>> },
+    Broadcast {
+        shape: Vec<usize>,
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+    },
     /// [x, dynamic starts...]: starts of the axes listed in `dynamic` come from scalar inputs
     /// and are clamped so the slice fits, as in Nx.
-    Slice { starts: Vec<i64>, lengths: Vec<usize>, #[serde(default)] strides: Option<Vec<usize>>, #[serde(default)] dynamic: Vec<usize> },
+    Slice {
+        starts: Vec<i64>,
+        lengths: Vec<usize>,
+        #[serde(default)]
+        strides: Option<Vec<usize>>,
+        #[serde(default)]
+        dynamic: Vec<usize>,
+    },
     /// [x, update, dynamic starts...].
-    PutSlice { starts: Vec<i64>, #[serde(default)] dynamic: Vec<usize> },
+    PutSlice {
+        starts: Vec<i64>,
+        #[serde(default)]
+        dynamic: Vec<usize>,
+    },
     /// [x...].
-    Concatenate { axis: usize },
+    Concatenate {
+        axis: usize,
+    },
     /// [x...].
-    Stack { axis: usize },
+    Stack {
+        axis: usize,
+    },
     /// [x, pad_value]: (low, high, interior) per axis; negative low/high crop.
-    Pad { config: Vec<(i64, i64, i64)> },
-    Reverse { #[serde(default)] axes: Option<Vec<usize>> },
+    Pad {
+        config: Vec<(i64, i64, i64)>,
+    },
+    Reverse {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+    },
 
     // ---- indexing ----
     /// [x, indices]: the last axis of `indices` indexes `axes` of x.
-    Gather { axes: Vec<usize> },
+    Gather {
+        axes: Vec<usize>,
+    },
     /// [x, indices]: picks along `axis`; result is x.shape[..axis] ++ indices.shape ++ x.shape[axis+1..].
-    Take { axis: usize },
+    Take {
+        axis: usize,
+    },
     /// [x, indices] with indices of x's rank.
-    TakeAlongAxis { axis: usize },
+    TakeAlongAxis {
+        axis: usize,
+    },
     /// [x, indices, updates].
-    IndexedAdd { axes: Vec<usize>, #[serde(default)] out: Option<DType> },
+    IndexedAdd {
+        axes: Vec<usize>,
+        #[serde(default)]
+        out: Option<DType>,
+    },
     /// [x, indices, updates].
-    IndexedPut { axes: Vec<usize>, #[serde(default)] out: Option<DType> },
+    IndexedPut {
+        axes: Vec<usize>,
+        #[serde(default)]
+        out: Option<DType>,
+    },
 
     // ---- sorting and scans: [x] ----
-    Sort { axis: usize, #[serde(default)] descending: bool },
-    Argsort { axis: usize, #[serde(default)] descending: bool, #[serde(default)] out: Option<DType> },
-    CumulativeSum { axis: usize, #[serde(default)] reverse: bool },
-    CumulativeProduct { axis: usize, #[serde(default)] reverse: bool },
-    CumulativeMax { axis: usize, #[serde(default)] reverse: bool },
-    CumulativeMin { axis: usize, #[serde(default)] reverse: bool },
+    Sort {
+        axis: usize,
+        #[serde(default)]
+        descending: bool,
+    },
+    Argsort {
+        axis: usize,
+        #[serde(default)]
+        descending: bool,
+        #[serde(default)]
+        out: Option<DType>,
+    },
+    CumulativeSum {
+        axis: usize,
+        #[serde(default)]
+        reverse: bool,
+    },
+    CumulativeProduct {
+        axis: usize,
+        #[serde(default)]
+        reverse: bool,
+    },
+    CumulativeMax {
+        axis: usize,
+        #[serde(default)]
+        reverse: bool,
+    },
+    CumulativeMin {
+        axis: usize,
+        #[serde(default)]
+        reverse: bool,
+    },
 
     // ---- neural network ----
     /// [input, kernel] in Nx's layout (batch, features, spatial...).
     Conv {
-        #[serde(default)] strides: Option<Vec<usize>>,
-        #[serde(default)] padding: Option<Vec<(i64, i64)>>,
-        #[serde(default)] input_dilation: Option<Vec<usize>>,
-        #[serde(default)] kernel_dilation: Option<Vec<usize>>,
-        #[serde(default = "one_usize")] feature_group_size: usize,
-        #[serde(default = "one_usize")] batch_group_size: usize,
-        #[serde(default)] input_permutation: Option<Vec<usize>>,
-        #[serde(default)] kernel_permutation: Option<Vec<usize>>,
-        #[serde(default)] output_permutation: Option<Vec<usize>>,
-        #[serde(default)] out: Option<DType>,
+        #[serde(default)]
+        strides: Option<Vec<usize>>,
+        #[serde(default)]
+        padding: Option<Vec<(i64, i64)>>,
+        #[serde(default)]
+        input_dilation: Option<Vec<usize>>,
+        #[serde(default)]
+        kernel_dilation: Option<Vec<usize>>,
+        #[serde(default = "one_usize")]
+        feature_group_size: usize,
+        #[serde(default = "one_usize")]
+        batch_group_size: usize,
+        #[serde(default)]
+        input_permutation: Option<Vec<usize>>,
+        #[serde(default)]
+        kernel_permutation: Option<Vec<usize>>,
+        #[serde(default)]
+        output_permutation: Option<Vec<usize>>,
+        #[serde(default)]
+        out: Option<DType>,
     },
-    Softmax { axis: usize },
-    LogSoftmax { axis: usize },
+    Softmax {
+        axis: usize,
+    },
+    LogSoftmax {
+        axis: usize,
+    },
 
     // ---- windows: [x] ----
-    WindowSum { window_dims: Vec<usize>, #[serde(default)] strides: Option<Vec<usize>>, #[serde(default)] padding: Option<Vec<(i64, i64)>>, #[serde(default)] window_dilations: Option<Vec<usize>> },
-    WindowProduct { window_dims: Vec<usize>, #[serde(default)] strides: Option<Vec<usize>>, #[serde(default)] padding: Option<Vec<(i64, i64)>>, #[serde(default)] window_dilations: Option<Vec<usize>> },
-    WindowMax { window_dims: Vec<usize>, #[serde(default)] strides: Option<Vec<usize>>, #[serde(default)] padding: Option<Vec<(i64, i64)>>, #[serde(default)] window_dilations: Option<Vec<usize>> },
-    WindowMin { window_dims: Vec<usize>, #[serde(default)] strides: Option<Vec<usize>>, #[serde(default)] padding: Option<Vec<(i64, i64)>>, #[serde(default)] window_dilations: Option<Vec<usize>> },
+    WindowSum {
+        window_dims: Vec<usize>,
+        #[serde(default)]
+        strides: Option<Vec<usize>>,
+        #[serde(default)]
+        padding: Option<Vec<(i64, i64)>>,
+        #[serde(default)]
+        window_dilations: Option<Vec<usize>>,
+    },
+    WindowProduct {
+        window_dims: Vec<usize>,
+        #[serde(default)]
+        strides: Option<Vec<usize>>,
+        #[serde(default)]
+        padding: Option<Vec<(i64, i64)>>,
+        #[serde(default)]
+        window_dilations: Option<Vec<usize>>,
+    },
+    WindowMax {
+        window_dims: Vec<usize>,
+        #[serde(default)]
+        strides: Option<Vec<usize>>,
+        #[serde(default)]
+        padding: Option<Vec<(i64, i64)>>,
+        #[serde(default)]
+        window_dilations: Option<Vec<usize>>,
+    },
+    WindowMin {
+        window_dims: Vec<usize>,
+        #[serde(default)]
+        strides: Option<Vec<usize>>,
+        #[serde(default)]
+        padding: Option<Vec<(i64, i64)>>,
+        #[serde(default)]
+        window_dilations: Option<Vec<usize>>,
+    },
 }
 
 fn one() -> f64 {
@@ -218,13 +495,20 @@ impl Op {
     pub fn arity(&self) -> Option<usize> {
         use Op::*;
         Some(match self {
-            Iota { .. } | Eye { .. } | Full { .. } | RandomUniform { .. } | RandomNormal { .. } => 0,
+            Iota { .. } | Eye { .. } | Full { .. } | RandomUniform { .. } | RandomNormal { .. } => {
+                0
+            }
             Select { .. } | Clip | IndexedAdd { .. } | IndexedPut { .. } => 3,
             Slice { dynamic, .. } => 1 + dynamic.len(),
             PutSlice { dynamic, .. } => 2 + dynamic.len(),
             Concatenate { .. } | Stack { .. } => return None,
             op if op.is_binary() => 2,
-            Dot { .. } | Pad { .. } | Gather { .. } | Take { .. } | TakeAlongAxis { .. } | Conv { .. } => 2,
+            Dot { .. }
+            | Pad { .. }
+            | Gather { .. }
+            | Take { .. }
+            | TakeAlongAxis { .. }
+            | Conv { .. } => 2,
             _ => 1,
         })
     }
@@ -233,11 +517,30 @@ impl Op {
         use Op::*;
         matches!(
             self,
-            Add { .. } | Subtract { .. } | Multiply { .. } | Divide { .. } | Quotient { .. }
-                | Remainder { .. } | Pow { .. } | Atan2 { .. } | Min { .. } | Max { .. }
-                | BitwiseAnd { .. } | BitwiseOr { .. } | BitwiseXor { .. } | LeftShift { .. }
-                | RightShift { .. } | Equal | NotEqual | Less | LessEqual | Greater
-                | GreaterEqual | LogicalAnd | LogicalOr | LogicalXor
+            Add { .. }
+                | Subtract { .. }
+                | Multiply { .. }
+                | Divide { .. }
+                | Quotient { .. }
+                | Remainder { .. }
+                | Pow { .. }
+                | Atan2 { .. }
+                | Min { .. }
+                | Max { .. }
+                | BitwiseAnd { .. }
+                | BitwiseOr { .. }
+                | BitwiseXor { .. }
+                | LeftShift { .. }
+                | RightShift { .. }
+                | Equal
+                | NotEqual
+                | Less
+                | LessEqual
+                | Greater
+                | GreaterEqual
+                | LogicalAnd
+                | LogicalOr
+                | LogicalXor
         )
     }
 }
@@ -261,7 +564,10 @@ fn check_inputs(op: &Op, inputs: &[Tensor]) -> Result<()> {
             )));
         }
     } else if inputs.is_empty() {
-        return Err(Error::Argument(format!("{}: expected at least one input", op.name())));
+        return Err(Error::Argument(format!(
+            "{}: expected at least one input",
+            op.name()
+        )));
     }
     if let Some(first) = inputs.first() {
         let d = first.device();
@@ -286,20 +592,42 @@ fn eval_unchecked(op: &Op, x: &[Tensor], device: Device) -> Result<Tensor> {
         Bitcast { dtype } => unary::bitcast(&x[0], *dtype),
         Select { out } => binary::select(&x[0], &x[1], &x[2], *out),
         Clip => binary::clip(&x[0], &x[1], &x[2]),
-        Sum { .. } | Product { .. } | ReduceMax { .. } | ReduceMin { .. } | All { .. } | Any { .. }
-        | Argmax { .. } | Argmin { .. } => reduce::eval(op, &x[0]),
-        Dot { contract_a, batch_a, contract_b, batch_b, out } => {
-            dot::dot(&x[0], contract_a, batch_a, &x[1], contract_b, batch_b, *out)
-        }
-        Transpose { .. } | Reshape { .. } | Squeeze { .. } | Broadcast { .. } | Slice { .. }
-        | PutSlice { .. } | Concatenate { .. } | Stack { .. } | Pad { .. } | Reverse { .. } => {
-            shape::eval(op, x)
-        }
-        Gather { .. } | Take { .. } | TakeAlongAxis { .. } | IndexedAdd { .. } | IndexedPut { .. } => {
-            index::eval(op, x)
-        }
-        Sort { .. } | Argsort { .. } | CumulativeSum { .. } | CumulativeProduct { .. }
-        | CumulativeMax { .. } | CumulativeMin { .. } => sort::eval(op, &x[0]),
+        Sum { .. }
+        | Product { .. }
+        | ReduceMax { .. }
+        | ReduceMin { .. }
+        | All { .. }
+        | Any { .. }
+        | Argmax { .. }
+        | Argmin { .. } => reduce::eval(op, &x[0]),
+        Dot {
+            contract_a,
+            batch_a,
+            contract_b,
+            batch_b,
+            out,
+        } => dot::dot(&x[0], contract_a, batch_a, &x[1], contract_b, batch_b, *out),
+        Transpose { .. }
+        | Reshape { .. }
+        | Squeeze { .. }
+        | Broadcast { .. }
+        | Slice { .. }
+        | PutSlice { .. }
+        | Concatenate { .. }
+        | Stack { .. }
+        | Pad { .. }
+        | Reverse { .. } => shape::eval(op, x),
+        Gather { .. }
+        | Take { .. }
+        | TakeAlongAxis { .. }
+        | IndexedAdd { .. }
+        | IndexedPut { .. } => index::eval(op, x),
+        Sort { .. }
+        | Argsort { .. }
+        | CumulativeSum { .. }
+        | CumulativeProduct { .. }
+        | CumulativeMax { .. }
+        | CumulativeMin { .. } => sort::eval(op, &x[0]),
         Conv { .. } => conv::eval(op, &x[0], &x[1]),
         Softmax { axis } => nn::softmax(&x[0], *axis, false),
         LogSoftmax { axis } => nn::softmax(&x[0], *axis, true),

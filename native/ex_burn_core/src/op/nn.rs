@@ -14,6 +14,10 @@ pub(super) fn softmax(x: &Tensor, axis: usize, log: bool) -> Result<Tensor> {
         return Ok(t);
     }
     let axis = if t.rank() == 0 { 0 } else { axis };
-    let p = if log { B::log_softmax(t.prim(), axis) } else { B::softmax(t.prim(), axis) };
+    let p = if log {
+        B::log_softmax(t.prim(), axis)
+    } else {
+        B::softmax(t.prim(), axis)
+    };
     Ok(Tensor::from_prim(p, Kind::Float, t.shape().to_vec()))
 }

@@ -20,23 +20,62 @@ enum Red {
 
 pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     match op {
-        Op::Sum { axes, keep_axes, out } => {
-            reduce(Red::Sum, x, axes, *keep_axes, out.unwrap_or(x.dtype().to_aggregate()))
-        }
-        Op::Product { axes, keep_axes, out } => {
-            reduce(Red::Prod, x, axes, *keep_axes, out.unwrap_or(x.dtype().to_aggregate()))
-        }
+        Op::Sum {
+            axes,
+            keep_axes,
+            out,
+        } => reduce(
+            Red::Sum,
+            x,
+            axes,
+            *keep_axes,
+            out.unwrap_or(x.dtype().to_aggregate()),
+        ),
+        Op::Product {
+            axes,
+            keep_axes,
+            out,
+        } => reduce(
+            Red::Prod,
+            x,
+            axes,
+            *keep_axes,
+            out.unwrap_or(x.dtype().to_aggregate()),
+        ),
         Op::ReduceMax { axes, keep_axes } => reduce(Red::Max, x, axes, *keep_axes, x.dtype()),
         Op::ReduceMin { axes, keep_axes } => reduce(Red::Min, x, axes, *keep_axes, x.dtype()),
         Op::All { axes, keep_axes } => reduce(Red::All, x, axes, *keep_axes, DType::U8),
         Op::Any { axes, keep_axes } => reduce(Red::Any, x, axes, *keep_axes, DType::U8),
-        Op::Argmax { axis, keep_axis, tie_break, out } => {
-            arg(x, *axis, *keep_axis, *tie_break, out.unwrap_or(DType::S64), true)
-        }
-        Op::Argmin { axis, keep_axis, tie_break, out } => {
-            arg(x, *axis, *keep_axis, *tie_break, out.unwrap_or(DType::S64), false)
-        }
-        other => Err(Error::Unsupported(format!("{} is not a reduction", other.name()))),
+        Op::Argmax {
+            axis,
+            keep_axis,
+            tie_break,
+            out,
+        } => arg(
+            x,
+            *axis,
+            *keep_axis,
+            *tie_break,
+            out.unwrap_or(DType::S64),
+            true,
+        ),
+        Op::Argmin {
+            axis,
+            keep_axis,
+            tie_break,
+            out,
+        } => arg(
+            x,
+            *axis,
+            *keep_axis,
+            *tie_break,
+            out.unwrap_or(DType::S64),
+            false,
+        ),
+        other => Err(Error::Unsupported(format!(
+            "{} is not a reduction",
+            other.name()
+        ))),
     }
 }
 
@@ -63,7 +102,13 @@ fn identity(red: Red, dtype: DType) -> Scalar {
     }
 }
 
-fn reduce(red: Red, x: &Tensor, axes: &Option<Vec<usize>>, keep: bool, out: DType) -> Result<Tensor> {
+fn reduce(
+    red: Red,
+    x: &Tensor,
+    axes: &Option<Vec<usize>>,
+    keep: bool,
+    out: DType,
+) -> Result<Tensor> {
     let axes = util::axes_sorted(axes, x.rank())?;
     let shape = result_shape(x.shape(), &axes, keep);
     if x.numel() == 0 {
@@ -78,7 +123,11 @@ fn reduce(red: Red, x: &Tensor, axes: &Option<Vec<usize>>, keep: bool, out: DTyp
     if matches!(red, Red::All | Red::Any) {
         let mut p = x.bool_prim();
         for &a in &axes {
-            p = if red == Red::All { B::bool_all_dim(p, a) } else { B::bool_any_dim(p, a) };
+            p = if red == Red::All {
+                B::bool_all_dim(p, a)
+            } else {
+                B::bool_any_dim(p, a)
+            };
         }
         return Ok(util::bool_tensor(p, shape));
     }
@@ -109,12 +158,24 @@ fn reduce(red: Red, x: &Tensor, axes: &Option<Vec<usize>>, keep: bool, out: DTyp
     Ok(Tensor::from_prim(p, kind, shape))
 }
 
-fn arg(x: &Tensor, axis: Option<usize>, keep: bool, tie: TieBreak, out: DType, max: bool) -> Result<Tensor> {
+fn arg(
+    x: &Tensor,
+    axis: Option<usize>,
+    keep: bool,
+    tie: TieBreak,
+    out: DType,
+    max: bool,
+) -> Result<Tensor> {
     if !out.is_int() {
-        return Err(Error::Dtype(format!("index type must be an integer type, got {out}")));
+        return Err(Error::Dtype(format!(
+            "index type must be an integer type, got {out}"
+        )));
     }
     if x.numel() == 0 {
-        return Err(Error::Shape(format!("cannot take the arg{} of an empty tensor", if max { "max" } else { "min" })));
+        return Err(Error::Shape(format!(
+            "cannot take the arg{} of an empty tensor",
+            if max { "max" } else { "min" }
+        )));
     }
     let (t, axis, shape) = match axis {
         None => {
@@ -127,9 +188,17 @@ fn arg(x: &Tensor, axis: Option<usize>, keep: bool, tie: TieBreak, out: DType, m
             (x.clone(), a, result_shape(x.shape(), &[a], keep))
         }
     };
-    let t = if t.kind() == Kind::Bool { t.cast(DType::U8)? } else { t };
+    let t = if t.kind() == Kind::Bool {
+        t.cast(DType::U8)?
+    } else {
+        t
+    };
     let len = t.shape().get(axis).copied().unwrap_or(1);
-    let t = if tie == TieBreak::High { util::flip(&t, &[axis]) } else { t };
+    let t = if tie == TieBreak::High {
+        util::flip(&t, &[axis])
+    } else {
+        t
+    };
     let p = t.prim();
     let idx = match (t.kind(), max) {
         (Kind::Float, true) => B::float_argmax(p, axis, out.int_dtype()?),

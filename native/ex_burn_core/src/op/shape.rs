@@ -12,7 +12,9 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
     let t = &x[0];
     match op {
         Op::Transpose { axes } => {
-            let perm = axes.clone().unwrap_or_else(|| (0..t.rank()).rev().collect());
+            let perm = axes
+                .clone()
+                .unwrap_or_else(|| (0..t.rank()).rev().collect());
             util::permute(t, &perm)
         }
         Op::Reshape { shape } => t.reshape(shape.clone()),
@@ -28,11 +30,22 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
                     t.shape()
                 )));
             }
-            let shape = t.shape().iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+            let shape = t
+                .shape()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !axes.contains(i))
+                .map(|(_, &d)| d)
+                .collect();
             t.reshape(shape)
         }
         Op::Broadcast { shape, axes } => broadcast(t, shape, axes.as_deref()),
-        Op::Slice { starts, lengths, strides, dynamic } => {
+        Op::Slice {
+            starts,
+            lengths,
+            strides,
+            dynamic,
+        } => {
             let starts = resolve_starts(starts, dynamic, &x[1..])?;
             let ones = vec![1; t.rank()];
             slice(t, &starts, lengths, strides.as_deref().unwrap_or(&ones))
@@ -59,7 +72,10 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
             let axes = util::axes_sorted(axes, t.rank())?;
             Ok(util::flip(t, &axes))
         }
-        other => Err(Error::Unsupported(format!("{} is not a shape op", other.name()))),
+        other => Err(Error::Unsupported(format!(
+            "{} is not a shape op",
+            other.name()
+        ))),
     }
 }
 
@@ -71,10 +87,16 @@ fn resolve_starts(starts: &[i64], dynamic: &[usize], inputs: &[Tensor]) -> Resul
             .get(k)
             .ok_or_else(|| Error::Argument(format!("missing dynamic start for axis {axis}")))?;
         if t.numel() != 1 {
-            return Err(Error::Shape(format!("start index must be a scalar, got shape {:?}", t.shape())));
+            return Err(Error::Shape(format!(
+                "start index must be a scalar, got shape {:?}",
+                t.shape()
+            )));
         }
         let v = t.cast(DType::S64)?.to_bytes(None)?;
-        let arr: [u8; 8] = v.as_slice().try_into().map_err(|_| Error::Execution("bad start index".into()))?;
+        let arr: [u8; 8] = v
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::Execution("bad start index".into()))?;
         if axis >= starts.len() {
             return Err(Error::Argument(format!("dynamic axis {axis} out of range")));
         }
@@ -90,19 +112,31 @@ fn broadcast(t: &Tensor, shape: &[usize], axes: Option<&[usize]>) -> Result<Tens
         Some(a) => a.to_vec(),
         None => {
             if t.rank() > r {
-                return Err(Error::Shape(format!("cannot broadcast {:?} to {shape:?}", t.shape())));
+                return Err(Error::Shape(format!(
+                    "cannot broadcast {:?} to {shape:?}",
+                    t.shape()
+                )));
             }
             (r - t.rank()..r).collect()
         }
     };
-    if axes.len() != t.rank() || axes.iter().any(|&a| a >= r) || axes.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(Error::Argument(format!("broadcast axes {axes:?} do not fit {:?} -> {shape:?}", t.shape())));
+    if axes.len() != t.rank()
+        || axes.iter().any(|&a| a >= r)
+        || axes.windows(2).any(|w| w[0] >= w[1])
+    {
+        return Err(Error::Argument(format!(
+            "broadcast axes {axes:?} do not fit {:?} -> {shape:?}",
+            t.shape()
+        )));
     }
     let mut view = vec![1; r];
     for (i, &a) in axes.iter().enumerate() {
         let d = t.shape()[i];
         if d != 1 && d != shape[a] {
-            return Err(Error::Shape(format!("cannot broadcast {:?} to {shape:?} on axes {axes:?}", t.shape())));
+            return Err(Error::Shape(format!(
+                "cannot broadcast {:?} to {shape:?} on axes {axes:?}",
+                t.shape()
+            )));
         }
         view[a] = d;
     }
@@ -110,7 +144,12 @@ fn broadcast(t: &Tensor, shape: &[usize], axes: Option<&[usize]>) -> Result<Tens
 }
 
 /// Static strided slice with Nx's clamping of starts.
-pub(crate) fn slice(t: &Tensor, starts: &[i64], lengths: &[usize], strides: &[usize]) -> Result<Tensor> {
+pub(crate) fn slice(
+    t: &Tensor,
+    starts: &[i64],
+    lengths: &[usize],
+    strides: &[usize],
+) -> Result<Tensor> {
     let r = t.rank();
     if starts.len() != r || lengths.len() != r || strides.len() != r {
         return Err(Error::Argument(format!(
@@ -126,7 +165,9 @@ pub(crate) fn slice(t: &Tensor, starts: &[i64], lengths: &[usize], strides: &[us
         let d = t.shape()[i];
         let (len, st) = (lengths[i], strides[i]);
         if len > d {
-            return Err(Error::Shape(format!("slice length {len} exceeds axis {i} of size {d}")));
+            return Err(Error::Shape(format!(
+                "slice length {len} exceeds axis {i} of size {d}"
+            )));
         }
         if st == 0 {
             return Err(Error::Argument("slice strides must be positive".into()));
@@ -139,7 +180,12 @@ pub(crate) fn slice(t: &Tensor, starts: &[i64], lengths: &[usize], strides: &[us
 }
 
 /// Slice with non-negative starts that already fit.
-pub(crate) fn slice_static(t: &Tensor, starts: &[usize], lengths: &[usize], strides: &[usize]) -> Result<Tensor> {
+pub(crate) fn slice_static(
+    t: &Tensor,
+    starts: &[usize],
+    lengths: &[usize],
+    strides: &[usize],
+) -> Result<Tensor> {
     let s: Vec<i64> = starts.iter().map(|&v| v as i64).collect();
     slice(t, &s, lengths, strides)
 }
@@ -194,7 +240,9 @@ fn put_slice(t: &Tensor, update: &Tensor, starts: &[i64]) -> Result<Tensor> {
     for i in 0..r {
         let (d, l) = (t.shape()[i], u.shape()[i]);
         if l > d {
-            return Err(Error::Shape(format!("put_slice: update axis {i} ({l}) exceeds tensor ({d})")));
+            return Err(Error::Shape(format!(
+                "put_slice: update axis {i} ({l}) exceeds tensor ({d})"
+            )));
         }
         let s = starts[i].clamp(0, (d - l) as i64) as usize;
         spec.push((s, s + l, 1));
@@ -205,10 +253,17 @@ fn put_slice(t: &Tensor, update: &Tensor, starts: &[i64]) -> Result<Tensor> {
 fn concatenate(x: &[Tensor], axis: usize) -> Result<Tensor> {
     let first = &x[0];
     util::axis(axis, first.rank())?;
-    let out = x.iter().skip(1).fold(first.dtype(), |acc, t| DType::merge(acc, t.dtype()));
+    let out = x
+        .iter()
+        .skip(1)
+        .fold(first.dtype(), |acc, t| DType::merge(acc, t.dtype()));
     for t in x {
         let ok = t.rank() == first.rank()
-            && t.shape().iter().zip(first.shape()).enumerate().all(|(i, (a, b))| i == axis || a == b);
+            && t.shape()
+                .iter()
+                .zip(first.shape())
+                .enumerate()
+                .all(|(i, (a, b))| i == axis || a == b);
         if !ok {
             return Err(Error::Shape(format!(
                 "cannot concatenate {:?} and {:?} on axis {axis}",
@@ -234,7 +289,10 @@ fn concatenate(x: &[Tensor], axis: usize) -> Result<Tensor> {
 pub(crate) fn pad(t: &Tensor, value: &Tensor, config: &[(i64, i64, i64)]) -> Result<Tensor> {
     let r = t.rank();
     if config.len() != r {
-        return Err(Error::Argument(format!("pad needs {r} (low, high, interior) triples, got {}", config.len())));
+        return Err(Error::Argument(format!(
+            "pad needs {r} (low, high, interior) triples, got {}",
+            config.len()
+        )));
     }
     if value.numel() != 1 {
         return Err(Error::Shape("pad value must be a scalar".into()));
@@ -246,17 +304,25 @@ pub(crate) fn pad(t: &Tensor, value: &Tensor, config: &[(i64, i64, i64)]) -> Res
     let mut crop = Vec::with_capacity(r);
     for (i, &(lo, hi, interior)) in config.iter().enumerate() {
         if interior < 0 {
-            return Err(Error::Argument("interior padding must be non-negative".into()));
+            return Err(Error::Argument(
+                "interior padding must be non-negative".into(),
+            ));
         }
         let d = t.shape()[i] as i64;
         let inner = if d == 0 { 0 } else { d + (d - 1) * interior };
         let (plo, phi) = (lo.max(0), hi.max(0));
         let size = plo + inner + phi;
         grown.push(size as usize);
-        place.push((plo as usize, (plo + inner) as usize, (interior + 1) as usize));
+        place.push((
+            plo as usize,
+            (plo + inner) as usize,
+            (interior + 1) as usize,
+        ));
         let (clo, chi) = ((-lo).max(0), (-hi).max(0));
         if clo + chi > size {
-            return Err(Error::Shape(format!("negative padding {config:?} removes more than axis {i} holds")));
+            return Err(Error::Shape(format!(
+                "negative padding {config:?} removes more than axis {i} holds"
+            )));
         }
         crop.push((clo as usize, (size - chi) as usize));
     }

@@ -13,17 +13,26 @@ use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
 use burn::tensor::IntDType;
 
 pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
-    let x = if x.kind() == Kind::Bool { x.cast(DType::U8)? } else { x.clone() };
+    let x = if x.kind() == Kind::Bool {
+        x.cast(DType::U8)?
+    } else {
+        x.clone()
+    };
     match op {
         Op::Sort { axis, descending } => sort(&x, *axis, *descending),
-        Op::Argsort { axis, descending, out } => {
-            argsort(&x, *axis, *descending)?.cast(out.unwrap_or(DType::S64))
-        }
+        Op::Argsort {
+            axis,
+            descending,
+            out,
+        } => argsort(&x, *axis, *descending)?.cast(out.unwrap_or(DType::S64)),
         Op::CumulativeSum { axis, reverse } => scan(&x, *axis, *reverse, 0),
         Op::CumulativeProduct { axis, reverse } => scan(&x, *axis, *reverse, 1),
         Op::CumulativeMax { axis, reverse } => scan(&x, *axis, *reverse, 2),
         Op::CumulativeMin { axis, reverse } => scan(&x, *axis, *reverse, 3),
-        other => Err(Error::Unsupported(format!("{} is not a sort or scan op", other.name()))),
+        other => Err(Error::Unsupported(format!(
+            "{} is not a sort or scan op",
+            other.name()
+        ))),
     }
 }
 
@@ -83,7 +92,10 @@ pub(crate) fn argsort(x: &Tensor, axis: usize, desc: bool) -> Result<Tensor> {
     let head = util::full(&first, DType::S64, Scalar::I(0), &x.dispatch_device())?;
     let steps = util::cat(&[head, change.cast(DType::S64)?], axis);
     let runs = Tensor::from_prim(B::int_cumsum(steps.prim(), axis), Kind::Int, shape.clone());
-    let key = B::int_add(B::int_mul_scalar(runs.prim(), (n as i64).into()), idx.prim());
+    let key = B::int_add(
+        B::int_mul_scalar(runs.prim(), (n as i64).into()),
+        idx.prim(),
+    );
     let order = B::int_argsort(key, axis, false);
     let order = Tensor::from_prim(order, Kind::Int, shape.clone()).cast(DType::S64)?;
     let res = B::int_gather(axis, idx.prim(), order.prim());
@@ -95,7 +107,11 @@ fn scan(x: &Tensor, axis: usize, reverse: bool, which: u8) -> Result<Tensor> {
     if x.numel() == 0 || x.rank() == 0 {
         return Ok(x.clone());
     }
-    let t = if reverse { util::flip(x, &[axis]) } else { x.clone() };
+    let t = if reverse {
+        util::flip(x, &[axis])
+    } else {
+        x.clone()
+    };
     let p = t.prim();
     let prim = match (t.kind(), which) {
         (Kind::Float, 0) => B::float_cumsum(p, axis),

@@ -54,7 +54,9 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
         Acosh => float(x, B::float_acosh),
         Atanh => float(x, B::float_atanh),
         Erf => float(x, B::float_erf),
-        Erfc => float(x, |p| B::float_add_scalar(B::float_neg(B::float_erf(p)), 1.0f64.into())),
+        Erfc => float(x, |p| {
+            B::float_add_scalar(B::float_neg(B::float_erf(p)), 1.0f64.into())
+        }),
         Sigmoid => float(x, B::sigmoid),
         Relu => match x.kind() {
             Kind::Float => float(x, B::relu),
@@ -72,7 +74,11 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
                 return Ok(z);
             }
             let p = x.prim();
-            let b = if *op == IsNan { B::float_is_nan(p, BOOL) } else { B::float_is_inf(p, BOOL) };
+            let b = if *op == IsNan {
+                B::float_is_nan(p, BOOL)
+            } else {
+                B::float_is_inf(p, BOOL)
+            };
             Ok(util::bool_tensor(b, x.shape().to_vec()))
         }
         LogicalNot => {
@@ -82,7 +88,10 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
         BitwiseNot => int(x, B::bitwise_not),
         PopulationCount => population_count(x),
         CountLeadingZeros => count_leading_zeros(x),
-        other => Err(Error::Unsupported(format!("{} is not a unary op", other.name()))),
+        other => Err(Error::Unsupported(format!(
+            "{} is not a unary op",
+            other.name()
+        ))),
     }
 }
 
@@ -92,21 +101,36 @@ fn float(x: &Tensor, f: impl FnOnce(Prim) -> Prim) -> Result<Tensor> {
     if t.numel() == 0 {
         return Ok(t);
     }
-    Ok(Tensor::from_prim(f(t.prim()), Kind::Float, t.shape().to_vec()))
+    Ok(Tensor::from_prim(
+        f(t.prim()),
+        Kind::Float,
+        t.shape().to_vec(),
+    ))
 }
 
 fn int(x: &Tensor, f: impl FnOnce(Prim) -> Prim) -> Result<Tensor> {
     if x.dtype().is_float() {
-        return Err(Error::Dtype(format!("expects an integer tensor, got {}", x.dtype())));
+        return Err(Error::Dtype(format!(
+            "expects an integer tensor, got {}",
+            x.dtype()
+        )));
     }
     let t = x.cast(x.dtype())?;
     if t.numel() == 0 {
         return Ok(t);
     }
-    Ok(Tensor::from_prim(f(t.prim()), Kind::Int, t.shape().to_vec()))
+    Ok(Tensor::from_prim(
+        f(t.prim()),
+        Kind::Int,
+        t.shape().to_vec(),
+    ))
 }
 
-fn int_or_float(x: &Tensor, i: impl FnOnce(Prim) -> Prim, f: impl FnOnce(Prim) -> Prim) -> Result<Tensor> {
+fn int_or_float(
+    x: &Tensor,
+    i: impl FnOnce(Prim) -> Prim,
+    f: impl FnOnce(Prim) -> Prim,
+) -> Result<Tensor> {
     if x.dtype().is_float() {
         float(x, f)
     } else {
@@ -132,7 +156,11 @@ fn round(x: &Tensor) -> Result<Tensor> {
     let frac = B::float_abs(B::float_sub(p.clone(), t.clone()));
     let half = B::float_greater_equal_elem(frac, 0.5f64.into(), BOOL);
     let bumped = B::float_add(t.clone(), B::float_sign(p));
-    Ok(Tensor::from_prim(B::float_mask_where(t, half, bumped), Kind::Float, x.shape().to_vec()))
+    Ok(Tensor::from_prim(
+        B::float_mask_where(t, half, bumped),
+        Kind::Float,
+        x.shape().to_vec(),
+    ))
 }
 
 /// exp(x) - 1, with a second-order series near zero where the subtraction cancels.
@@ -156,15 +184,32 @@ fn cbrt(x: &Tensor) -> Result<Tensor> {
 /// Inverse error function: Giles' polynomial approximation, refined by one Newton step.
 fn erf_inv(x: &Tensor) -> Result<Tensor> {
     const SMALL: [f64; 9] = [
-        2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-        -0.00125372503, -0.00417768164, 0.246640727, 1.50140941,
+        2.81022636e-08,
+        3.43273939e-07,
+        -3.5233877e-06,
+        -4.39150654e-06,
+        0.00021858087,
+        -0.00125372503,
+        -0.00417768164,
+        0.246640727,
+        1.50140941,
     ];
     const LARGE: [f64; 9] = [
-        -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-        -0.0076224613, 0.00943887047, 1.00167406, 2.83297682,
+        -0.000200214257,
+        0.000100950558,
+        0.00134934322,
+        -0.00367342844,
+        0.00573950773,
+        -0.0076224613,
+        0.00943887047,
+        1.00167406,
+        2.83297682,
     ];
     let horner = |w: Prim, coef: &[f64]| {
-        let mut p = B::float_mul_scalar(B::float_ones(w.shape(), &B::float_device(&w), dtype_of(&w)), coef[0].into());
+        let mut p = B::float_mul_scalar(
+            B::float_ones(w.shape(), &B::float_device(&w), dtype_of(&w)),
+            coef[0].into(),
+        );
         for c in &coef[1..] {
             p = adds(B::float_mul(p, w.clone()), *c);
         }
@@ -181,7 +226,10 @@ fn erf_inv(x: &Tensor) -> Result<Tensor> {
         let y = B::float_mul(B::float_mask_where(large, is_small, small), p.clone());
         // Newton: y -= (erf(y) - x) / (2/sqrt(pi) * exp(-y^2)), only where |x| < 1.
         let err = B::float_sub(B::float_erf(y.clone()), p.clone());
-        let deriv = muls(B::float_exp(B::float_neg(B::float_mul(y.clone(), y.clone()))), std::f64::consts::FRAC_2_SQRT_PI);
+        let deriv = muls(
+            B::float_exp(B::float_neg(B::float_mul(y.clone(), y.clone()))),
+            std::f64::consts::FRAC_2_SQRT_PI,
+        );
         let refined = B::float_sub(y.clone(), B::float_div(err, deriv));
         let inside = B::float_lower_elem(B::float_abs(p.clone()), 1.0f64.into(), BOOL);
         let y = B::float_mask_where(y, inside, refined);
@@ -208,7 +256,10 @@ fn population_count(x: &Tensor) -> Result<Tensor> {
     }
     let mut count = B::int_zeros(x.prim().shape(), &x.dispatch_device(), t.int_dtype()?);
     for i in 0..t.bits() {
-        let bit = B::bitwise_and_scalar(B::bitwise_right_shift_scalar(x.prim(), (i as i64).into()), 1i64.into());
+        let bit = B::bitwise_and_scalar(
+            B::bitwise_right_shift_scalar(x.prim(), (i as i64).into()),
+            1i64.into(),
+        );
         count = B::int_add(count, bit);
     }
     Ok(Tensor::from_prim(count, Kind::Int, x.shape().to_vec()))

@@ -12,7 +12,9 @@ pub(crate) fn axis(axis: usize, rank: usize) -> Result<usize> {
     if axis < rank.max(1) || (rank == 0 && axis == 0) {
         Ok(axis)
     } else {
-        Err(Error::Argument(format!("axis {axis} is out of range for rank {rank}")))
+        Err(Error::Argument(format!(
+            "axis {axis} is out of range for rank {rank}"
+        )))
     }
 }
 
@@ -25,7 +27,9 @@ pub(crate) fn axes_sorted(axes: &Option<Vec<usize>>, rank: usize) -> Result<Vec<
     };
     for &a in &v {
         if a >= rank {
-            return Err(Error::Argument(format!("axis {a} is out of range for rank {rank}")));
+            return Err(Error::Argument(format!(
+                "axis {a} is out of range for rank {rank}"
+            )));
         }
     }
     v.sort_unstable();
@@ -39,11 +43,15 @@ pub(crate) fn axes_sorted(axes: &Option<Vec<usize>>, rank: usize) -> Result<Vec<
 pub(crate) fn permutation(perm: &[usize], rank: usize) -> Result<()> {
     let mut seen = vec![false; rank];
     if perm.len() != rank {
-        return Err(Error::Argument(format!("permutation {perm:?} does not have {rank} axes")));
+        return Err(Error::Argument(format!(
+            "permutation {perm:?} does not have {rank} axes"
+        )));
     }
     for &p in perm {
         if p >= rank || seen[p] {
-            return Err(Error::Argument(format!("{perm:?} is not a permutation of 0..{rank}")));
+            return Err(Error::Argument(format!(
+                "{perm:?} is not a permutation of 0..{rank}"
+            )));
         }
         seen[p] = true;
     }
@@ -55,14 +63,24 @@ pub(crate) fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let r = a.len().max(b.len());
     let mut out = vec![0; r];
     for i in 0..r {
-        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
-        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+        let da = if i + a.len() >= r {
+            a[i + a.len() - r]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= r {
+            b[i + b.len() - r]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
         } else {
-            return Err(Error::Shape(format!("cannot broadcast shapes {a:?} and {b:?}")));
+            return Err(Error::Shape(format!(
+                "cannot broadcast shapes {a:?} and {b:?}"
+            )));
         };
     }
     Ok(out)
@@ -104,13 +122,24 @@ pub(crate) fn expand(t: &Tensor, shape: &[usize]) -> Tensor {
 }
 
 /// A tensor of `shape` filled with `value`.
-pub(crate) fn full(shape: &[usize], dtype: DType, value: Scalar, device: &DispatchDevice) -> Result<Tensor> {
+pub(crate) fn full(
+    shape: &[usize],
+    dtype: DType,
+    value: Scalar,
+    device: &DispatchDevice,
+) -> Result<Tensor> {
     if let Scalar::U(v) = value {
         if v > i64::MAX as u64 {
             // Some backends read integer fills through i64; build values above it on the host.
             let n = crate::tensor::numel(shape);
-            let data = burn::tensor::TensorData::new(vec![v; n], prim_shape(shape)).convert_dtype(dtype.burn());
-            return Tensor::from_data(data, dtype, shape.to_vec(), crate::Device::from_dispatch(device));
+            let data = burn::tensor::TensorData::new(vec![v; n], prim_shape(shape))
+                .convert_dtype(dtype.burn());
+            return Tensor::from_data(
+                data,
+                dtype,
+                shape.to_vec(),
+                crate::Device::from_dispatch(device),
+            );
         }
     }
     let sh = prim_shape(shape);
@@ -129,7 +158,11 @@ pub(crate) fn full_like(t: &Tensor, value: Scalar) -> Result<Tensor> {
 
 /// A scalar `value` of `t`'s dtype and device, broadcast lazily by the caller.
 pub(crate) fn scalar_like(t: &Tensor, value: f64) -> Result<Tensor> {
-    let s = if t.dtype().is_float() { Scalar::F(value) } else { Scalar::I(value as i64) };
+    let s = if t.dtype().is_float() {
+        Scalar::F(value)
+    } else {
+        Scalar::I(value as i64)
+    };
     full(&[], t.dtype(), s, &t.dispatch_device())
 }
 

@@ -13,11 +13,36 @@ use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
 
 pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     let (red, dims, strides, padding, dil) = match op {
-        Op::WindowSum { window_dims, strides, padding, window_dilations } => (0, window_dims, strides, padding, window_dilations),
-        Op::WindowProduct { window_dims, strides, padding, window_dilations } => (1, window_dims, strides, padding, window_dilations),
-        Op::WindowMax { window_dims, strides, padding, window_dilations } => (2, window_dims, strides, padding, window_dilations),
-        Op::WindowMin { window_dims, strides, padding, window_dilations } => (3, window_dims, strides, padding, window_dilations),
-        other => return Err(Error::Unsupported(format!("{} is not a window op", other.name()))),
+        Op::WindowSum {
+            window_dims,
+            strides,
+            padding,
+            window_dilations,
+        } => (0, window_dims, strides, padding, window_dilations),
+        Op::WindowProduct {
+            window_dims,
+            strides,
+            padding,
+            window_dilations,
+        } => (1, window_dims, strides, padding, window_dilations),
+        Op::WindowMax {
+            window_dims,
+            strides,
+            padding,
+            window_dilations,
+        } => (2, window_dims, strides, padding, window_dilations),
+        Op::WindowMin {
+            window_dims,
+            strides,
+            padding,
+            window_dilations,
+        } => (3, window_dims, strides, padding, window_dilations),
+        other => {
+            return Err(Error::Unsupported(format!(
+                "{} is not a window op",
+                other.name()
+            )))
+        }
     };
     let r = x.rank();
     let ones = vec![1; r];
@@ -25,12 +50,20 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     let dil = dil.clone().unwrap_or_else(|| ones.clone());
     let padding = padding.clone().unwrap_or_else(|| vec![(0, 0); r]);
     if dims.len() != r || strides.len() != r || dil.len() != r || padding.len() != r {
-        return Err(Error::Argument(format!("window dimensions, strides, padding and dilations need {r} entries")));
+        return Err(Error::Argument(format!(
+            "window dimensions, strides, padding and dilations need {r} entries"
+        )));
     }
     if dims.iter().chain(&strides).chain(&dil).any(|&v| v == 0) {
-        return Err(Error::Argument("window dimensions, strides and dilations must be positive".into()));
+        return Err(Error::Argument(
+            "window dimensions, strides and dilations must be positive".into(),
+        ));
     }
-    let x = if x.kind() == Kind::Bool { x.cast(crate::DType::U8)? } else { x.clone() };
+    let x = if x.kind() == Kind::Bool {
+        x.cast(crate::DType::U8)?
+    } else {
+        x.clone()
+    };
     let identity = match (red, x.dtype().is_float()) {
         (0, _) => Scalar::I(0),
         (1, _) => Scalar::I(1),
@@ -50,7 +83,11 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     for i in 0..r {
         let span = (dims[i] - 1) * dil[i] + 1;
         let d = x.shape()[i];
-        out_shape.push(if d < span { 0 } else { (d - span) / strides[i] + 1 });
+        out_shape.push(if d < span {
+            0
+        } else {
+            (d - span) / strides[i] + 1
+        });
     }
     if crate::tensor::numel(&out_shape) == 0 || r == 0 {
         return util::full(&out_shape, x.dtype(), identity, &x.dispatch_device());

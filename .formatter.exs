@@ -1,0 +1,4 @@
+[
+  inputs: ["{mix,.formatter,.credo}.exs", "{config,lib,test,bench,examples}/**/*.{ex,exs}"],
+  line_length: 110
+]

@@ -1,0 +1,87 @@
+//! CUDA preflight: the checks that turn a missing driver, NVRTC or CUDA headers into a clear
+//! [`Error::Device`] before Burn's CUDA runtime would panic on first use.
+
+use crate::{Error, Result};
+use cudarc::driver::result as drv;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The CUDA toolkit root Burn's runtime compiler uses for headers (`CUDA_PATH`, else the
+/// usual install locations).
+pub fn cuda_path() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("CUDA_PATH") {
+        return Some(PathBuf::from(p));
+    }
+    ["/usr/local/cuda", "/opt/cuda"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+fn probe() -> Result<usize> {
+    // SAFETY: only checks whether the shared libraries can be opened.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(Error::Device(
+            "the NVIDIA driver library (libcuda.so) was not found: install the NVIDIA driver"
+                .into(),
+        ));
+    }
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::Device(
+            "NVRTC (libnvrtc.so) was not found: the cuda variant compiles kernels at run time; \
+             install the CUDA toolkit's NVRTC and put its lib directory on LD_LIBRARY_PATH"
+                .into(),
+        ));
+    }
+    match cuda_path() {
+        Some(p) if p.join("include").join("cuda.h").exists() || p.join("include").exists() => {}
+        _ => {
+            return Err(Error::Device(
+                "CUDA headers were not found: set CUDA_PATH to the CUDA toolkit (it must contain include/)".into(),
+            ))
+        }
+    }
+    crate::guard(|| {
+        drv::init()
+            .map_err(|e| Error::Device(format!("CUDA driver failed to initialise: {e:?}")))?;
+        let n = drv::device::get_count()
+            .map_err(|e| Error::Device(format!("cannot count CUDA devices: {e:?}")))?;
+        Ok(n.max(0) as usize)
+    })
+}
+
+fn status() -> &'static Result<usize> {
+    static STATUS: OnceLock<Result<usize>> = OnceLock::new();
+    STATUS.get_or_init(probe)
+}
+
+/// Number of CUDA devices, or the reason none can be used.
+pub fn device_count() -> Result<usize> {
+    status().clone()
+}
+
+/// Checks that CUDA device `index` can be used.
+pub fn check(index: usize) -> Result<()> {
+    let n = device_count()?;
+    if index >= n {
+        return Err(Error::Device(format!(
+            "CUDA device {index} does not exist ({n} found)"
+        )));
+    }
+    Ok(())
+}
+
+/// The device's name as the driver reports it.
+pub fn device_name(index: usize) -> Result<String> {
+    check(index)?;
+    crate::guard(|| {
+        let dev = drv::device::get(index as i32).map_err(|e| Error::Device(format!("{e:?}")))?;
+        let name = drv::device::get_name(dev).map_err(|e| Error::Device(format!("{e:?}")))?;
+        // SAFETY: `dev` is a valid device handle from the driver.
+        let mem = unsafe { drv::device::total_mem(dev) }.unwrap_or(0);
+        Ok(format!(
+            "{name} ({:.0} GiB, CUDA)",
+            mem as f64 / (1u64 << 30) as f64
+        ))
+    })
+}
