@@ -32,14 +32,14 @@ defmodule ExBurn.Native do
     |> apply(fun, args)
     |> unwrap(op)
   rescue
+    e in ArgumentError ->
+      reraise Error.new(kind: :argument, op: op, message: Exception.message(e)), __STACKTRACE__
+
     e in ErlangError ->
       case e.original do
         :nif_not_loaded -> raise not_loaded(op)
         other -> reraise Error.new(kind: :execution, op: op, message: inspect(other)), __STACKTRACE__
       end
-
-    e in ArgumentError ->
-      reraise Error.new(kind: :argument, op: op, message: Exception.message(e)), __STACKTRACE__
   end
 
   defp unwrap({:ok, value}, _op), do: value

@@ -1,0 +1,14 @@
+# Tests that need an optional library or a GPU are tagged and run only when it is present:
+#   :nx   - Nx is loadable (e.g. from ERL_LIBS)
+#   :axon - Axon is loadable
+#   :cuda - the loaded library has a usable CUDA device
+exclude =
+  [
+    nx: not Code.ensure_loaded?(Nx),
+    axon: not Code.ensure_loaded?(Axon),
+    cuda: not ExBurn.cuda_available?()
+  ]
+  |> Enum.filter(fn {_tag, skip?} -> skip? end)
+  |> Enum.map(fn {tag, _} -> tag end)
+
+ExUnit.start(exclude: exclude)
