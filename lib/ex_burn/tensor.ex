@@ -171,7 +171,7 @@ defmodule ExBurn.Tensor do
         try do
           n = ExBurn.Tensor.numel(t)
           values = t |> ExBurn.Tensor.to_binary(limit: @max) |> ExBurn.Type.decode(t.type)
-          shown = Enum.map_join(values, ", ", &Kernel.inspect/1)
+          shown = Enum.map_join(values, ", ", &format_value(&1, t.type))
           if n > @max, do: "[#{shown}, ...]", else: "[#{shown}]"
         rescue
           e in ExBurn.Error -> "(#{e.kind})"
@@ -179,5 +179,17 @@ defmodule ExBurn.Tensor do
 
       concat(["#ExBurn.Tensor<", header, " ", color(body, :list, opts), ">"])
     end
+
+    # Floats narrower than 64 bits print with the fewest digits that read back to the same value.
+    defp format_value(x, {_, bits} = type) when is_float(x) and bits < 64 do
+      bin = ExBurn.Type.encode([x], type)
+
+      Enum.find_value(1..17, fn d ->
+        r = Float.round(x, d)
+        if ExBurn.Type.encode([r], type) == bin, do: Float.to_string(r)
+      end) || Float.to_string(x)
+    end
+
+    defp format_value(x, _type), do: Kernel.inspect(x)
   end
 end

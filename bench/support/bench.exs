@@ -1,0 +1,72 @@
+# Shared helpers for the bench scripts: timing, machine facts, results tables.
+defmodule Bench do
+  @moduledoc false
+
+  @doc "Median of `runs` timings (microseconds) of `fun`, after `warmup` calls."
+  def median_us(fun, runs, warmup \\ 1) do
+    for _ <- 1..warmup, do: fun.()
+
+    1..runs
+    |> Enum.map(fn _ -> elem(:timer.tc(fun), 0) end)
+    |> median()
+  end
+
+  @doc "Median per-call time (ns) of `fun`, measured over `batches` batches of `per` calls."
+  def median_call_ns(fun, batches, per) do
+    for _ <- 1..per, do: fun.()
+
+    1..batches
+    |> Enum.map(fn _ ->
+      {us, _} = :timer.tc(fn -> for _ <- 1..per, do: fun.() end)
+      us * 1000 / per
+    end)
+    |> median()
+  end
+
+  def median(list) do
+    sorted = Enum.sort(list)
+    Enum.at(sorted, div(length(sorted), 2))
+  end
+
+  @doc "A one-line description of this machine."
+  def machine do
+    cpu =
+      case File.read("/proc/cpuinfo") do
+        {:ok, s} -> s |> String.split("\n") |> Enum.find_value("unknown CPU", &model/1)
+        _ -> "unknown CPU"
+      end
+
+    "#{cpu}, #{System.schedulers_online()} cores, OTP #{System.otp_release()}, Elixir #{System.version()}"
+  end
+
+  defp model("model name" <> rest), do: rest |> String.split(":", parts: 2) |> List.last() |> String.trim()
+  defp model(_), do: nil
+
+  @doc "Runs python3 code and returns its stdout, or nil when python3 or a module is missing."
+  def python(code) do
+    case System.find_executable("python3") do
+      nil -> nil
+      py ->
+        case System.cmd(py, ["-c", code], stderr_to_stdout: true) do
+          {out, 0} -> String.trim(out)
+          _ -> nil
+        end
+    end
+  end
+
+  @doc "Writes a markdown results file."
+  def write(path, title, intro, header, rows) do
+    table =
+      [
+        "| " <> Enum.join(header, " | ") <> " |",
+        "|" <> String.duplicate(" --- |", length(header))
+        | Enum.map(rows, fn r -> "| " <> Enum.map_join(r, " | ", &to_string/1) <> " |" end)
+      ]
+      |> Enum.join("\n")
+
+    body = "# #{title}\n\n#{intro}\n\n#{table}\n"
+    File.mkdir_p!(Path.dirname(path))
+    File.write!(path, body)
+    IO.puts(body)
+  end
+end
