@@ -1,7 +1,7 @@
 defmodule ExBurn.MixProject do
   use Mix.Project
 
-  @version "0.4.0"
+  @version "0.4.0-dev"
   @source_url "https://github.com/ex-burn/ex_burn"
 
   def project do
@@ -14,7 +14,7 @@ defmodule ExBurn.MixProject do
       package: package(),
       description: "Burn (Rust) deep learning from Elixir: Nx backend, Defn compiler, native training.",
       source_url: @source_url,
-      docs: [main: "readme", extras: ["README.md"]]
+      docs: [main: "readme", extras: ["README.md", "guides/installation.md"]]
     ]
   end
 
@@ -48,10 +48,15 @@ defmodule ExBurn.MixProject do
     [
       licenses: ["Apache-2.0"],
       links: %{"GitHub" => @source_url},
-      files: ~w(lib native/ex_burn_core/src native/ex_burn_core/Cargo.toml
+      # What a user's machine needs: the Elixir sources, and for a source build the whole
+      # cargo workspace (every member, the lock file, the CUDA pin and musl flags) plus the
+      # release matrix that ExBurn.Nif reads; never built libraries (priv/native, target/).
+      files: ~w(lib mix.exs README.md LICENSE .formatter.exs
+                checksum-Elixir.ExBurn.Nif.exs native/targets.txt
+                Cargo.toml Cargo.lock Cross.toml .cargo/config.toml
+                native/ex_burn_core/src native/ex_burn_core/Cargo.toml
                 native/ex_burn_nif/src native/ex_burn_nif/Cargo.toml
-                Cargo.toml Cargo.lock Cross.toml checksum-Elixir.ExBurn.Nif.exs
-                mix.exs README.md LICENSE)
+                native/ex_burn_release/src native/ex_burn_release/Cargo.toml)
     ]
   end
 end

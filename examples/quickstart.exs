@@ -28,8 +28,18 @@ IO.inspect(BurnBridge.matmul(f32, BurnBridge.transpose(f32)), label: "f32 @ f32^
 n = 1024
 a = BurnBridge.random_uniform({n, n}, seed: 1)
 b = BurnBridge.random_normal({n, n}, seed: 2)
-{us, c} = :timer.tc(fn -> c = BurnBridge.matmul(a, b); _ = Tensor.to_binary(c, limit: 1); c end)
-IO.puts("#{n}x#{n} f32 matmul: #{Float.round(us / 1000, 1)} ms (#{Float.round(2 * n ** 3 / us / 1000, 1)} GFLOP/s)")
+
+{us, c} =
+  :timer.tc(fn ->
+    c = BurnBridge.matmul(a, b)
+    _ = Tensor.to_binary(c, limit: 1)
+    c
+  end)
+
+IO.puts(
+  "#{n}x#{n} f32 matmul: #{Float.round(us / 1000, 1)} ms (#{Float.round(2 * n ** 3 / us / 1000, 1)} GFLOP/s)"
+)
+
 IO.inspect(BurnBridge.mean(c), label: "mean of the product")
 :ok = ExBurn.smoke_test()
 IO.puts("quickstart finished")

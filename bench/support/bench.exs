@@ -45,7 +45,9 @@ defmodule Bench do
   @doc "Runs python3 code and returns its stdout, or nil when python3 or a module is missing."
   def python(code) do
     case System.find_executable("python3") do
-      nil -> nil
+      nil ->
+        nil
+
       py ->
         case System.cmd(py, ["-c", code], stderr_to_stdout: true) do
           {out, 0} -> String.trim(out)

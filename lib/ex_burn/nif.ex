@@ -1,8 +1,11 @@
 defmodule ExBurn.Nif do
   @moduledoc false
-  # NIF stubs, generated from one list, and the loader. With rustler_precompiled loaded the
-  # artifact for this target and variant is downloaded and verified (ExBurn.Nif.Config);
-  # otherwise the library built locally into priv/native is loaded.
+  # NIF stubs, generated from one list, and the loader. With rustler_precompiled loaded (a hex
+  # install) the artifact for this target and variant is downloaded and checksum-verified, or
+  # built with cargo when ExBurn.Nif.Config decides so. Otherwise, and in a checkout where
+  # bin/setup built priv/native/libex_burn_nif, that local library is loaded.
+
+  alias ExBurn.Nif.Config
 
   @nifs [
     tensor_from_binary: 4,
@@ -29,18 +32,34 @@ defmodule ExBurn.Nif do
   @doc false
   def nifs, do: @nifs
 
-  @on_load :load_local
-  @doc false
-  def load_local do
-    path = Path.join([:code.priv_dir(:ex_burn), "native", "libex_burn_nif"])
+  local_library = Path.expand("../../priv/native/libex_burn_nif", __DIR__)
+  local_files = for ext <- ~w(.so .dll .dylib), do: local_library <> ext
+  for file <- local_files, do: @external_resource(file)
+  local? = Enum.any?(local_files, &File.exists?/1)
 
-    case :erlang.load_nif(String.to_charlist(path), 0) do
-      :ok -> :persistent_term.put({__MODULE__, :load_error}, nil)
-      {:error, reason} -> :persistent_term.put({__MODULE__, :load_error}, reason)
+  if Config.loader(Code.ensure_loaded?(RustlerPrecompiled), local?) == :precompiled do
+    version = Mix.Project.config()[:version]
+    plan = Config.plan(Config.inputs(version, Application.compile_env(:ex_burn, :variant)))
+    if plan.error, do: Mix.raise(plan.error)
+
+    opts = Config.rustler_precompiled_options(plan, version)
+    # Evaluated, not written as `use`: a `use` in either branch would be expanded even when
+    # RustlerPrecompiled does not exist (Nx-free, Hex-free builds).
+    Code.eval_quoted(quote(do: use(RustlerPrecompiled, var!(opts))), [opts: opts], __ENV__)
+  else
+    @on_load :load_local
+    @doc false
+    def load_local do
+      path = Path.join([:code.priv_dir(:ex_burn), "native", "libex_burn_nif"])
+
+      case :erlang.load_nif(String.to_charlist(path), 0) do
+        :ok -> :persistent_term.put({__MODULE__, :load_error}, nil)
+        {:error, reason} -> :persistent_term.put({__MODULE__, :load_error}, reason)
+      end
+
+      # Loading never fails the module: calls then raise ExBurn.Error kind :nif_not_loaded.
+      :ok
     end
-
-    # Loading never fails the module: calls then raise ExBurn.Error kind :nif_not_loaded.
-    :ok
   end
 
   @doc false

@@ -64,6 +64,7 @@ defmodule ExBurn.ErrorsTest do
     assert kind(fn -> ExBurn.Native.call(:eval_op, [:no_such_op, [], :cpu]) end) == :argument
     assert kind(fn -> ExBurn.Native.call(:eval_op, [{:sum, %{axes: "x"}}, [], :cpu]) end) == :argument
     assert kind(fn -> ExBurn.Native.call(:eval_op, [:exp, [:not_a_ref], :cpu]) end) == :argument
+
     assert kind(fn -> ExBurn.Native.call(:tensor_from_binary, [<<>>, {0}, {:f, 32}, {:gpu, 1}]) end) ==
              :argument
   end

@@ -36,7 +36,11 @@ defmodule ExBurn.ResourcesTest do
 
     Process.sleep(50)
     growth = rss_mb() - before
-    IO.puts("\n  [memory] RSS before #{Float.round(before, 1)} MiB, growth after 100k tensors #{Float.round(growth, 1)} MiB")
+
+    IO.puts(
+      "\n  [memory] RSS before #{Float.round(before, 1)} MiB, growth after 100k tensors #{Float.round(growth, 1)} MiB"
+    )
+
     # 100k leaked tensors would hold >= 200 MiB
     assert growth < 40
   end

@@ -16,12 +16,15 @@ pub(crate) type B = Dispatch;
 /// A Burn tensor primitive (float, int and bool share this type in `Dispatch`).
 pub(crate) type Prim = DispatchTensor;
 
+/// Dimensions, inline up to rank 8 (no heap allocation on the eager path).
+pub(crate) type Dims = smallvec::SmallVec<[usize; 8]>;
+
 /// A tensor on some device.
 #[derive(Clone, Debug)]
 pub struct Tensor {
     prim: Prim,
     kind: Kind,
-    shape: Vec<usize>,
+    shape: Dims,
 }
 
 /// Converts a logical shape into the primitive's shape (rank 0 is stored as `[1]`).
@@ -67,12 +70,25 @@ impl Tensor {
                 Kind::Bool => B::bool_reshape(prim, want),
             }
         };
-        Tensor { prim, kind, shape }
+        Tensor {
+            prim,
+            kind,
+            shape: Dims::from_vec(shape),
+        }
+    }
+
+    /// Wraps a primitive whose shape is known to equal `like`'s (element-wise results).
+    pub(crate) fn same_shape_as(prim: Prim, kind: Kind, like: &Tensor) -> Tensor {
+        Tensor {
+            prim,
+            kind,
+            shape: like.shape.clone(),
+        }
     }
 
     /// Wraps a primitive keeping its own shape.
     pub(crate) fn wrap(prim: Prim, kind: Kind) -> Tensor {
-        let shape = prim.shape().to_vec();
+        let shape = prim.shape().iter().copied().collect();
         Tensor { prim, kind, shape }
     }
 

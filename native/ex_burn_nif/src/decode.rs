@@ -43,8 +43,31 @@ pub fn dtype(term: Term) -> Result<DType> {
     DType::from_nx(&class, bits)
 }
 
+/// Decodes an op. Ops given as a bare atom (most eager calls) are decoded once and cached by
+/// atom, which keeps the eager path cheap.
+pub fn op(term: Term) -> Result<ex_burn_core::Op> {
+    use std::collections::HashMap;
+    use std::sync::{OnceLock, RwLock};
+    static CACHE: OnceLock<RwLock<HashMap<rustler::Atom, ex_burn_core::Op>>> = OnceLock::new();
+    let Ok(atom) = rustler::Atom::from_term(term) else {
+        return decode(term, "op");
+    };
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(op) = cache.read().ok().and_then(|c| c.get(&atom).cloned()) {
+        return Ok(op);
+    }
+    let op: ex_burn_core::Op = decode(term, "op")?;
+    if let Ok(mut c) = cache.write() {
+        c.insert(atom, op.clone());
+    }
+    Ok(op)
+}
+
 /// Decodes a device (`:cpu`, `:cuda` = `{:cuda, 0}`, `{:cuda, i}`, ...).
 pub fn device(term: Term) -> Result<Device> {
+    if term == crate::reply::cpu().to_term(term.get_env()) {
+        return Ok(Device::Cpu);
+    }
     if let Ok(name) = term.atom_to_string() {
         match name.as_str() {
             "cuda" => return Ok(Device::Cuda(0)),

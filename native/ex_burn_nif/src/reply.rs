@@ -4,7 +4,7 @@ use crate::resource::TensorRes;
 use ex_burn_core::{DType, Device, Error, Result, Tensor};
 use rustler::{Atom, Encoder, Env, ResourceArc, Term};
 
-rustler::atoms! { ok, error, cpu, cuda, vulkan, metal }
+rustler::atoms! { ok, error, cpu, cuda, vulkan, metal, f, bf, s, u }
 
 /// Runs `f` under the panic guard and encodes its result.
 pub fn run<'a>(env: Env<'a>, f: impl FnOnce() -> Result<Term<'a>>) -> Term<'a> {
@@ -41,8 +41,7 @@ pub fn device<'a>(env: Env<'a>, d: Device) -> Term<'a> {
 
 /// `{ref, shape, type, device}`: everything Elixir needs to build an `%ExBurn.Tensor{}`.
 pub fn tensor<'a>(env: Env<'a>, t: Tensor) -> Term<'a> {
-    let shape: Vec<Term> = t.shape().iter().map(|d| d.encode(env)).collect();
-    let shape = rustler::types::tuple::make_tuple(env, &shape);
+    let shape = shape(env, t.shape());
     let (ty, dev) = (dtype(env, t.dtype()), device(env, t.device()));
     let handle = ResourceArc::new(TensorRes::new(t));
     (handle, shape, ty, dev).encode(env)
@@ -54,4 +53,10 @@ pub fn tensors<'a>(env: Env<'a>, ts: Vec<Tensor>) -> Term<'a> {
         .map(|t| tensor(env, t))
         .collect::<Vec<_>>()
         .encode(env)
+}
+
+/// A shape as an Nx tuple.
+pub fn shape<'a>(env: Env<'a>, dims: &[usize]) -> Term<'a> {
+    let terms: Vec<Term> = dims.iter().map(|d| d.encode(env)).collect();
+    rustler::types::tuple::make_tuple(env, &terms)
 }

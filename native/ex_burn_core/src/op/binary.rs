@@ -102,13 +102,15 @@ pub(crate) fn binary(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Tenso
             "expects a float result type, got {out}"
         )));
     }
+    if a.dtype() == out && b.dtype() == out && a.shape() == b.shape() && a.kind() != Kind::Bool {
+        return same(f, a, b);
+    }
     let (a, b) = prepare(a, b, out)?;
     same(f, &a, &b)
 }
 
 /// Applies `f` to two tensors of one dtype and shape.
 pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let shape = a.shape().to_vec();
     if a.numel() == 0 {
         return Ok(a.clone());
     }
@@ -139,7 +141,7 @@ pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         (_, Bin::Atan2) => return Err(Error::Dtype("atan2 expects float operands".into())),
     };
     let kind = if kind == Kind::Bool { Kind::Int } else { kind };
-    Ok(Tensor::from_prim(prim, kind, shape))
+    Ok(Tensor::same_shape_as(prim, kind, a))
 }
 
 /// Remainder with the dividend's sign (C `fmod` / Rust `%`), from Burn's divisor-signed one.

@@ -569,12 +569,13 @@ fn check_inputs(op: &Op, inputs: &[Tensor]) -> Result<()> {
             op.name()
         )));
     }
-    if let Some(first) = inputs.first() {
-        let d = first.device();
-        if let Some(other) = inputs.iter().find(|t| t.device() != d) {
+    if let Some((first, rest)) = inputs.split_first() {
+        let d = first.dispatch_device();
+        if let Some(other) = rest.iter().find(|t| t.dispatch_device() != d) {
             return Err(Error::Device(format!(
-                "{}: inputs live on different devices ({d} and {}); transfer them first",
+                "{}: inputs live on different devices ({} and {}); transfer them first",
                 op.name(),
+                first.device(),
                 other.device()
             )));
         }

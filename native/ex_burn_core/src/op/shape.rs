@@ -237,14 +237,14 @@ fn put_slice(t: &Tensor, update: &Tensor, starts: &[i64]) -> Result<Tensor> {
     let out = DType::merge(t.dtype(), update.dtype());
     let (t, u) = (t.cast(out)?, update.cast(out)?);
     let mut spec = Vec::with_capacity(r);
-    for i in 0..r {
+    for (i, &start) in starts.iter().enumerate() {
         let (d, l) = (t.shape()[i], u.shape()[i]);
         if l > d {
             return Err(Error::Shape(format!(
                 "put_slice: update axis {i} ({l}) exceeds tensor ({d})"
             )));
         }
-        let s = starts[i].clamp(0, (d - l) as i64) as usize;
+        let s = start.clamp(0, (d - l) as i64) as usize;
         spec.push((s, s + l, 1));
     }
     assign(&t, &spec, &u)

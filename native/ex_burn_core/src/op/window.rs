@@ -1,8 +1,8 @@
 //! Window reductions (sum, product, max, min) over windows of every axis, with strides,
 //! low/high padding (by the reduction's identity) and window dilations.
 //!
-//! Each axis is unfolded into (windows, window) with Burn's `unfold` view, the dilation is a
-//! strided slice of the window axis, and the window axes are then reduced.
+//! Each axis is unfolded into its windows with Burn's `unfold` view (the window axis goes to
+//! the end), a dilation is a strided slice of that axis, and the window axes are then reduced.
 
 use super::util;
 use super::Op;
@@ -92,29 +92,28 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     if crate::tensor::numel(&out_shape) == 0 || r == 0 {
         return util::full(&out_shape, x.dtype(), identity, &x.dispatch_device());
     }
-    // Unfold axis i (now at position 2i) into (windows, span) at positions (2i, 2i+1).
+    // Unfold axis i in place into its windows; Burn appends the window axis at the end, so
+    // after all axes the layout is [windows_0.., window_0..].
     let mut t = x.clone();
     for i in 0..r {
         let span = (dims[i] - 1) * dil[i] + 1;
         let p = t.prim();
         let prim: Prim = match t.kind() {
-            Kind::Float => B::float_unfold(p, 2 * i, span, strides[i]),
-            _ => B::int_unfold(p, 2 * i, span, strides[i]),
+            Kind::Float => B::float_unfold(p, i, span, strides[i]),
+            _ => B::int_unfold(p, i, span, strides[i]),
         };
         t = Tensor::wrap(prim, t.kind());
         if dil[i] > 1 {
             let rank = t.rank();
             let zeros = vec![0; rank];
-            let mut lens = t.shape().to_vec();
-            lens[2 * i + 1] = span;
+            let lens = t.shape().to_vec();
             let mut steps = vec![1; rank];
-            steps[2 * i + 1] = dil[i];
+            steps[rank - 1] = dil[i];
             t = super::shape::slice_static(&t, &zeros, &lens, &steps)?;
         }
     }
     let mut p = t.prim();
-    for i in 0..r {
-        let a = 2 * i + 1;
+    for a in r..2 * r {
         p = match (t.kind(), red) {
             (Kind::Float, 0) => B::float_sum_dim(p, a),
             (Kind::Float, 1) => B::float_prod_dim(p, a),

@@ -17,7 +17,7 @@ fn eval<'a>(
     device: Term<'a>,
 ) -> Term<'a> {
     reply::run(env, || {
-        let op: Op = decode::decode(op, "op")?;
+        let op: Op = decode::op(op)?;
         let device = decode::device(device)?;
         let out = ex_burn_core::eval(&op, &inputs(&args)?, device)?;
         Ok(reply::tensors(env, out))

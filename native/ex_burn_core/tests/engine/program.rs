@@ -1,5 +1,4 @@
-mod common;
-use common::*;
+use crate::common::*;
 use ex_burn_core::program::Instr;
 use ex_burn_core::{guard, DType, Op, Program};
 

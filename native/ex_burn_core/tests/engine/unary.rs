@@ -1,5 +1,4 @@
-mod common;
-use common::*;
+use crate::common::*;
 use ex_burn_core::{DType, Op};
 
 fn run(op: Op, x: &[f64]) -> Vec<f64> {
@@ -18,7 +17,8 @@ fn close_to(got: Vec<f64>, want: &[f64], tol: f64) {
 #[test]
 fn float_functions_match_libm() {
     let xs = [0.1, 0.5, 0.9];
-    let cases: Vec<(Op, fn(f64) -> f64)> = vec![
+    type Reference = fn(f64) -> f64;
+    let cases: Vec<(Op, Reference)> = vec![
         (Op::Exp, f64::exp),
         (Op::Log, f64::ln),
         (Op::Log1p, f64::ln_1p),

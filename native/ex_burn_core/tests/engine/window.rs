@@ -1,5 +1,4 @@
-mod common;
-use common::*;
+use crate::common::*;
 use ex_burn_core::{DType, Op};
 
 fn seq(n: usize) -> Vec<f64> {

@@ -1,0 +1,466 @@
+defmodule ExBurn.Nif.Config do
+  @moduledoc """
+  Every decision about which native library ExBurn gets, as plain functions over explicit
+  inputs: the variant, whether to build from source, the cargo features of that build, the
+  download location, and the error when nothing fits. `ExBurn.Nif` applies them at compile
+  time; nothing here needs rustler_precompiled, so the rules are tested everywhere.
+
+  ## Inputs (all read at compile time)
+
+    * `config :ex_burn, variant: :cpu | :cuda | :vulkan | :metal` - wins over the env var.
+    * `EX_BURN_VARIANT` - the same values as strings; unset or `auto` = detect a CUDA driver.
+    * `EX_BURN_BUILD` - any value but `0`/`false` forces a source build (needs cargo and rustler).
+    * `RUSTLER_PRECOMPILED_FORCE_BUILD_ALL` - rustler_precompiled's own switch; also forces.
+    * `EX_BURN_BASE_URL` - where the tarballs are downloaded from (mirrors).
+
+  A `-dev` version always builds from source. A target that is not in the matrix, or a variant
+  the matrix does not offer for it, builds from source when cargo and rustler are available.
+  """
+
+  alias ExBurn.Nif.Matrix
+
+  @external_resource Matrix.path()
+  @matrix Matrix.parse(File.read!(Matrix.path()))
+  @crate "ex_burn_nif"
+  @source_url "https://github.com/ex-burn/ex_burn"
+
+  @typedoc "What the user asked for (`:cpu` is the default artifact)."
+  @type variant :: :cpu | atom()
+
+  @typedoc "The decision for one compile."
+  @type plan :: %{
+          target: String.t(),
+          variant: variant() | nil,
+          variant_source: :config | :env | :auto | nil,
+          artifact_variant: atom() | nil,
+          force_build?: boolean(),
+          reason: nil | :requested | :dev_version | :unsupported_target | :unavailable_variant,
+          features: [String.t()],
+          error: nil | String.t()
+        }
+
+  @doc "The parsed release matrix (`native/targets.txt`)."
+  @spec matrix() :: Matrix.t()
+  def matrix, do: @matrix
+
+  @doc "The Rust crate every artifact is built from."
+  @spec crate() :: String.t()
+  def crate, do: @crate
+
+  @doc "NIF versions artifacts are built for."
+  @spec nif_versions() :: [String.t()]
+  def nif_versions, do: @matrix.nif_versions
+
+  @doc "Targets with a precompiled artifact, in file order."
+  @spec targets() :: [String.t()]
+  def targets, do: @matrix.entries |> Enum.map(& &1.target) |> Enum.uniq()
+
+  @doc "Non-default variants per target, e.g. `%{\"x86_64-unknown-linux-gnu\" => [:cuda, :vulkan]}`."
+  @spec variants() :: %{String.t() => [atom()]}
+  def variants do
+    for %{variant: v, target: t} <- @matrix.entries, v != nil, reduce: %{} do
+      acc -> Map.update(acc, t, [v], &(&1 ++ [v]))
+    end
+  end
+
+  @doc """
+  Every tarball a release of `version` publishes (target x NIF version x variant), named as
+  rustler_precompiled downloads them: `lib<crate>-v<version>-nif-<nif>-<target>[--<variant>]`
+  plus `.so.tar.gz` (`.dll.tar.gz` and no `lib` on Windows).
+  """
+  @spec artifact_names(String.t()) :: [String.t()]
+  def artifact_names(version) do
+    for nif <- nif_versions(), %{target: t, variant: v} <- @matrix.entries do
+      windows? = String.contains?(t, "windows")
+      suffix = if v, do: "--#{v}", else: ""
+      prefix = if windows?, do: "", else: "lib"
+      "#{prefix}#{@crate}-v#{version}-nif-#{nif}-#{t}#{suffix}.#{if windows?, do: "dll", else: "so"}.tar.gz"
+    end
+  end
+
+  @doc "Every value `EX_BURN_VARIANT` accepts: `:cpu`, the matrix's variants and GPU features."
+  @spec known_variants() :: [variant()]
+  def known_variants do
+    gpu = for e <- @matrix.entries, f <- [e.variant | e.features], f not in [nil, "flex"], do: to_atom(f)
+    Enum.uniq([:cpu | gpu])
+  end
+
+  @doc """
+  Download location: `EX_BURN_BASE_URL`, else the GitHub release `v<version>`. A URL without a
+  path gets `/` (rustler_precompiled would otherwise build an invalid relative URL).
+  """
+  @spec base_url(String.t(), %{optional(String.t()) => String.t()}) :: String.t()
+  def base_url(version, env \\ System.get_env()) do
+    case env["EX_BURN_BASE_URL"] do
+      url when url not in [nil, ""] ->
+        if URI.parse(url).path in [nil, ""], do: url <> "/", else: url
+
+      _ ->
+        "#{@source_url}/releases/download/v#{version}"
+    end
+  end
+
+  @doc """
+  Parses a variant from config (atom or string) or the env var, ignoring case. `nil`, `""` and
+  `auto` mean "detect"; `flex` is `:cpu`.
+  """
+  @spec parse_variant(atom() | String.t() | nil) :: {:ok, variant() | nil} | {:error, String.t()}
+  def parse_variant(nil), do: {:ok, nil}
+
+  def parse_variant(value) when is_atom(value) or is_binary(value) do
+    name = value |> to_string() |> String.downcase()
+    found = Enum.find(known_variants(), &(Atom.to_string(&1) == name))
+
+    cond do
+      name in ["", "auto"] ->
+        {:ok, nil}
+
+      name == "flex" ->
+        {:ok, :cpu}
+
+      found ->
+        {:ok, found}
+
+      true ->
+        {:error,
+         "unknown ExBurn variant #{inspect(value)}; use one of " <>
+           Enum.map_join(known_variants(), ", ", &Atom.to_string/1) <> " (or leave it unset)"}
+    end
+  end
+
+  def parse_variant(value), do: parse_variant(inspect(value))
+
+  @doc """
+  The variant to use and where it came from: config wins over env; an explicit value always
+  wins over detection; with neither, a CUDA driver means `:cuda`, else `:cpu`.
+  """
+  @spec choose_variant(variant() | nil, variant() | nil, boolean()) :: {variant(), :config | :env | :auto}
+  def choose_variant(config, env, cuda_driver?) do
+    cond do
+      config != nil -> {config, :config}
+      env != nil -> {env, :env}
+      cuda_driver? -> {:cuda, :auto}
+      true -> {:cpu, :auto}
+    end
+  end
+
+  @doc """
+  Whether this machine has an NVIDIA driver: `/proc/driver/nvidia`, `nvidia-smi` on the PATH,
+  or `libcuda` / `nvcuda.dll` in a usual place or on `LD_LIBRARY_PATH`. Options `:exists?`,
+  `:find_executable` and `:env` replace the probes (tests).
+  """
+  @spec cuda_driver?(keyword()) :: boolean()
+  def cuda_driver?(opts \\ []) do
+    exists? = Keyword.get(opts, :exists?, &File.exists?/1)
+    find = Keyword.get(opts, :find_executable, &System.find_executable/1)
+    env = Keyword.get_lazy(opts, :env, &System.get_env/0)
+
+    ld_dirs = String.split(env["LD_LIBRARY_PATH"] || "", ":", trim: true)
+
+    libs =
+      for dir <-
+            ld_dirs ++
+              ~w(/usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /usr/lib/wsl/lib),
+          do: Path.join(dir, "libcuda.so.1")
+
+    find.("nvidia-smi") != nil or
+      Enum.any?(["/proc/driver/nvidia/version", "C:/Windows/System32/nvcuda.dll" | libs], exists?)
+  end
+
+  @doc """
+  The Rust target triple of this machine, computed like rustler_precompiled does (including its
+  `TARGET_ARCH`/`TARGET_VENDOR`/`TARGET_OS`/`TARGET_ABI` overrides for cross builds).
+  """
+  @spec host_target(String.t(), {atom(), atom()}, pos_integer(), map()) :: String.t()
+  def host_target(
+        system_architecture \\ List.to_string(:erlang.system_info(:system_architecture)),
+        os_type \\ :os.type(),
+        word_size \\ :erlang.system_info(:wordsize),
+        env \\ System.get_env()
+      ) do
+    parts = String.split(system_architecture, "-")
+
+    keys =
+      case length(parts) do
+        4 -> [:arch, :vendor, :os, :abi]
+        3 -> [:arch, :vendor, :os]
+        _ -> []
+      end
+
+    original = keys |> Enum.zip(parts) |> Map.new()
+
+    overridden =
+      Enum.reduce(
+        [arch: "TARGET_ARCH", vendor: "TARGET_VENDOR", os: "TARGET_OS", abi: "TARGET_ABI"],
+        original,
+        fn
+          {key, var}, acc -> if env[var], do: Map.put(acc, key, env[var]), else: acc
+        end
+      )
+
+    system =
+      if overridden != original and original[:vendor] == overridden[:vendor] and overridden[:os] == "linux",
+        do: Map.put(overridden, :vendor, "unknown"),
+        else: overridden
+
+    case os_type do
+      {:win32, _} -> windows_target(system, word_size)
+      _ -> system |> normalize_unix() |> join_triple()
+    end
+  end
+
+  defp windows_target(system, word_size) do
+    given = join_triple(system)
+
+    if given in targets() do
+      given
+    else
+      arch = if word_size == 8, do: "x86_64", else: "i686"
+
+      system
+      |> Map.put_new(:arch, arch)
+      |> Map.put_new(:vendor, "pc")
+      |> Map.put_new(:os, "windows")
+      |> Map.put_new(:abi, "msvc")
+      |> join_triple()
+    end
+  end
+
+  defp normalize_unix(%{os: os} = s) do
+    cond do
+      os =~ "darwin" -> %{s | arch: if(s.arch == "arm", do: "aarch64", else: s.arch), os: "darwin"}
+      os =~ "linux" -> %{s | arch: normalize_arch(s.arch), vendor: linux_vendor(s.vendor)}
+      os =~ "freebsd" -> %{s | arch: normalize_arch(s.arch), vendor: "unknown", os: "freebsd"}
+      true -> s
+    end
+  end
+
+  defp normalize_unix(s), do: s
+
+  defp linux_vendor(v) when v in ~w(pc redhat suse alpine), do: "unknown"
+  defp linux_vendor(v), do: v
+
+  defp normalize_arch("amd64"), do: "x86_64"
+  defp normalize_arch("riscv64"), do: "riscv64gc"
+  defp normalize_arch(arch), do: arch
+
+  defp join_triple(s), do: for(k <- [:arch, :vendor, :os, :abi], s[k], do: s[k]) |> Enum.join("-")
+
+  @doc """
+  The artifact variant that serves `variant` on `target`: `{:ok, nil}` for the default
+  artifact (`:cpu`, or a feature the default already has, like Metal on macOS), `{:ok, v}` for
+  a listed variant, `:unavailable` otherwise (including targets outside the matrix).
+  """
+  @spec artifact_variant(String.t(), variant()) :: {:ok, atom() | nil} | :unavailable
+  def artifact_variant(target, variant) do
+    lines = Enum.filter(@matrix.entries, &(&1.target == target))
+    default = Enum.find(lines, &(&1.variant == nil))
+
+    cond do
+      default == nil -> :unavailable
+      variant == :cpu -> {:ok, nil}
+      Enum.any?(lines, &(&1.variant == variant)) -> {:ok, variant}
+      Atom.to_string(variant) in default.features -> {:ok, nil}
+      true -> :unavailable
+    end
+  end
+
+  @doc """
+  Cargo features of a source build of `variant` for `target`: those of the matching matrix line
+  when there is one, else the default line's (or `flex`) plus the variant's own feature.
+  """
+  @spec features(String.t(), variant()) :: [String.t()]
+  def features(target, variant) do
+    line = fn v -> Enum.find(@matrix.entries, &(&1.target == target and &1.variant == v)) end
+
+    case artifact_variant(target, variant) do
+      {:ok, v} ->
+        line.(v).features
+
+      :unavailable ->
+        base = if d = line.(nil), do: d.features, else: ["flex"]
+        if variant == :cpu, do: base, else: Enum.uniq(base ++ [Atom.to_string(variant)])
+    end
+  end
+
+  @doc """
+  Gathers the real inputs of `plan/1`: env vars, cargo and rustler availability, the CUDA probe
+  (only run when no variant is given) and the host target.
+  """
+  @spec inputs(String.t(), term()) :: map()
+  def inputs(version, config_variant) do
+    env = System.get_env()
+
+    %{
+      version: version,
+      target: host_target(),
+      config_variant: config_variant,
+      env: env,
+      cargo?: System.find_executable("cargo") != nil,
+      rustler?: Code.ensure_loaded?(Rustler),
+      cuda_driver?: fn -> cuda_driver?(env: env) end
+    }
+  end
+
+  @doc """
+  Decides variant, artifact, forced build and features from `inputs` (see `inputs/2`; keys
+  `:version`, `:target`, `:config_variant`, `:env`, `:cargo?`, `:rustler?`, `:cuda_driver?`,
+  the last a boolean or a zero-arity function). `error` is set when nothing fits.
+  """
+  @spec plan(map()) :: plan()
+  def plan(inputs) do
+    case {parse_variant(inputs.config_variant), parse_variant(inputs.env["EX_BURN_VARIANT"])} do
+      {{:ok, config}, {:ok, from_env}} -> decide(inputs, config, from_env)
+      {{:error, message}, _} -> invalid(inputs, message)
+      {_, {:error, message}} -> invalid(inputs, message)
+    end
+  end
+
+  defp decide(inputs, config, from_env) do
+    detect = fn ->
+      if is_function(inputs.cuda_driver?), do: inputs.cuda_driver?.(), else: inputs.cuda_driver?
+    end
+
+    {variant, source} = choose_variant(config, from_env, config == nil and from_env == nil and detect.())
+    target = inputs.target
+
+    {variant, availability} =
+      case {artifact_variant(target, variant), source} do
+        # Detection never forces a build: without a CUDA artifact the CPU one is used.
+        {:unavailable, :auto} when variant != :cpu -> {:cpu, artifact_variant(target, :cpu)}
+        {found, _} -> {variant, found}
+      end
+
+    env = inputs.env
+
+    reason =
+      cond do
+        truthy?(env["EX_BURN_BUILD"]) or env["RUSTLER_PRECOMPILED_FORCE_BUILD_ALL"] in ["1", "true"] ->
+          :requested
+
+        "dev" in Version.parse!(inputs.version).pre ->
+          :dev_version
+
+        target not in targets() ->
+          :unsupported_target
+
+        availability == :unavailable ->
+          :unavailable_variant
+
+        true ->
+          nil
+      end
+
+    plan = %{
+      target: target,
+      variant: variant,
+      variant_source: source,
+      artifact_variant: with({:ok, v} <- availability, do: v, else: (_ -> nil)),
+      force_build?: reason != nil,
+      reason: reason,
+      features: features(target, variant),
+      error: nil
+    }
+
+    if reason != nil and not (inputs.cargo? and inputs.rustler?),
+      do: %{plan | error: no_fit_message(plan, inputs)},
+      else: plan
+  end
+
+  defp invalid(inputs, message) do
+    %{
+      target: inputs.target,
+      variant: nil,
+      variant_source: nil,
+      artifact_variant: nil,
+      force_build?: false,
+      reason: nil,
+      features: [],
+      error: message <> "\n\n" <> env_help()
+    }
+  end
+
+  defp truthy?(value), do: value not in [nil, "", "0", "false", "no"]
+
+  @doc "The message raised when neither a precompiled artifact nor a source build can serve."
+  @spec no_fit_message(plan(), map()) :: String.t()
+  def no_fit_message(plan, inputs) do
+    why =
+      case plan.reason do
+        :unsupported_target -> "no precompiled ExBurn library exists for target #{plan.target}"
+        :unavailable_variant -> "no precompiled #{plan.variant} variant exists for #{plan.target}"
+        :dev_version -> "ExBurn #{inputs.version} is a development version, which always builds from source"
+        :requested -> "a source build was requested (EX_BURN_BUILD / RUSTLER_PRECOMPILED_FORCE_BUILD_ALL)"
+      end
+
+    missing =
+      [
+        !inputs.cargo? && "cargo (install Rust from https://rustup.rs)",
+        !inputs.rustler? && ~s({:rustler, "~> 0.37", optional: true} in your deps)
+      ]
+      |> Enum.filter(& &1)
+      |> Enum.join(" and ")
+
+    supported =
+      Enum.map_join(targets(), "\n", fn t ->
+        extra = Map.get(variants(), t, [])
+        "  - #{t}" <> if(extra == [], do: "", else: " (variants: #{Enum.join(extra, ", ")})")
+      end)
+
+    """
+    #{why}, and building it from source needs #{missing}.
+
+    Precompiled targets (NIF #{Enum.join(nif_versions(), ", ")}):
+    #{supported}
+
+    #{env_help()}
+    """
+  end
+
+  defp env_help do
+    """
+    Settings (read when ExBurn compiles; run `mix deps.compile ex_burn --force` after a change):
+      EX_BURN_VARIANT=cpu|cuda|vulkan   or config :ex_burn, variant: :cuda (config wins)
+      EX_BURN_BUILD=1                   build from source with cargo (needs the :rustler dep)
+      EX_BURN_BASE_URL=<url>            download artifacts from a mirror
+      RUSTLER_PRECOMPILED_GLOBAL_CACHE_PATH=<dir>   use pre-downloaded tarballs (offline)\
+    """
+  end
+
+  @doc """
+  Options for `use RustlerPrecompiled` from a `plan/1` result. `force_build` is only set when
+  the plan forces one, so `config :rustler_precompiled, :force_build, ex_burn: true` still
+  works; `features` always follow the variant, whatever forces the build.
+  """
+  @spec rustler_precompiled_options(plan(), String.t(), map()) :: keyword()
+  def rustler_precompiled_options(plan, version, env \\ System.get_env()) do
+    variants =
+      Map.new(variants(), fn {target, names} ->
+        {target, for(name <- names, do: {name, fn -> name == plan.artifact_variant end})}
+      end)
+
+    [
+      otp_app: :ex_burn,
+      crate: @crate,
+      version: version,
+      base_url: base_url(version, env),
+      nif_versions: nif_versions(),
+      targets: targets(),
+      variants: variants,
+      features: plan.features,
+      default_features: false
+    ] ++ if(plan.force_build?, do: [force_build: true], else: [])
+  end
+
+  @doc """
+  `:local` loads `priv/native/libex_burn_nif` (built by `bin/setup` in a checkout; it wins when
+  present), `:precompiled` hands over to rustler_precompiled when it is loaded.
+  """
+  @spec loader(boolean(), boolean()) :: :local | :precompiled
+  def loader(rustler_precompiled?, local_library?) do
+    if rustler_precompiled? and not local_library?, do: :precompiled, else: :local
+  end
+
+  defp to_atom(name) when is_atom(name), do: name
+  defp to_atom(name), do: String.to_atom(name)
+end

@@ -1,0 +1,243 @@
+//! On a GPU run (`EX_BURN_TEST_DEVICE=cuda`): every op family on random inputs agrees with the
+//! CPU (flex) backend within float tolerance, and the f32 matmul precision is reported.
+
+use crate::common::*;
+use ex_burn_core::op::TieBreak;
+use ex_burn_core::{eval, DType, Device, Op, Tensor};
+
+fn rand(shape: &[usize], seed: u64, lo: f64, hi: f64) -> Tensor {
+    let op = Op::RandomUniform {
+        shape: shape.to_vec(),
+        dtype: DType::F32,
+        min: lo,
+        max: hi,
+        seed,
+    };
+    eval(&op, &[], dev()).unwrap().remove(0)
+}
+
+fn on_both(op: &Op, inputs: &[Tensor]) -> (Vec<f64>, Vec<f64>) {
+    let gpu = eval(op, inputs, dev())
+        .unwrap_or_else(|e| panic!("{op:?} on {:?}: {e}", dev()))
+        .remove(0);
+    let cpu_in: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.to_device(Device::Cpu).unwrap())
+        .collect();
+    let cpu = eval(op, &cpu_in, Device::Cpu).unwrap().remove(0);
+    assert_eq!(gpu.shape(), cpu.shape(), "{op:?}");
+    assert_eq!(gpu.dtype(), cpu.dtype(), "{op:?}");
+    (v(&gpu), v(&cpu))
+}
+
+fn rel_err(a: &[f64], b: &[f64]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+#[test]
+fn gpu_agrees_with_cpu_on_every_family() {
+    if dev() == Device::Cpu {
+        return;
+    }
+    let x = rand(&[8, 16], 1, -2.0, 2.0);
+    let y = rand(&[8, 16], 2, -2.0, 2.0);
+    let pos = rand(&[8, 16], 3, 0.1, 3.0);
+    let unit = rand(&[8, 16], 4, -0.9, 0.9);
+    let img = rand(&[2, 3, 9, 9], 5, -1.0, 1.0);
+    let ker = rand(&[4, 3, 3, 3], 6, -1.0, 1.0);
+    let idx = eval(
+        &Op::Iota {
+            shape: vec![5, 1],
+            dtype: DType::S64,
+            axis: Some(0),
+        },
+        &[],
+        dev(),
+    )
+    .unwrap()
+    .remove(0);
+    let cases: Vec<(Op, Vec<Tensor>, f64)> = vec![
+        (Op::Add { out: None }, vec![x.clone(), y.clone()], 1e-6),
+        (Op::Multiply { out: None }, vec![x.clone(), y.clone()], 1e-6),
+        (Op::Divide { out: None }, vec![x.clone(), pos.clone()], 1e-6),
+        (
+            Op::Remainder { out: None },
+            vec![x.clone(), pos.clone()],
+            1e-5,
+        ),
+        (Op::Pow { out: None }, vec![pos.clone(), y.clone()], 1e-5),
+        (Op::Max { out: None }, vec![x.clone(), y.clone()], 0.0),
+        (Op::Exp, vec![x.clone()], 1e-6),
+        (Op::Log, vec![pos.clone()], 1e-6),
+        (Op::Tanh, vec![x.clone()], 1e-6),
+        (Op::Erf, vec![x.clone()], 1e-5),
+        (Op::ErfInv, vec![unit.clone()], 1e-4),
+        (Op::Round, vec![x.clone()], 0.0),
+        (Op::Sigmoid, vec![x.clone()], 1e-6),
+        (
+            Op::Sum {
+                axes: Some(vec![1]),
+                keep_axes: false,
+                out: None,
+            },
+            vec![x.clone()],
+            1e-5,
+        ),
+        (
+            Op::ReduceMax {
+                axes: Some(vec![0]),
+                keep_axes: true,
+            },
+            vec![x.clone()],
+            0.0,
+        ),
+        (
+            Op::Argmax {
+                axis: Some(1),
+                keep_axis: false,
+                tie_break: TieBreak::Low,
+                out: None,
+            },
+            vec![x.clone()],
+            0.0,
+        ),
+        (Op::Softmax { axis: 1 }, vec![x.clone()], 1e-5),
+        (
+            Op::CumulativeSum {
+                axis: 1,
+                reverse: true,
+            },
+            vec![x.clone()],
+            1e-5,
+        ),
+        (
+            Op::Argsort {
+                axis: 1,
+                descending: true,
+                out: None,
+            },
+            vec![x.clone()],
+            0.0,
+        ),
+        (Op::Transpose { axes: None }, vec![x.clone()], 0.0),
+        (
+            Op::Slice {
+                starts: vec![1, 2],
+                lengths: vec![5, 9],
+                strides: Some(vec![2, 3]),
+                dynamic: vec![],
+            },
+            vec![x.clone()],
+            0.0,
+        ),
+        (
+            Op::Pad {
+                config: vec![(1, -2, 1), (0, 1, 0)],
+            },
+            vec![x.clone(), f(&[0.5], &[])],
+            0.0,
+        ),
+        (
+            Op::Gather { axes: vec![0] },
+            vec![x.clone(), idx.clone()],
+            0.0,
+        ),
+        (
+            Op::IndexedAdd {
+                axes: vec![0],
+                out: None,
+            },
+            vec![x.clone(), idx.clone(), rand(&[5, 16], 7, 0.0, 1.0)],
+            1e-6,
+        ),
+        (
+            Op::Dot {
+                contract_a: vec![1],
+                batch_a: vec![],
+                contract_b: vec![1],
+                batch_b: vec![],
+                out: None,
+            },
+            vec![x.clone(), y.clone()],
+            1e-2,
+        ),
+        (
+            Op::Conv {
+                strides: Some(vec![2, 1]),
+                padding: Some(vec![(1, 0), (1, 1)]),
+                input_dilation: None,
+                kernel_dilation: Some(vec![1, 2]),
+                feature_group_size: 1,
+                batch_group_size: 1,
+                input_permutation: None,
+                kernel_permutation: None,
+                output_permutation: None,
+                out: None,
+            },
+            vec![img.clone(), ker.clone()],
+            1e-2,
+        ),
+        (
+            Op::WindowMax {
+                window_dims: vec![1, 1, 3, 3],
+                strides: Some(vec![1, 1, 2, 2]),
+                padding: None,
+                window_dilations: None,
+            },
+            vec![img.clone()],
+            0.0,
+        ),
+    ];
+    for (op, inputs, tol) in cases {
+        let (g, c) = on_both(&op, &inputs);
+        let e = rel_err(&g, &c);
+        println!("agreement {:<16} rel err {e:.2e}", op.name());
+        assert!(e <= tol.max(1e-7), "{op:?}: relative error {e} > {tol}");
+    }
+}
+
+#[test]
+fn f32_matmul_precision_is_reported() {
+    if dev() == Device::Cpu {
+        return;
+    }
+    let n = 1024;
+    let a = rand(&[n, n], 11, -1.0, 1.0);
+    let b = rand(&[n, n], 12, -1.0, 1.0);
+    let dot = |dtype| Op::Dot {
+        contract_a: vec![1],
+        batch_a: vec![],
+        contract_b: vec![0],
+        batch_b: vec![],
+        out: Some(dtype),
+    };
+    let reference = v(&eval(
+        &dot(DType::F64),
+        &[
+            a.to_device(Device::Cpu).unwrap(),
+            b.to_device(Device::Cpu).unwrap(),
+        ],
+        Device::Cpu,
+    )
+    .unwrap()[0]);
+    let f32_gpu = v(&eval(&dot(DType::F32), &[a.clone(), b.clone()], dev()).unwrap()[0]);
+    let f64_gpu = v(&eval(&dot(DType::F64), &[a.clone(), b.clone()], dev()).unwrap()[0]);
+    let f32_cpu = v(&eval(
+        &dot(DType::F32),
+        &[
+            a.to_device(Device::Cpu).unwrap(),
+            b.to_device(Device::Cpu).unwrap(),
+        ],
+        Device::Cpu,
+    )
+    .unwrap()[0]);
+    let (e32, e64, ecpu) = (
+        rel_err(&f32_gpu, &reference),
+        rel_err(&f64_gpu, &reference),
+        rel_err(&f32_cpu, &reference),
+    );
+    println!("matmul precision {n}x{n}: gpu f32 rel err {e32:.2e}, gpu f64 {e64:.2e}, cpu f32 {ecpu:.2e}");
+    assert!(e32 < 1e-2 && e64 < 1e-9 && ecpu < 1e-5);
+}

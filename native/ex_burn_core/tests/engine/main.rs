@@ -1,0 +1,19 @@
+//! The engine's op tests, one module per op family, in one test binary (so a GPU build
+//! carries a single executable). `EX_BURN_TEST_DEVICE=cuda` runs them on `{:cuda, 0}`.
+
+mod common;
+
+mod agreement;
+mod binary;
+mod conv;
+mod creation;
+mod dot;
+mod index;
+mod nn;
+mod program;
+mod reduce;
+mod shape;
+mod sort;
+mod tensor;
+mod unary;
+mod window;

@@ -1,0 +1,84 @@
+defmodule ExBurn.PackageTest do
+  use ExUnit.Case, async: true
+
+  # The hex package must be able to build from source (the whole cargo workspace and what it
+  # includes) and must never carry built libraries or a checksum file that claims artifacts
+  # which do not exist.
+
+  @root Path.expand("../..", __DIR__)
+
+  defp listed, do: Mix.Project.config()[:package][:files]
+
+  # The files hex would ship: each listed file, and every file under each listed directory.
+  defp shipped do
+    for entry <- listed(), path = Path.join(@root, entry), reduce: MapSet.new() do
+      acc ->
+        files = if File.dir?(path), do: Path.wildcard(Path.join(path, "**/*"), match_dot: true), else: [path]
+
+        files
+        |> Enum.reject(&File.dir?/1)
+        |> Enum.map(&Path.relative_to(&1, @root))
+        |> MapSet.new()
+        |> MapSet.union(acc)
+    end
+  end
+
+  defp shipped?(relative), do: MapSet.member?(shipped(), relative)
+
+  test "every listed path exists and nothing built is shipped" do
+    for entry <- listed(), do: assert(File.exists?(Path.join(@root, entry)), "#{entry} is listed but missing")
+
+    for file <- shipped() do
+      refute String.starts_with?(file, ["priv/", "target/", "_build/", "deps/"]), file
+      refute Path.extname(file) in ~w(.so .dll .dylib .a .rlib .beam .gz), file
+    end
+  end
+
+  test "the sources, matrix, lock file and build settings are shipped" do
+    for file <- ~w(mix.exs lib/ex_burn/nif.ex lib/ex_burn/nif/config.ex checksum-Elixir.ExBurn.Nif.exs
+                   native/targets.txt Cargo.toml Cargo.lock Cross.toml .cargo/config.toml),
+        do: assert(shipped?(file), file)
+  end
+
+  test "every workspace member, path dependency and included file is shipped (source builds)" do
+    [_, members] = Regex.run(~r/members\s*=\s*\[([^\]]*)\]/, File.read!(Path.join(@root, "Cargo.toml")))
+    members = Regex.scan(~r/"([^"]+)"/, members, capture: :all_but_first) |> List.flatten()
+    assert "native/ex_burn_nif" in members
+
+    for member <- members do
+      assert shipped?(Path.join(member, "Cargo.toml")), member
+      assert Enum.any?(shipped(), &String.starts_with?(&1, member <> "/src/")), member
+    end
+
+    for file <- shipped(), Path.basename(file) == "Cargo.toml", member_dir = Path.dirname(file) do
+      for [path] <-
+            Regex.scan(~r/\bpath\s*=\s*"([^"]+)"/, File.read!(Path.join(@root, file)), capture: :all_but_first) do
+        target = Path.join(member_dir, path) |> Path.expand(@root) |> Path.relative_to(@root)
+        assert shipped?(target) or shipped?(Path.join(target, "Cargo.toml")), "#{file}: path #{path}"
+      end
+    end
+
+    for file <- shipped(), Path.extname(file) == ".rs" do
+      for [path] <-
+            Regex.scan(~r/include_(?:str|bytes)!\("([^"]+)"\)/, File.read!(Path.join(@root, file)),
+              capture: :all_but_first
+            ) do
+        target = Path.join(Path.dirname(file), path) |> Path.expand(@root) |> Path.relative_to(@root)
+        assert shipped?(target), "#{file} includes #{path}"
+      end
+    end
+  end
+
+  test "the checksum file lists exactly a release's artifacts, or nothing for a -dev version" do
+    version = Mix.Project.config()[:version]
+    {map, _} = Code.eval_file(Path.join(@root, "checksum-Elixir.ExBurn.Nif.exs"))
+    assert is_map(map)
+
+    if "dev" in Version.parse!(version).pre do
+      assert map == %{}, "a -dev version always builds from source; its checksum file must be empty"
+    else
+      assert map == %{} or Enum.sort(Map.keys(map)) == Enum.sort(ExBurn.Nif.Config.artifact_names(version))
+      for {_, v} <- map, do: assert(v =~ ~r/\Asha256:[0-9a-f]{64}\z/)
+    end
+  end
+end
