@@ -26,7 +26,26 @@ defmodule ExBurn.Nif do
     program_run_io: 3,
     build_info: 0,
     device_info: 1,
-    device_sync: 1
+    device_sync: 1,
+    model_new: 3,
+    spec_info: 1,
+    model_train_step_cpu: 4,
+    model_train_step_io: 4,
+    model_train_epoch_cpu: 5,
+    model_train_epoch_io: 5,
+    model_evaluate_cpu: 4,
+    model_evaluate_io: 4,
+    model_predict_cpu: 3,
+    model_predict_io: 3,
+    model_gradients_cpu: 3,
+    model_gradients_io: 3,
+    model_profile_step_cpu: 4,
+    model_profile_step_io: 4,
+    model_call: 2,
+    model_set_parameters: 2,
+    model_load: 2,
+    tensors_save: 3,
+    tensors_load: 2
   ]
 
   @doc false

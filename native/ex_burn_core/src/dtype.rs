@@ -6,7 +6,7 @@
 
 use crate::{Error, Result};
 use burn::tensor::{DType as BurnDType, FloatDType, IntDType};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A tensor element type, in Nx's vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -291,6 +291,29 @@ impl TryFrom<(String, u32)> for DType {
     type Error = String;
     fn try_from((class, bits): (String, u32)) -> std::result::Result<Self, String> {
         DType::from_nx(&class, bits).map_err(|e| e.to_string())
+    }
+}
+
+/// The class of an Nx type, serialized as an atom (`:f`) or a JSON string (`"f"`).
+#[derive(Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Class {
+    F,
+    Bf,
+    S,
+    U,
+}
+
+impl Serialize for DType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let (c, bits) = self.nx();
+        let class = match c {
+            "f" => Class::F,
+            "bf" => Class::Bf,
+            "s" => Class::S,
+            _ => Class::U,
+        };
+        (class, bits).serialize(s)
     }
 }
 

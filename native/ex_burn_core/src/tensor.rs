@@ -265,13 +265,42 @@ impl Tensor {
         })
     }
 
+    /// A copy in contiguous memory on GPU backends, whose reads and some kernels reject strided
+    /// views (expanded, unfolded); the CPU backend handles views, so this is free there.
+    pub(crate) fn contiguous(&self) -> Tensor {
+        if matches!(self.dispatch_device(), burn::DispatchDevice::Flex(_)) || self.numel() == 0 {
+            return self.clone();
+        }
+        let p = self.prim.clone();
+        let prim = match self.kind {
+            Kind::Float => B::float_mul_scalar(p, 1.0f64.into()),
+            Kind::Int => B::int_mul_scalar(p, 1i64.into()),
+            Kind::Bool => B::bool_or(p.clone(), p),
+        };
+        Tensor {
+            prim,
+            kind: self.kind,
+            shape: self.shape.clone(),
+        }
+    }
+
+    /// The boolean storage this tensor's device uses (native bytes on the CPU; GPU backends
+    /// store booleans as u8 or u32).
+    pub(crate) fn bool_dtype(&self) -> BoolDType {
+        match self.dispatch_device() {
+            burn::DispatchDevice::Flex(_) => BoolDType::Native,
+            dev => burn::tensor::get_device_settings::<B>(&dev).bool_dtype,
+        }
+    }
+
     /// A boolean view: `true` where the element is non-zero (NaN counts as non-zero).
     pub(crate) fn to_bool(&self) -> Tensor {
         let p = self.prim.clone();
+        let bd = self.bool_dtype();
         let prim = match self.kind {
             Kind::Bool => p,
-            Kind::Float => B::float_not_equal_elem(p, 0.0f64.into(), BoolDType::Native),
-            Kind::Int => B::int_not_equal_elem(p, 0i64.into(), BoolDType::Native),
+            Kind::Float => B::float_not_equal_elem(p, 0.0f64.into(), bd),
+            Kind::Int => B::int_not_equal_elem(p, 0i64.into(), bd),
         };
         Tensor {
             prim,

@@ -7,6 +7,7 @@
 //! schedulers, chosen on the Elixir side by device and size.
 
 mod decode;
+mod encode;
 mod nifs;
 mod reply;
 mod resource;

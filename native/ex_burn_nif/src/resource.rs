@@ -50,3 +50,32 @@ pub struct ProgramRes {
 
 #[rustler::resource_impl]
 impl rustler::Resource for ProgramRes {}
+
+/// A compiled model. Calls on one model are serialised by the mutex.
+pub struct ModelRes {
+    inner: std::sync::Mutex<ex_burn_core::train::Model>,
+}
+
+#[rustler::resource_impl]
+impl rustler::Resource for ModelRes {}
+
+impl ModelRes {
+    /// Wraps a model.
+    pub fn new(m: ex_burn_core::train::Model) -> Self {
+        ModelRes {
+            inner: std::sync::Mutex::new(m),
+        }
+    }
+
+    /// Runs `f` with exclusive access to the model.
+    pub fn with<T>(
+        &self,
+        f: impl FnOnce(&mut ex_burn_core::train::Model) -> Result<T>,
+    ) -> Result<T> {
+        let mut guard = self
+            .inner
+            .lock()
+            .map_err(|_| Error::Execution("model lock poisoned by an earlier panic".into()))?;
+        f(&mut guard)
+    }
+}

@@ -4,7 +4,7 @@
 //! (Burn's follows the divisor), `quotient` truncates toward zero, integer arithmetic wraps,
 //! `min`/`max` propagate NaN.
 
-use super::util::{self, BOOL};
+use super::util;
 use super::Op;
 use crate::dtype::Kind;
 use crate::tensor::{Prim, B};
@@ -170,7 +170,10 @@ fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 fn min_max(a: &Tensor, b: &Tensor, max: bool) -> Result<Tensor> {
     let a_wins = compare_same(if max { Cmp::Gt } else { Cmp::Lt }, a, b);
     let a_wins = if a.kind() == Kind::Float {
-        let a_nan = util::bool_tensor(B::float_is_nan(a.prim(), BOOL), a.shape().to_vec());
+        let a_nan = util::bool_tensor(
+            B::float_is_nan(a.prim(), a.bool_dtype()),
+            a.shape().to_vec(),
+        );
         bool_op(Bin::Or, &a_wins, &a_nan)
     } else {
         a_wins
@@ -189,22 +192,23 @@ pub(crate) fn compare(c: Cmp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 pub(crate) fn compare_same(c: Cmp, a: &Tensor, b: &Tensor) -> Tensor {
     let shape = a.shape().to_vec();
     let (x, y) = (a.prim(), b.prim());
+    let bd = a.bool_dtype();
     let prim = match a.kind() {
         Kind::Float => match c {
-            Cmp::Eq => B::float_equal(x, y, BOOL),
-            Cmp::Ne => B::float_not_equal(x, y, BOOL),
-            Cmp::Lt => B::float_lower(x, y, BOOL),
-            Cmp::Le => B::float_lower_equal(x, y, BOOL),
-            Cmp::Gt => B::float_greater(x, y, BOOL),
-            Cmp::Ge => B::float_greater_equal(x, y, BOOL),
+            Cmp::Eq => B::float_equal(x, y, bd),
+            Cmp::Ne => B::float_not_equal(x, y, bd),
+            Cmp::Lt => B::float_lower(x, y, bd),
+            Cmp::Le => B::float_lower_equal(x, y, bd),
+            Cmp::Gt => B::float_greater(x, y, bd),
+            Cmp::Ge => B::float_greater_equal(x, y, bd),
         },
         Kind::Int => match c {
-            Cmp::Eq => B::int_equal(x, y, BOOL),
-            Cmp::Ne => B::int_not_equal(x, y, BOOL),
-            Cmp::Lt => B::int_lower(x, y, BOOL),
-            Cmp::Le => B::int_lower_equal(x, y, BOOL),
-            Cmp::Gt => B::int_greater(x, y, BOOL),
-            Cmp::Ge => B::int_greater_equal(x, y, BOOL),
+            Cmp::Eq => B::int_equal(x, y, bd),
+            Cmp::Ne => B::int_not_equal(x, y, bd),
+            Cmp::Lt => B::int_lower(x, y, bd),
+            Cmp::Le => B::int_lower_equal(x, y, bd),
+            Cmp::Gt => B::int_greater(x, y, bd),
+            Cmp::Ge => B::int_greater_equal(x, y, bd),
         },
         Kind::Bool => {
             let (a, b) = (

@@ -1,12 +1,32 @@
 //! `dot` as a general contraction with batch axes, lowered to one batched Burn matmul:
 //! a -> [batch, free_a, contract], b -> [batch, contract, free_b], result axes are
 //! batch ++ free_a ++ free_b (Nx's order).
+//!
+//! GPU backends: Burn's CUDA matmul kernels take f16/bf16/f32 only, so f64 and integer
+//! products there are computed as a broadcast multiply and a sum over the contracted axis;
+//! f32 products use TF32 tensor cores unless `Precision::Highest` asks for the 3xTF32 scheme.
 
-use super::util;
+use super::binary::{self, Bin};
+use super::{util, Precision};
 use crate::dtype::Kind;
 use crate::tensor::{numel, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
+
+/// The axes of a contraction.
+pub(crate) struct Contraction<'a> {
+    /// Contracted axes of the left operand.
+    pub contract_a: &'a [usize],
+    /// Batch axes of the left operand.
+    pub batch_a: &'a [usize],
+    /// Contracted axes of the right operand.
+    pub contract_b: &'a [usize],
+    /// Batch axes of the right operand.
+    pub batch_b: &'a [usize],
+}
+
+/// Above this many multiply-adds the broadcast fallback would need too much memory.
+const FALLBACK_LIMIT: usize = 1 << 27;
 
 fn free_axes(rank: usize, used: &[&[usize]]) -> Vec<usize> {
     (0..rank)
@@ -27,16 +47,15 @@ fn check(axes: &[usize], rank: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Contracts `ca` axes of `a` with `cb` axes of `b`, batching over `ba`/`bb`.
+/// Contracts `a` and `b` as `spec` says, computing in `out` (default: the merged type).
 pub(crate) fn dot(
     a: &Tensor,
-    ca: &[usize],
-    ba: &[usize],
     b: &Tensor,
-    cb: &[usize],
-    bb: &[usize],
+    spec: &Contraction,
     out: Option<DType>,
+    precision: Precision,
 ) -> Result<Tensor> {
+    let (ca, ba, cb, bb) = (spec.contract_a, spec.batch_a, spec.contract_b, spec.batch_b);
     let out = out.unwrap_or_else(|| DType::merge(a.dtype(), b.dtype()));
     check(&[ca, ba].concat(), a.rank(), "left")?;
     check(&[cb, bb].concat(), b.rank(), "right")?;
@@ -73,14 +92,67 @@ pub(crate) fn dot(
     let perm_b: Vec<usize> = [bb, cb, &fb].concat();
     let a3 = util::permute(&a.cast(out)?, &perm_a)?.reshape(vec![nb, m, k])?;
     let b3 = util::permute(&b.cast(out)?, &perm_b)?.reshape(vec![nb, k, n])?;
+    let on_gpu = !a.device().is_host();
+    let res = if on_gpu && !matches!(out, DType::F16 | DType::BF16 | DType::F32) {
+        broadcast_product(&a3, &b3)?
+    } else if on_gpu && out == DType::F32 && precision == Precision::Highest {
+        split_product(&a3, &b3)?
+    } else {
+        matmul(&a3, &b3)?
+    };
+    res.reshape(shape)
+}
+
+fn matmul(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
     let prim = match a3.kind() {
         Kind::Float => B::float_matmul(a3.prim(), b3.prim()),
         _ => B::int_matmul(a3.int_prim()?, b3.int_prim()?),
     };
-    let kind = if out.is_float() {
+    let (nb, m, n) = (a3.shape()[0], a3.shape()[1], b3.shape()[2]);
+    let kind = if a3.kind() == Kind::Float {
         Kind::Float
     } else {
         Kind::Int
     };
-    Ok(Tensor::from_prim(prim, kind, shape))
+    Ok(Tensor::from_prim(prim, kind, vec![nb, m, n]))
+}
+
+/// [nb, m, k] x [nb, k, n] as sum_k of [nb, m, k, 1] * [nb, 1, k, n].
+fn broadcast_product(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
+    let (nb, m, k, n) = (a3.shape()[0], a3.shape()[1], a3.shape()[2], b3.shape()[2]);
+    if nb * m * k * n > FALLBACK_LIMIT {
+        return Err(Error::Unsupported(format!(
+            "dot in {} of this size ({nb}x{m}x{k}x{n}) on this GPU: Burn's GPU matmul takes f16, bf16 \
+             and f32 only; cast to f32 (precision: :highest for full f32 accuracy)",
+            a3.dtype()
+        )));
+    }
+    let a4 = a3.reshape(vec![nb, m, k, 1])?;
+    let b4 = b3.reshape(vec![nb, 1, k, n])?;
+    let prod = binary::binary(Bin::Mul, &a4, &b4, a3.dtype())?;
+    let p = match prod.kind() {
+        Kind::Float => B::float_sum_dim(prod.prim(), 2),
+        _ => B::int_sum_dim(prod.prim(), 2),
+    };
+    Ok(Tensor::from_prim(p, prod.kind(), vec![nb, m, n]))
+}
+
+/// Full-f32 product from TF32 products: x = hi + lo with hi exact in TF32 (Veltkamp split,
+/// 13 low bits cleared), then a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b.
+fn split_product(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
+    let split = |t: &Tensor| {
+        let p = t.prim();
+        let gamma = B::float_mul_scalar(p.clone(), 8193.0f64.into()); // 2^13 + 1
+        let hi = B::float_sub(gamma.clone(), B::float_sub(gamma, p.clone()));
+        let lo = B::float_sub(p, hi.clone());
+        (hi, lo)
+    };
+    let (ah, al) = split(a3);
+    let (bh, bl) = split(b3);
+    let sum = B::float_add(
+        B::float_matmul(ah.clone(), bh.clone()),
+        B::float_add(B::float_matmul(ah, bl), B::float_matmul(al, bh)),
+    );
+    let (nb, m, n) = (a3.shape()[0], a3.shape()[1], b3.shape()[2]);
+    Ok(Tensor::from_prim(sum, Kind::Float, vec![nb, m, n]))
 }

@@ -32,6 +32,18 @@ pub enum TieBreak {
     High,
 }
 
+/// Precision of float32 matrix products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// The backend's fastest f32 path (TF32 tensor cores on recent NVIDIA GPUs).
+    #[default]
+    Default,
+    /// Full f32 accuracy: on GPUs, three TF32 products of split operands (the "3xTF32"
+    /// scheme), about 3x the cost; identical to `Default` on the CPU.
+    Highest,
+}
+
 /// One operation and its attributes. Inputs are passed separately, in the order documented on
 /// each variant. `out` attributes, where present, give the result type Nx computed; when absent
 /// the op infers it with Nx's promotion rules.
@@ -281,6 +293,8 @@ pub enum Op {
         batch_b: Vec<usize>,
         #[serde(default)]
         out: Option<DType>,
+        #[serde(default)]
+        precision: Precision,
     },
 
     // ---- shape: [x] unless noted ----
@@ -607,7 +621,16 @@ fn eval_unchecked(op: &Op, x: &[Tensor], device: Device) -> Result<Tensor> {
             contract_b,
             batch_b,
             out,
-        } => dot::dot(&x[0], contract_a, batch_a, &x[1], contract_b, batch_b, *out),
+            precision,
+        } => {
+            let spec = dot::Contraction {
+                contract_a,
+                batch_a,
+                contract_b,
+                batch_b,
+            };
+            dot::dot(&x[0], &x[1], &spec, *out, *precision)
+        }
         Transpose { .. }
         | Reshape { .. }
         | Squeeze { .. }

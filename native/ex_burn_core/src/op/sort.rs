@@ -78,8 +78,11 @@ pub(crate) fn argsort(x: &Tensor, axis: usize, desc: bool) -> Result<Tensor> {
     if x.kind() == Kind::Float {
         let both_nan = binary::bool_op(
             binary::Bin::And,
-            &util::bool_tensor(B::float_is_nan(cur.prim(), util::BOOL), lens.clone()),
-            &util::bool_tensor(B::float_is_nan(prev.prim(), util::BOOL), lens.clone()),
+            &util::bool_tensor(B::float_is_nan(cur.prim(), cur.bool_dtype()), lens.clone()),
+            &util::bool_tensor(
+                B::float_is_nan(prev.prim(), prev.bool_dtype()),
+                lens.clone(),
+            ),
         );
         let same_nan = util::bool_tensor(
             <B as burn::tensor::ops::BoolTensorOps<B>>::bool_not(both_nan.prim()),

@@ -4,7 +4,7 @@
 //! from zero as Nx does (Burn rounds half to even).
 
 use super::binary::{self, Bin, Cmp};
-use super::util::{self, BOOL};
+use super::util;
 use super::Op;
 use crate::dtype::Kind;
 use crate::tensor::{Prim, B};
@@ -28,8 +28,14 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
                 let zero = util::full_like(x, Scalar::I(0))?;
                 let nz = binary::compare_same(Cmp::Ne, x, &zero);
                 nz.cast(x.dtype())
+            } else if x.kind() == Kind::Float {
+                // sign(NaN) is NaN (some backends return 0)
+                let bd = x.bool_dtype();
+                float(x, |p| {
+                    B::float_mask_where(B::float_sign(p.clone()), B::float_is_nan(p.clone(), bd), p)
+                })
             } else {
-                int_or_float(x, B::int_sign, B::float_sign)
+                int(x, B::int_sign)
             }
         }
         Floor | Ceil | Round if x.kind() != Kind::Float => x.cast(x.dtype()),
@@ -73,11 +79,11 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
                 let z = util::full(x.shape(), DType::U8, Scalar::I(0), &x.dispatch_device())?;
                 return Ok(z);
             }
-            let p = x.prim();
+            let (p, bd) = (x.prim(), x.bool_dtype());
             let b = if *op == IsNan {
-                B::float_is_nan(p, BOOL)
+                B::float_is_nan(p, bd)
             } else {
-                B::float_is_inf(p, BOOL)
+                B::float_is_inf(p, bd)
             };
             Ok(util::bool_tensor(b, x.shape().to_vec()))
         }
@@ -151,10 +157,10 @@ fn round(x: &Tensor) -> Result<Tensor> {
     if x.numel() == 0 {
         return Ok(x.clone());
     }
-    let p = x.prim();
+    let (p, bd) = (x.prim(), x.bool_dtype());
     let t = B::float_trunc(p.clone());
     let frac = B::float_abs(B::float_sub(p.clone(), t.clone()));
-    let half = B::float_greater_equal_elem(frac, 0.5f64.into(), BOOL);
+    let half = B::float_greater_equal_elem(frac, 0.5f64.into(), bd);
     let bumped = B::float_add(t.clone(), B::float_sign(p));
     Ok(Tensor::from_prim(
         B::float_mask_where(t, half, bumped),
@@ -165,10 +171,11 @@ fn round(x: &Tensor) -> Result<Tensor> {
 
 /// exp(x) - 1, with a second-order series near zero where the subtraction cancels.
 fn expm1(x: &Tensor) -> Result<Tensor> {
+    let bd = x.bool_dtype();
     float(x, |p| {
         let direct = adds(B::float_exp(p.clone()), -1.0);
         let series = B::float_add(p.clone(), muls(B::float_mul(p.clone(), p.clone()), 0.5));
-        let small = B::float_lower_elem(B::float_abs(p), 1e-5f64.into(), BOOL);
+        let small = B::float_lower_elem(B::float_abs(p), 1e-5f64.into(), bd);
         B::float_mask_where(direct, small, series)
     })
 }
@@ -215,6 +222,7 @@ fn erf_inv(x: &Tensor) -> Result<Tensor> {
         }
         p
     };
+    let bd = x.bool_dtype();
     float(x, |p| {
         // w = -log((1 - x)(1 + x))
         let one_minus = adds(B::float_neg(p.clone()), 1.0);
@@ -222,7 +230,7 @@ fn erf_inv(x: &Tensor) -> Result<Tensor> {
         let w = B::float_neg(B::float_log(B::float_mul(one_minus, one_plus)));
         let small = horner(adds(w.clone(), -2.5), &SMALL);
         let large = horner(adds(B::float_sqrt(w.clone()), -3.0), &LARGE);
-        let is_small = B::float_lower_elem(w, 5.0f64.into(), BOOL);
+        let is_small = B::float_lower_elem(w, 5.0f64.into(), bd);
         let y = B::float_mul(B::float_mask_where(large, is_small, small), p.clone());
         // Newton: y -= (erf(y) - x) / (2/sqrt(pi) * exp(-y^2)), only where |x| < 1.
         let err = B::float_sub(B::float_erf(y.clone()), p.clone());
@@ -231,10 +239,10 @@ fn erf_inv(x: &Tensor) -> Result<Tensor> {
             std::f64::consts::FRAC_2_SQRT_PI,
         );
         let refined = B::float_sub(y.clone(), B::float_div(err, deriv));
-        let inside = B::float_lower_elem(B::float_abs(p.clone()), 1.0f64.into(), BOOL);
+        let inside = B::float_lower_elem(B::float_abs(p.clone()), 1.0f64.into(), bd);
         let y = B::float_mask_where(y, inside, refined);
         // erf_inv(±1) = ±inf exactly.
-        let at_one = B::float_equal_elem(B::float_abs(p.clone()), 1.0f64.into(), BOOL);
+        let at_one = B::float_equal_elem(B::float_abs(p.clone()), 1.0f64.into(), bd);
         B::float_mask_where(y, at_one, muls(p, f64::INFINITY))
     })
 }
@@ -279,7 +287,7 @@ fn count_leading_zeros(x: &Tensor) -> Result<Tensor> {
     let mut count = B::int_zeros(x.prim().shape(), &x.dispatch_device(), t.int_dtype()?);
     for i in 0..t.bits() {
         let shifted = B::bitwise_right_shift_scalar(x.prim(), (i as i64).into());
-        let is_zero = B::int_equal_elem(shifted, 0i64.into(), BOOL);
+        let is_zero = B::int_equal_elem(shifted, 0i64.into(), x.bool_dtype());
         count = B::int_add(count, B::bool_into_int(is_zero, t.int_dtype()?));
     }
     Ok(Tensor::from_prim(count, Kind::Int, x.shape().to_vec()))

@@ -4,7 +4,6 @@ use crate::dtype::Kind;
 use crate::tensor::{prim_shape, Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
-use burn::tensor::BoolDType;
 use burn::DispatchDevice;
 
 /// Checks one axis against a rank.
@@ -142,6 +141,17 @@ pub(crate) fn full(
             );
         }
     }
+    if crate::tensor::numel(shape) == 0 {
+        // No kernel launch for empty tensors (GPU launches of zero threads are errors).
+        let data =
+            burn::tensor::TensorData::from_bytes_vec(vec![], prim_shape(shape), dtype.burn());
+        return Tensor::from_data(
+            data,
+            dtype,
+            shape.to_vec(),
+            crate::Device::from_dispatch(device),
+        );
+    }
     let sh = prim_shape(shape);
     let s = value.burn_for(dtype);
     let prim = match dtype.kind() {
@@ -182,9 +192,6 @@ pub(crate) fn select(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
 pub(crate) fn bool_tensor(prim: Prim, shape: Vec<usize>) -> Tensor {
     Tensor::from_prim(prim, Kind::Bool, shape)
 }
-
-/// The default boolean storage.
-pub(crate) const BOOL: BoolDType = BoolDType::Native;
 
 /// Permutes axes.
 pub(crate) fn permute(t: &Tensor, perm: &[usize]) -> Result<Tensor> {

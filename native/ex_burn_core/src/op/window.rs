@@ -97,12 +97,20 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     let mut t = x.clone();
     for i in 0..r {
         let span = (dims[i] - 1) * dil[i] + 1;
+        if span == 1 && strides[i] == 1 {
+            // A unit window: the axis stays as is and the window axis has size 1 (no copy).
+            let mut s = t.shape().to_vec();
+            s.push(1);
+            t = t.reshape(s)?;
+            continue;
+        }
         let p = t.prim();
         let prim: Prim = match t.kind() {
             Kind::Float => B::float_unfold(p, i, span, strides[i]),
             _ => B::int_unfold(p, i, span, strides[i]),
         };
-        t = Tensor::wrap(prim, t.kind());
+        // GPU backends mis-handle unfolds of unfolded views; give them contiguous input.
+        t = Tensor::wrap(prim, t.kind()).contiguous();
         if dil[i] > 1 {
             let rank = t.rank();
             let zeros = vec![0; rank];

@@ -2,7 +2,7 @@
 //! CPU (flex) backend within float tolerance, and the f32 matmul precision is reported.
 
 use crate::common::*;
-use ex_burn_core::op::TieBreak;
+use ex_burn_core::op::{Precision, TieBreak};
 use ex_burn_core::{eval, DType, Device, Op, Tensor};
 
 fn rand(shape: &[usize], seed: u64, lo: f64, hi: f64) -> Tensor {
@@ -159,6 +159,7 @@ fn gpu_agrees_with_cpu_on_every_family() {
                 contract_b: vec![1],
                 batch_b: vec![],
                 out: None,
+                precision: Default::default(),
             },
             vec![x.clone(), y.clone()],
             1e-2,
@@ -206,38 +207,42 @@ fn f32_matmul_precision_is_reported() {
     let n = 1024;
     let a = rand(&[n, n], 11, -1.0, 1.0);
     let b = rand(&[n, n], 12, -1.0, 1.0);
-    let dot = |dtype| Op::Dot {
+    let dot = |dtype, precision| Op::Dot {
         contract_a: vec![1],
         batch_a: vec![],
         contract_b: vec![0],
         batch_b: vec![],
         out: Some(dtype),
+        precision,
     };
-    let reference = v(&eval(
-        &dot(DType::F64),
-        &[
-            a.to_device(Device::Cpu).unwrap(),
-            b.to_device(Device::Cpu).unwrap(),
-        ],
-        Device::Cpu,
-    )
-    .unwrap()[0]);
-    let f32_gpu = v(&eval(&dot(DType::F32), &[a.clone(), b.clone()], dev()).unwrap()[0]);
-    let f64_gpu = v(&eval(&dot(DType::F64), &[a.clone(), b.clone()], dev()).unwrap()[0]);
-    let f32_cpu = v(&eval(
-        &dot(DType::F32),
-        &[
-            a.to_device(Device::Cpu).unwrap(),
-            b.to_device(Device::Cpu).unwrap(),
-        ],
-        Device::Cpu,
-    )
-    .unwrap()[0]);
-    let (e32, e64, ecpu) = (
-        rel_err(&f32_gpu, &reference),
-        rel_err(&f64_gpu, &reference),
-        rel_err(&f32_cpu, &reference),
+    let (ac, bc) = (
+        a.to_device(Device::Cpu).unwrap(),
+        b.to_device(Device::Cpu).unwrap(),
     );
-    println!("matmul precision {n}x{n}: gpu f32 rel err {e32:.2e}, gpu f64 {e64:.2e}, cpu f32 {ecpu:.2e}");
-    assert!(e32 < 1e-2 && e64 < 1e-9 && ecpu < 1e-5);
+    let reference = v(&eval(
+        &dot(DType::F64, Precision::Default),
+        &[ac.clone(), bc.clone()],
+        Device::Cpu,
+    )
+    .unwrap()[0]);
+    let gpu = v(&eval(
+        &dot(DType::F32, Precision::Default),
+        &[a.clone(), b.clone()],
+        dev(),
+    )
+    .unwrap()[0]);
+    let gpu_hi = v(&eval(
+        &dot(DType::F32, Precision::Highest),
+        &[a.clone(), b.clone()],
+        dev(),
+    )
+    .unwrap()[0]);
+    let cpu = v(&eval(&dot(DType::F32, Precision::Default), &[ac, bc], Device::Cpu).unwrap()[0]);
+    let (e, e_hi, e_cpu) = (
+        rel_err(&gpu, &reference),
+        rel_err(&gpu_hi, &reference),
+        rel_err(&cpu, &reference),
+    );
+    println!("matmul precision {n}x{n} f32 vs f64 reference: gpu default {e:.2e}, gpu highest {e_hi:.2e}, cpu {e_cpu:.2e}");
+    assert!(e < 1e-2 && e_hi < 1e-5 && e_cpu < 1e-5);
 }

@@ -8,6 +8,7 @@ fn dot(ca: Vec<usize>, ba: Vec<usize>, cb: Vec<usize>, bb: Vec<usize>) -> Op {
         contract_b: cb,
         batch_b: bb,
         out: None,
+        precision: Default::default(),
     }
 }
 
@@ -93,5 +94,55 @@ fn empty_contraction_is_zero_and_mismatch_is_a_shape_error() {
             &[&f(&[1.; 6], &[2, 3]), &f(&[1.; 4], &[2, 2])]
         ),
         "shape"
+    );
+}
+
+#[test]
+fn highest_precision_matches_default_on_the_cpu_and_f64_reference_elsewhere() {
+    let a = f(&[1.1, 2.2, 3.3, 4.4, 5.5, 6.6], &[2, 3]);
+    let b = f(&[0.7, 0.8, 0.9, 1.0, 1.1, 1.2], &[3, 2]);
+    let op = |precision| Op::Dot {
+        contract_a: vec![1],
+        batch_a: vec![],
+        contract_b: vec![0],
+        batch_b: vec![],
+        out: None,
+        precision,
+    };
+    let hi = v(&ev(op(ex_burn_core::op::Precision::Highest), &[&a, &b]));
+    let want = [
+        1.1 * 0.7 + 2.2 * 0.9 + 3.3 * 1.1,
+        1.1 * 0.8 + 2.2 + 3.3 * 1.2,
+        4.4 * 0.7 + 5.5 * 0.9 + 6.6 * 1.1,
+        4.4 * 0.8 + 5.5 + 6.6 * 1.2,
+    ];
+    for (g, w) in hi.iter().zip(want) {
+        assert!((g - w).abs() < 1e-5, "{hi:?}");
+    }
+}
+
+#[test]
+fn f64_and_integer_products_on_every_device() {
+    let a = t(&[1., 2., 3., 4.], &[2, 2], DType::F64);
+    let i = t(&[1., 2., 3., 4.], &[2, 2], DType::S32);
+    let mm = Op::Dot {
+        contract_a: vec![1],
+        batch_a: vec![],
+        contract_b: vec![0],
+        batch_b: vec![],
+        out: None,
+        precision: Default::default(),
+    };
+    check(
+        &ev(mm.clone(), &[&a, &a]),
+        &[2, 2],
+        DType::F64,
+        &[7., 10., 15., 22.],
+    );
+    check(
+        &ev(mm, &[&i, &i]),
+        &[2, 2],
+        DType::S32,
+        &[7., 10., 15., 22.],
     );
 }

@@ -15,5 +15,6 @@ mod reduce;
 mod shape;
 mod sort;
 mod tensor;
+mod train;
 mod unary;
 mod window;

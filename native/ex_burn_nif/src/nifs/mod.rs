@@ -3,6 +3,7 @@
 mod device;
 mod eval;
 mod tensor;
+mod train;
 
 /// Declares one NIF body under three scheduler flavours: `$name` (normal), `$cpu` (dirty CPU)
 /// and `$io` (dirty IO). The Elixir side picks one by device and size.

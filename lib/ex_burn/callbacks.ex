@@ -1,0 +1,219 @@
+defmodule ExBurn.Callbacks do
+  @moduledoc """
+  Training callbacks: functions that receive the metrics map after each epoch and return it,
+  possibly changed. The map holds `:epoch`, `:loss`, `:learning_rate`, `:samples_per_second`,
+  `:accuracy`, `:val_loss`, `:val_accuracy` (when measured) and `:model`.
+
+  A callback stops training by returning `stop_training: true`, and changes the learning rate
+  of the following epochs by returning a different `:learning_rate`. Callbacks that keep
+  state (early stopping, plateaus) keep it in the training process, per callback.
+  """
+
+  alias ExBurn.Model
+
+  @type callback :: (map() -> map())
+
+  @doc false
+  def run(callbacks, metrics) do
+    metrics = Enum.reduce(callbacks, metrics, fn cb, m -> cb.(m) end)
+    telemetry(metrics)
+    metrics
+  end
+
+  defp telemetry(metrics) do
+    if Code.ensure_loaded?(:telemetry) do
+      measurements =
+        Map.take(metrics, [:loss, :val_loss, :accuracy, :val_accuracy, :samples_per_second, :seconds])
+
+      apply(:telemetry, :execute, [
+        [:ex_burn, :training, :epoch],
+        measurements,
+        Map.take(metrics, [:epoch, :learning_rate])
+      ])
+    end
+  end
+
+  @doc "Prints one line per epoch with the metrics."
+  @spec logging() :: callback()
+  def logging do
+    fn metrics ->
+      IO.puts(format(metrics))
+      metrics
+    end
+  end
+
+  @doc false
+  def format(m) do
+    parts = [
+      "epoch #{m.epoch}",
+      "loss #{fmt(m.loss)}",
+      m[:accuracy] && "accuracy #{fmt(m.accuracy)}",
+      m[:val_loss] && "val_loss #{fmt(m.val_loss)}",
+      m[:val_accuracy] && "val_accuracy #{fmt(m.val_accuracy)}",
+      m[:samples_per_second] && "#{round(m.samples_per_second)} samples/s"
+    ]
+
+    parts |> Enum.reject(&(&1 in [nil, false])) |> Enum.join("  ")
+  end
+
+  defp fmt(x) when is_float(x), do: :erlang.float_to_binary(x, decimals: 4)
+  defp fmt(x), do: inspect(x)
+
+  defp monitor(m, nil), do: Map.get(m, :val_loss, m.loss)
+  defp monitor(m, key), do: Map.fetch!(m, key)
+
+  @doc """
+  Stops when the monitored value (default `:val_loss`, else `:loss`) has not improved by
+  `min_delta` for `patience` epochs, and restores the best weights seen.
+
+  ## Options
+
+    * `:monitor` - metric to watch (lower is better)
+    * `:restore_best` - put the best weights back when stopping (default `true`)
+  """
+  @spec early_stopping(pos_integer(), number(), keyword()) :: callback()
+  def early_stopping(patience, min_delta \\ 0.0, opts \\ []) do
+    opts = Keyword.validate!(opts, monitor: nil, restore_best: true)
+    key = {__MODULE__, make_ref()}
+
+    fn metrics ->
+      value = monitor(metrics, opts[:monitor])
+      state = Process.get(key, %{best: nil, wait: 0, snapshot: nil})
+
+      state =
+        if state.best == nil or value < state.best - min_delta do
+          snapshot = if opts[:restore_best], do: Model.clone(metrics.model), else: nil
+          %{best: value, wait: 0, snapshot: snapshot}
+        else
+          %{state | wait: state.wait + 1}
+        end
+
+      Process.put(key, state)
+
+      if state.wait >= patience do
+        if state.snapshot, do: Model.put_parameters(metrics.model, Model.parameters(state.snapshot))
+        Process.delete(key)
+        metrics |> Map.put(:stop_training, true) |> Map.put(:best, state.best)
+      else
+        metrics
+      end
+    end
+  end
+
+  @doc """
+  Saves the model every `every` epochs to `path` (a directory gets `epoch_<n>.safetensors`;
+  a path may contain `{epoch}`).
+  """
+  @spec checkpoint(pos_integer(), Path.t()) :: callback()
+  def checkpoint(every, path) do
+    fn metrics ->
+      if rem(metrics.epoch, every) == 0 do
+        file =
+          cond do
+            String.contains?(path, "{epoch}") ->
+              String.replace(path, "{epoch}", Integer.to_string(metrics.epoch))
+
+            File.dir?(path) or Path.extname(path) == "" ->
+              Path.join(path, "epoch_#{metrics.epoch}.safetensors")
+
+            true ->
+              path
+          end
+
+        File.mkdir_p!(Path.dirname(file))
+        Model.save(metrics.model, file)
+        Map.put(metrics, :checkpoint, file)
+      else
+        metrics
+      end
+    end
+  end
+
+  @doc "Sends `{:ex_burn_history, metrics}` (without the model) to `pid` after each epoch."
+  @spec history(pid()) :: callback()
+  def history(pid) do
+    fn metrics ->
+      send(pid, {:ex_burn_history, Map.delete(metrics, :model)})
+      metrics
+    end
+  end
+
+  @doc """
+  Multiplies the learning rate by `factor` when the monitored value has not improved for
+  `patience` epochs, down to `:min_lr`.
+
+  ## Options
+
+    * `:factor` - default 0.5
+    * `:min_lr` - default 1.0e-6
+    * `:monitor` - metric to watch (default `:val_loss`, else `:loss`)
+  """
+  @spec reduce_lr_on_plateau(pos_integer(), keyword()) :: callback()
+  def reduce_lr_on_plateau(patience, opts \\ []) do
+    opts = Keyword.validate!(opts, factor: 0.5, min_lr: 1.0e-6, monitor: nil)
+    key = {__MODULE__, make_ref()}
+
+    fn metrics ->
+      value = monitor(metrics, opts[:monitor])
+      {best, wait} = Process.get(key, {nil, 0})
+
+      {best, wait} = if best == nil or value < best, do: {value, 0}, else: {best, wait + 1}
+
+      if wait >= patience do
+        Process.put(key, {best, 0})
+        Map.put(metrics, :learning_rate, max(metrics.learning_rate * opts[:factor], opts[:min_lr]))
+      else
+        Process.put(key, {best, wait})
+        metrics
+      end
+    end
+  end
+
+  @doc """
+  Raises the learning rate linearly over the first `epochs` epochs (epoch `e` trains at
+  `e / epochs` of the base rate). For per-step warmup use `fit/3`'s `:warmup` option.
+  """
+  @spec warmup(pos_integer()) :: callback()
+  def warmup(epochs) do
+    key = {__MODULE__, make_ref()}
+
+    fn metrics ->
+      base = Process.get(key) || metrics.learning_rate * epochs
+      Process.put(key, base)
+      Map.put(metrics, :learning_rate, base * min(1.0, (metrics.epoch + 1) / epochs))
+    end
+  end
+
+  @doc "Sends `{:training_progress, epoch, loss, val_loss}` to `pid` after each epoch."
+  @spec screen_callback(pid()) :: callback()
+  def screen_callback(pid) do
+    fn metrics ->
+      send(pid, {:training_progress, metrics.epoch, metrics.loss, metrics[:val_loss]})
+      metrics
+    end
+  end
+end
+
+defmodule ExBurn.Training.LoggingCallback do
+  @moduledoc "The original API's logging callback: `callbacks: [&ExBurn.Training.LoggingCallback.log/1]`."
+
+  @doc "Prints the epoch's metrics and returns them."
+  @spec log(map()) :: map()
+  def log(metrics), do: ExBurn.Callbacks.logging().(metrics)
+end
+
+defmodule ExBurn.Training.EarlyStoppingCallback do
+  @moduledoc "The original API's early stopping: `ExBurn.Training.EarlyStoppingCallback.wait(5, 1.0e-4)`."
+
+  @doc "See `ExBurn.Callbacks.early_stopping/3`."
+  @spec wait(pos_integer(), number()) :: ExBurn.Callbacks.callback()
+  def wait(patience, min_delta \\ 0.0), do: ExBurn.Callbacks.early_stopping(patience, min_delta)
+end
+
+defmodule ExBurn.Training.CheckpointCallback do
+  @moduledoc "The original API's checkpoints: `ExBurn.Training.CheckpointCallback.every(5, \"/checkpoints\")`."
+
+  @doc "See `ExBurn.Callbacks.checkpoint/2`."
+  @spec every(pos_integer(), Path.t()) :: ExBurn.Callbacks.callback()
+  def every(n, path), do: ExBurn.Callbacks.checkpoint(n, path)
+end

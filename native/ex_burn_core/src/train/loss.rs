@@ -1,0 +1,188 @@
+//! Losses and the accuracy metric. Cross-entropy and binary cross-entropy use the logits
+//! before a final softmax/sigmoid when the model ends in one (numerically stable), and
+//! accept probabilities otherwise.
+
+use super::net::Value;
+use super::spec::{Activation, LayerOp, ModelSpec};
+use crate::tensor::B;
+use crate::{Error, Result};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Int, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// A training loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Loss {
+    /// Categorical cross-entropy; targets are class ids `[batch]` or one-hot `[batch, classes]`.
+    CrossEntropy,
+    /// Mean squared error.
+    Mse,
+    /// Binary cross-entropy on probabilities (or logits before a final sigmoid).
+    BinaryCrossEntropy,
+}
+
+/// What the loss reads from the output layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Head {
+    /// The output as is.
+    Output,
+    /// The input of a final softmax (logits).
+    SoftmaxLogits,
+    /// The output of a final log_softmax.
+    LogProbs,
+    /// The input of a final sigmoid (logits).
+    SigmoidLogits,
+}
+
+/// Decides which value the loss reads for `spec`.
+pub fn head(spec: &ModelSpec, loss: Loss) -> Head {
+    match (&spec.layers[spec.output].op, loss) {
+        (
+            LayerOp::Activation {
+                activation: Activation::Softmax,
+                ..
+            },
+            Loss::CrossEntropy,
+        ) => Head::SoftmaxLogits,
+        (
+            LayerOp::Activation {
+                activation: Activation::LogSoftmax,
+                ..
+            },
+            Loss::CrossEntropy,
+        ) => Head::LogProbs,
+        (
+            LayerOp::Activation {
+                activation: Activation::Sigmoid,
+                ..
+            },
+            Loss::BinaryCrossEntropy,
+        ) => Head::SigmoidLogits,
+        _ => Head::Output,
+    }
+}
+
+/// Targets of a batch: class ids or float values.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// Class ids `[batch]`.
+    Classes(Tensor<B, 1, Int>),
+    /// Float targets (one-hot, regression values), same rank as the output.
+    Values(Value),
+}
+
+fn as2(v: &Value) -> Result<Tensor<B, 2>> {
+    v.to::<2>()
+}
+
+/// The mean loss over the batch. `value` is what `head` says the loss reads.
+pub fn compute(loss: Loss, head: Head, value: &Value, target: &Target) -> Result<Tensor<B, 1>> {
+    match loss {
+        Loss::CrossEntropy => {
+            let x = as2(value)?;
+            let logp = match head {
+                Head::LogProbs => x,
+                Head::SoftmaxLogits => log_softmax(x, 1),
+                // Probabilities (or unnormalised scores) from a model without a final softmax:
+                // treated as logits, which is what a linear output layer produces.
+                _ => log_softmax(x, 1),
+            };
+            let [n, _c] = logp.dims();
+            match target {
+                Target::Classes(ids) => {
+                    let picked = logp.gather(1, ids.clone().reshape([n, 1]));
+                    Ok(picked.mean().neg())
+                }
+                Target::Values(t) => Ok(logp.mul(as2(t)?).sum_dim(1).mean().neg()),
+            }
+        }
+        Loss::Mse => {
+            let t = match target {
+                Target::Values(t) => t,
+                Target::Classes(_) => return Err(Error::Dtype("mse needs float targets".into())),
+            };
+            let (o, t) = (flat(value)?, flat(t)?);
+            Ok(o.sub(t).powi_scalar(2).mean())
+        }
+        Loss::BinaryCrossEntropy => {
+            let t = match target {
+                Target::Values(t) => flat(t)?,
+                Target::Classes(ids) => ids.clone().float(),
+            };
+            let z = flat(value)?;
+            if head == Head::SigmoidLogits {
+                // max(z, 0) - z*y + log(1 + exp(-|z|))
+                let l = z
+                    .clone()
+                    .clamp_min(0.0)
+                    .sub(z.clone().mul(t))
+                    .add(z.abs().neg().exp().log1p());
+                Ok(l.mean())
+            } else {
+                let p = z.clamp(1e-7, 1.0 - 1e-7);
+                let one_minus = p.clone().neg().add_scalar(1.0);
+                let l = t
+                    .clone()
+                    .mul(p.log())
+                    .add(t.neg().add_scalar(1.0).mul(one_minus.log()));
+                Ok(l.mean().neg())
+            }
+        }
+    }
+}
+
+fn flat(v: &Value) -> Result<Tensor<B, 1>> {
+    match v {
+        Value::Float(..) => {
+            let s = match v {
+                Value::Float(_, s) => s.clone(),
+                _ => unreachable!("matched above"),
+            };
+            let n: usize = s.iter().product();
+            Ok(match s.len() {
+                1 => v.to::<1>()?,
+                2 => v.to::<2>()?.reshape([n]),
+                3 => v.to::<3>()?.reshape([n]),
+                4 => v.to::<4>()?.reshape([n]),
+                r => return Err(Error::Unsupported(format!("targets of rank {r}"))),
+            })
+        }
+        Value::Ids(_) => Err(Error::Dtype("expected float values".into())),
+    }
+}
+
+/// Number of correct predictions in the batch (classification: argmax; binary: p > 0.5 or
+/// logit > 0), as a tensor so no device sync is needed per batch.
+pub fn correct(
+    loss: Loss,
+    head: Head,
+    value: &Value,
+    target: &Target,
+) -> Result<Tensor<B, 1, Int>> {
+    match loss {
+        Loss::BinaryCrossEntropy => {
+            let z = flat(value)?;
+            let pred = if head == Head::SigmoidLogits {
+                z.greater_elem(0.0)
+            } else {
+                z.greater_elem(0.5)
+            };
+            let t = match target {
+                Target::Values(t) => flat(t)?.greater_elem(0.5),
+                Target::Classes(ids) => ids.clone().greater_elem(0),
+            };
+            Ok(pred.equal(t).int().sum())
+        }
+        _ => {
+            let x = as2(value)?;
+            let [n, _] = x.dims();
+            let pred = x.argmax(1).reshape([n]);
+            let truth = match target {
+                Target::Classes(ids) => ids.clone(),
+                Target::Values(t) => as2(t)?.argmax(1).reshape([n]),
+            };
+            Ok(pred.equal(truth).int().sum())
+        }
+    }
+}

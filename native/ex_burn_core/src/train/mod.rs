@@ -1,0 +1,12 @@
+//! Native training: model specs built into Burn modules, losses, optimizers, the training
+//! loop with Burn autodiff (one call per step or per epoch), and checkpoints.
+
+pub mod checkpoint;
+pub mod loss;
+pub mod model;
+pub mod net;
+pub mod optim;
+pub mod spec;
+
+pub use model::{CompileOptions, Data, EpochOptions, Model, Stats, StepProfile};
+pub use spec::ModelSpec;

@@ -1,0 +1,942 @@
+//! A compiled model: the graph, its parameters on a device, the optimizer and its state.
+//! Training steps, epochs, evaluation and prediction run here, one call each, with Burn's
+//! autodiff computing exact gradients.
+
+use super::loss::{self, Head, Loss, Target};
+use super::net::{self, Net, Slots, Value};
+use super::optim::{Optim, OptimConfig};
+use super::spec::{LayerOp, ModelSpec};
+use crate::dtype::Kind;
+use crate::op::creation::SplitMix64;
+use crate::tensor::{Prim, B};
+use crate::{DType, Device, Error, Result, Tensor};
+use burn::module::{AutodiffModule, Module, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
+use burn::tensor::{Int, TensorData, TensorPrimitive};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+/// How a model trains.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct CompileOptions {
+    /// The loss.
+    pub loss: Loss,
+    /// The optimizer.
+    pub optimizer: OptimConfig,
+    /// Seed of the initial weights (and dropout).
+    #[serde(default)]
+    pub seed: u64,
+    /// The base learning rate (applied per step by the caller; kept so a saved model
+    /// resumes with it).
+    #[serde(default = "default_lr")]
+    pub learning_rate: f64,
+}
+
+fn default_lr() -> f64 {
+    1e-3
+}
+
+/// Inputs and targets of a batch or a dataset (first axis = samples).
+#[derive(Clone, Debug)]
+pub struct Data {
+    /// One tensor per input layer.
+    pub inputs: Vec<Tensor>,
+    /// Targets: class ids `[n]` or float values.
+    pub target: Option<Tensor>,
+}
+
+/// Per-epoch options.
+#[derive(Debug, Clone, Default)]
+pub struct EpochOptions {
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Shuffle with this seed (none: keep order).
+    pub shuffle: Option<u64>,
+    /// Learning rate of each optimizer step (the last repeats).
+    pub lrs: Vec<f64>,
+    /// Micro-batches per optimizer step (gradient accumulation; 1 = none).
+    pub accumulate: usize,
+    /// Report progress every this many batches (0: never).
+    pub progress_every: usize,
+}
+
+/// What an epoch (or an evaluation) measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    /// Mean loss per sample.
+    pub loss: f64,
+    /// Fraction of correct predictions (classification losses).
+    pub accuracy: Option<f64>,
+    /// Samples seen.
+    pub samples: usize,
+    /// Optimizer steps taken.
+    pub steps: usize,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// Milliseconds spent in each phase of one training step (device synchronised after each).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepProfile {
+    /// Forward pass and loss.
+    pub forward_ms: f64,
+    /// Backward pass.
+    pub backward_ms: f64,
+    /// Optimizer update.
+    pub optimizer_ms: f64,
+}
+
+/// A compiled model.
+#[derive(Clone)]
+pub struct Model {
+    /// The graph.
+    pub spec: ModelSpec,
+    /// Training options.
+    pub options: CompileOptions,
+    slots: Slots,
+    net: Option<Net<B>>,
+    optim: Optim,
+    device: Device,
+    frozen: BTreeSet<String>,
+    steps: u64,
+}
+
+fn ad_device(device: Device) -> Result<burn::DispatchDevice> {
+    Ok(burn::DispatchDevice::autodiff(device.to_dispatch()?))
+}
+
+fn sync_err(e: burn::tensor::backend::ExecutionError) -> Error {
+    Error::Execution(format!("{e:?}"))
+}
+
+impl Model {
+    /// Builds a model on `device`.
+    pub fn new(spec: ModelSpec, options: CompileOptions, device: Device) -> Result<Model> {
+        let ad = ad_device(device)?;
+        let (net, slots) = net::build(&spec, options.seed, &ad)?;
+        let optim = options.optimizer.init()?;
+        B::seed(&ad, options.seed);
+        Ok(Model {
+            spec,
+            options,
+            slots,
+            net: Some(net),
+            optim,
+            device,
+            frozen: BTreeSet::new(),
+            steps: 0,
+        })
+    }
+
+    /// The device the parameters live on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Optimizer steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    fn net(&self) -> Result<&Net<B>> {
+        self.net.as_ref().ok_or_else(|| {
+            Error::Execution("model parameters are unavailable after a failed step".into())
+        })
+    }
+
+    fn head(&self) -> Head {
+        loss::head(&self.spec, self.options.loss)
+    }
+
+    /// The layer whose value the loss reads.
+    fn loss_layer(&self) -> usize {
+        match self.head() {
+            Head::SoftmaxLogits | Head::SigmoidLogits => {
+                self.spec.layers[self.spec.output].inputs[0]
+            }
+            _ => self.spec.output,
+        }
+    }
+
+    fn check_data(&self, data: &Data, with_target: bool) -> Result<usize> {
+        let n_inputs = self
+            .spec
+            .layers
+            .iter()
+            .filter(|l| matches!(l.op, LayerOp::Input { .. }))
+            .count();
+        if data.inputs.len() != n_inputs {
+            return Err(Error::Argument(format!(
+                "the model has {n_inputs} input(s), got {}",
+                data.inputs.len()
+            )));
+        }
+        let n = data
+            .inputs
+            .first()
+            .map(|t| t.shape().first().copied().unwrap_or(0))
+            .unwrap_or(0);
+        for t in data.inputs.iter().chain(data.target.iter()) {
+            if t.shape().first().copied() != Some(n) {
+                return Err(Error::Shape(format!(
+                    "inputs and targets must have {n} samples, got shape {:?}",
+                    t.shape()
+                )));
+            }
+            if t.device() != self.device {
+                return Err(Error::Device(format!(
+                    "data is on {} but the model is on {}",
+                    t.device(),
+                    self.device
+                )));
+            }
+        }
+        if with_target && data.target.is_none() {
+            return Err(Error::Argument("targets are required".into()));
+        }
+        Ok(n)
+    }
+
+    /// One optimizer step on a batch; returns the loss.
+    pub fn train_step(&mut self, batch: &Data, lr: f64) -> Result<f64> {
+        self.check_data(batch, true)?;
+        let loss = self.step_on(batch, lr, 1)?;
+        let v = loss.into_scalar();
+        Ok(v as f64)
+    }
+
+    /// Forward + backward of one (micro-)batch, scaled by `1/scale`; returns the loss tensor
+    /// (not synchronised) and the gradients.
+    fn grads_of(
+        &self,
+        batch: &Data,
+        scale: usize,
+    ) -> Result<(
+        burn::tensor::Tensor<B, 1>,
+        GradientsParams,
+        Option<burn::tensor::Tensor<B, 1, Int>>,
+    )> {
+        let net = self.net()?;
+        let inputs = values(&batch.inputs, true)?;
+        let target = target(
+            batch
+                .target
+                .as_ref()
+                .ok_or_else(|| Error::Argument("targets are required".into()))?,
+            true,
+        )?;
+        let out = net::forward(
+            &self.spec,
+            net,
+            &self.slots,
+            inputs,
+            true,
+            self.loss_layer(),
+        )?;
+        let loss = loss::compute(self.options.loss, self.head(), &out, &target)?;
+        let correct = if self.options.loss == Loss::Mse {
+            None
+        } else {
+            Some(loss::correct(self.options.loss, self.head(), &out, &target)?.inner())
+        };
+        let scaled = if scale > 1 {
+            loss.clone().div_scalar(scale as f64)
+        } else {
+            loss.clone()
+        };
+        let grads = scaled.backward();
+        let grads = GradientsParams::from_grads::<B, Net<B>>(grads, net);
+        let correct = correct.map(burn::tensor::Tensor::from_inner);
+        Ok((loss, self.remove_frozen(grads), correct))
+    }
+
+    fn step_on(
+        &mut self,
+        batch: &Data,
+        lr: f64,
+        scale: usize,
+    ) -> Result<burn::tensor::Tensor<B, 1>> {
+        let (loss, grads, _) = self.grads_of(batch, scale)?;
+        self.apply(grads, lr)?;
+        Ok(loss)
+    }
+
+    fn apply(&mut self, grads: GradientsParams, lr: f64) -> Result<()> {
+        let net = self
+            .net
+            .take()
+            .ok_or_else(|| Error::Execution("model parameters are unavailable".into()))?;
+        self.net = Some(self.optim.step(lr, net, grads));
+        self.steps += 1;
+        Ok(())
+    }
+
+    /// One epoch over `data` in batches cut on the device; `progress(batches_done, total,
+    /// mean_loss_so_far)` is called every `progress_every` batches.
+    pub fn train_epoch(
+        &mut self,
+        data: &Data,
+        opts: &EpochOptions,
+        progress: &mut dyn FnMut(usize, usize, f64),
+    ) -> Result<Stats> {
+        let n = self.check_data(data, true)?;
+        if opts.batch_size == 0 {
+            return Err(Error::Argument("batch_size must be positive".into()));
+        }
+        let t0 = Instant::now();
+        let order = opts
+            .shuffle
+            .map(|seed| permutation(n, seed, self.device))
+            .transpose()?;
+        let batches = n.div_ceil(opts.batch_size);
+        let accumulate = opts.accumulate.max(1);
+        let mut loss_sum: Option<burn::tensor::Tensor<B, 1>> = None;
+        let mut correct_sum: Option<burn::tensor::Tensor<B, 1, Int>> = None;
+        let mut acc: Option<burn::optim::GradientsAccumulator<Net<B>>> = None;
+        let mut pending = 0;
+        let mut steps = 0;
+        let lr_at = |k: usize| opts.lrs.get(k).or(opts.lrs.last()).copied().unwrap_or(1e-3);
+        for b in 0..batches {
+            let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
+            let batch = cut(data, lo, hi, order.as_ref())?;
+            let (loss, grads, correct) = self.grads_of(&batch, accumulate)?;
+            let weighted = loss.mul_scalar((hi - lo) as f64);
+            loss_sum = Some(match loss_sum {
+                Some(s) => s.add(weighted),
+                None => weighted,
+            });
+            if let Some(c) = correct {
+                correct_sum = Some(match correct_sum {
+                    Some(s) => s.add(c),
+                    None => c,
+                });
+            }
+            if accumulate == 1 {
+                self.apply(grads, lr_at(steps))?;
+                steps += 1;
+            } else {
+                let a = acc.get_or_insert_with(burn::optim::GradientsAccumulator::new);
+                a.accumulate::<B>(self.net()?, grads);
+                pending += 1;
+                if pending == accumulate || b + 1 == batches {
+                    let g = a.grads();
+                    self.apply(g, lr_at(steps))?;
+                    steps += 1;
+                    pending = 0;
+                }
+            }
+            if opts.progress_every > 0 && ((b + 1) % opts.progress_every == 0 || b + 1 == batches) {
+                let so_far = loss_sum
+                    .clone()
+                    .map(|s| s.into_scalar() as f64)
+                    .unwrap_or(0.0)
+                    / hi as f64;
+                progress(b + 1, batches, so_far);
+            }
+        }
+        let loss = loss_sum.map(|s| s.into_scalar() as f64).unwrap_or(0.0) / n.max(1) as f64;
+        let accuracy = correct_sum.map(|c| c.into_scalar() as f64 / n.max(1) as f64);
+        Ok(Stats {
+            loss,
+            accuracy,
+            samples: n,
+            steps,
+            seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Loss (and accuracy) over `data` without training, in batches of `batch_size`.
+    pub fn evaluate(&self, data: &Data, batch_size: usize) -> Result<Stats> {
+        let n = self.check_data(data, true)?;
+        let t0 = Instant::now();
+        let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
+        let mut loss_sum = 0.0;
+        let mut correct = 0i64;
+        let bs = batch_size.max(1);
+        for lo in (0..n).step_by(bs) {
+            let hi = (lo + bs).min(n);
+            let batch = cut(data, lo, hi, None)?;
+            let out = net::forward(
+                &self.spec,
+                &net,
+                &self.slots,
+                values(&batch.inputs, false)?,
+                false,
+                self.loss_layer(),
+            )?;
+            let t = target(batch.target.as_ref().expect("checked"), false)?;
+            loss_sum += loss::compute(self.options.loss, self.head(), &out, &t)?.into_scalar()
+                as f64
+                * (hi - lo) as f64;
+            if self.options.loss != Loss::Mse {
+                correct +=
+                    loss::correct(self.options.loss, self.head(), &out, &t)?.into_scalar() as i64;
+            }
+        }
+        let accuracy = (self.options.loss != Loss::Mse).then(|| correct as f64 / n.max(1) as f64);
+        Ok(Stats {
+            loss: loss_sum / n.max(1) as f64,
+            accuracy,
+            samples: n,
+            steps: 0,
+            seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The model's output for `inputs` (inference mode), in batches of `batch_size`.
+    pub fn predict(&self, inputs: &[Tensor], batch_size: usize) -> Result<Tensor> {
+        let data = Data {
+            inputs: inputs.to_vec(),
+            target: None,
+        };
+        let n = self.check_data(&data, false)?;
+        let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
+        let bs = batch_size.max(1).min(n.max(1));
+        let mut parts = Vec::new();
+        for lo in (0..n.max(1)).step_by(bs) {
+            let hi = (lo + bs).min(n);
+            let batch = cut(&data, lo, hi, None)?;
+            let out = net::forward(
+                &self.spec,
+                &net,
+                &self.slots,
+                values(&batch.inputs, false)?,
+                false,
+                self.spec.output,
+            )?;
+            parts.push(value_tensor(out)?);
+        }
+        if parts.len() == 1 {
+            return Ok(parts.remove(0));
+        }
+        crate::eval(&crate::Op::Concatenate { axis: 0 }, &parts, self.device)
+            .map(|mut v| v.remove(0))
+    }
+
+    /// Exact gradients of the loss on `batch` for every trainable parameter.
+    pub fn compute_gradients(&self, batch: &Data) -> Result<Vec<(String, Tensor)>> {
+        self.check_data(batch, true)?;
+        let net = self.net()?;
+        let inputs = values(&batch.inputs, true)?;
+        let t = target(batch.target.as_ref().expect("checked"), true)?;
+        let out = net::forward(
+            &self.spec,
+            net,
+            &self.slots,
+            inputs,
+            true,
+            self.loss_layer(),
+        )?;
+        let loss = loss::compute(self.options.loss, self.head(), &out, &t)?;
+        let grads = loss.backward();
+        let mut res = Vec::new();
+        for (name, p) in self.param_refs(net) {
+            if let Some(g) = p.grad(&grads) {
+                res.push((name, g));
+            }
+        }
+        Ok(res)
+    }
+
+    /// Times forward, backward and optimizer phases of one step (synchronising the device
+    /// after each).
+    pub fn profile_step(&mut self, batch: &Data, lr: f64) -> Result<StepProfile> {
+        self.check_data(batch, true)?;
+        let dev = ad_device(self.device)?;
+        let sync = || B::sync(&dev).map_err(sync_err);
+        sync()?;
+        let t0 = Instant::now();
+        let net = self.net()?;
+        let inputs = values(&batch.inputs, true)?;
+        let t = target(batch.target.as_ref().expect("checked"), true)?;
+        let out = net::forward(
+            &self.spec,
+            net,
+            &self.slots,
+            inputs,
+            true,
+            self.loss_layer(),
+        )?;
+        let loss = loss::compute(self.options.loss, self.head(), &out, &t)?;
+        sync()?;
+        let t1 = Instant::now();
+        let grads = GradientsParams::from_grads::<B, Net<B>>(loss.backward(), net);
+        let grads = self.remove_frozen(grads);
+        sync()?;
+        let t2 = Instant::now();
+        self.apply(grads, lr)?;
+        sync()?;
+        let t3 = Instant::now();
+        let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+        Ok(StepProfile {
+            forward_ms: ms(t0, t1),
+            backward_ms: ms(t1, t2),
+            optimizer_ms: ms(t2, t3),
+        })
+    }
+}
+
+// ---- parameters by name ----
+
+/// A parameter of any rank, by reference.
+pub(crate) enum ParamRef<'a> {
+    R1(&'a Param<burn::tensor::Tensor<B, 1>>),
+    R2(&'a Param<burn::tensor::Tensor<B, 2>>),
+    R3(&'a Param<burn::tensor::Tensor<B, 3>>),
+    R4(&'a Param<burn::tensor::Tensor<B, 4>>),
+}
+
+impl ParamRef<'_> {
+    pub(crate) fn id(&self) -> ParamId {
+        match self {
+            ParamRef::R1(p) => p.id,
+            ParamRef::R2(p) => p.id,
+            ParamRef::R3(p) => p.id,
+            ParamRef::R4(p) => p.id,
+        }
+    }
+
+    fn inner_prim(&self) -> Prim {
+        match self {
+            ParamRef::R1(p) => p.val().inner().into_primitive().tensor(),
+            ParamRef::R2(p) => p.val().inner().into_primitive().tensor(),
+            ParamRef::R3(p) => p.val().inner().into_primitive().tensor(),
+            ParamRef::R4(p) => p.val().inner().into_primitive().tensor(),
+        }
+    }
+
+    pub(crate) fn tensor(&self) -> Tensor {
+        Tensor::wrap(self.inner_prim(), Kind::Float)
+    }
+
+    fn grad(&self, grads: &<B as AutodiffBackend>::Gradients) -> Option<Tensor> {
+        let p = match self {
+            ParamRef::R1(p) => p.val().grad(grads).map(|g| g.into_primitive().tensor()),
+            ParamRef::R2(p) => p.val().grad(grads).map(|g| g.into_primitive().tensor()),
+            ParamRef::R3(p) => p.val().grad(grads).map(|g| g.into_primitive().tensor()),
+            ParamRef::R4(p) => p.val().grad(grads).map(|g| g.into_primitive().tensor()),
+        }?;
+        Some(Tensor::wrap(p, Kind::Float))
+    }
+
+    fn remove_from(&self, grads: &mut GradientsParams) {
+        let id = self.id();
+        match self {
+            ParamRef::R1(_) => drop(grads.remove::<B, 1>(id)),
+            ParamRef::R2(_) => drop(grads.remove::<B, 2>(id)),
+            ParamRef::R3(_) => drop(grads.remove::<B, 3>(id)),
+            ParamRef::R4(_) => drop(grads.remove::<B, 4>(id)),
+        }
+    }
+}
+
+impl Model {
+    /// Trainable parameters as `(layer.param, ref)` in layer order.
+    pub(crate) fn param_refs<'a>(&self, net: &'a Net<B>) -> Vec<(String, ParamRef<'a>)> {
+        let mut out = Vec::new();
+        for (i, l) in self.spec.layers.iter().enumerate() {
+            let Some(s) = self.slots[i] else { continue };
+            let n = |p: &str| format!("{}.{p}", l.name);
+            match &l.op {
+                LayerOp::Dense { .. } => {
+                    out.push((n("kernel"), ParamRef::R2(&net.dense[s].kernel)));
+                    if let Some(b) = &net.dense[s].bias {
+                        out.push((n("bias"), ParamRef::R1(b)));
+                    }
+                }
+                LayerOp::Conv { kernel_size, .. } if kernel_size.len() == 1 => {
+                    out.push((n("kernel"), ParamRef::R3(&net.conv1[s].kernel)));
+                    if let Some(b) = &net.conv1[s].bias {
+                        out.push((n("bias"), ParamRef::R1(b)));
+                    }
+                }
+                LayerOp::Conv { .. } => {
+                    out.push((n("kernel"), ParamRef::R4(&net.conv2[s].kernel)));
+                    if let Some(b) = &net.conv2[s].bias {
+                        out.push((n("bias"), ParamRef::R1(b)));
+                    }
+                }
+                LayerOp::BatchNorm { .. } => {
+                    out.push((n("gamma"), ParamRef::R1(&net.bn[s].gamma)));
+                    out.push((n("beta"), ParamRef::R1(&net.bn[s].beta)));
+                }
+                LayerOp::LayerNorm { .. } => {
+                    out.push((n("gamma"), ParamRef::R1(&net.ln[s].gamma)));
+                    if let Some(b) = &net.ln[s].beta {
+                        out.push((n("beta"), ParamRef::R1(b)));
+                    }
+                }
+                LayerOp::Embedding { .. } => {
+                    out.push((n("kernel"), ParamRef::R2(&net.emb[s].weight)))
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn remove_frozen(&self, mut grads: GradientsParams) -> GradientsParams {
+        if self.frozen.is_empty() {
+            return grads;
+        }
+        if let Some(net) = &self.net {
+            for (name, p) in self.param_refs(net) {
+                let layer = name.rsplit_once('.').map(|(l, _)| l).unwrap_or(&name);
+                if self.frozen.contains(layer) {
+                    p.remove_from(&mut grads);
+                }
+            }
+        }
+        grads
+    }
+
+    /// Parameters (and batch-norm running statistics) as `(layer.param, tensor)`.
+    pub fn parameters(&self) -> Result<Vec<(String, Tensor)>> {
+        let net = self.net()?;
+        let mut out: Vec<(String, Tensor)> = self
+            .param_refs(net)
+            .into_iter()
+            .map(|(n, p)| (n, p.tensor()))
+            .collect();
+        for (i, l) in self.spec.layers.iter().enumerate() {
+            if let (LayerOp::BatchNorm { .. }, Some(s)) = (&l.op, self.slots[i]) {
+                let bn = &net.bn[s];
+                for (name, st) in [("mean", &bn.running_mean), ("var", &bn.running_var)] {
+                    let v = st.value().inner().into_primitive().tensor();
+                    out.push((format!("{}.{name}", l.name), Tensor::wrap(v, Kind::Float)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Parameter ids by name (so a saved optimizer state finds its parameters again).
+    pub fn param_ids(&self) -> Result<Vec<(String, ParamId)>> {
+        Ok(self
+            .param_refs(self.net()?)
+            .into_iter()
+            .map(|(n, p)| (n, p.id()))
+            .collect())
+    }
+
+    /// Replaces parameters by name (shapes must match); `ids` restores saved parameter ids.
+    pub fn set_parameters(
+        &mut self,
+        params: &[(String, Tensor)],
+        ids: Option<&[(String, ParamId)]>,
+    ) -> Result<()> {
+        let current = self.parameters()?;
+        for (name, t) in params {
+            let Some((_, old)) = current.iter().find(|(n, _)| n == name) else {
+                return Err(Error::Argument(format!(
+                    "the model has no parameter {name:?}"
+                )));
+            };
+            if old.shape() != t.shape() {
+                return Err(Error::Shape(format!(
+                    "parameter {name:?} has shape {:?}, got {:?}",
+                    old.shape(),
+                    t.shape()
+                )));
+            }
+        }
+        let ad = ad_device(self.device)?;
+        let mut net = self
+            .net
+            .take()
+            .ok_or_else(|| Error::Execution("model parameters are unavailable".into()))?;
+        let find = |name: &str| params.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+        let id_of = |name: &str, old: ParamId| {
+            ids.and_then(|ids| ids.iter().find(|(n, _)| n == name).map(|(_, id)| *id))
+                .unwrap_or(old)
+        };
+        let result = (|| -> Result<()> {
+            for (i, l) in self.spec.layers.clone().iter().enumerate() {
+                let Some(s) = self.slots[i] else { continue };
+                let key = |p: &str| format!("{}.{p}", l.name);
+                macro_rules! set {
+                    ($param:expr, $name:expr, $d:literal) => {{
+                        let k = key($name);
+                        if let Some(t) = find(&k) {
+                            let id = id_of(&k, $param.id);
+                            $param = Param::initialized(id, to_param::<$d>(t, &ad)?);
+                        } else if let Some(ids) = ids {
+                            if let Some((_, id)) = ids.iter().find(|(n, _)| *n == k) {
+                                $param = Param::initialized(*id, $param.val());
+                            }
+                        }
+                    }};
+                }
+                match &l.op {
+                    LayerOp::Dense { .. } => {
+                        set!(net.dense[s].kernel, "kernel", 2);
+                        if let Some(b) = net.dense[s].bias.as_mut() {
+                            set!(*b, "bias", 1);
+                        }
+                    }
+                    LayerOp::Conv { kernel_size, .. } if kernel_size.len() == 1 => {
+                        set!(net.conv1[s].kernel, "kernel", 3);
+                        if let Some(b) = net.conv1[s].bias.as_mut() {
+                            set!(*b, "bias", 1);
+                        }
+                    }
+                    LayerOp::Conv { .. } => {
+                        set!(net.conv2[s].kernel, "kernel", 4);
+                        if let Some(b) = net.conv2[s].bias.as_mut() {
+                            set!(*b, "bias", 1);
+                        }
+                    }
+                    LayerOp::BatchNorm { .. } => {
+                        set!(net.bn[s].gamma, "gamma", 1);
+                        set!(net.bn[s].beta, "beta", 1);
+                        if let Some(t) = find(&key("mean")) {
+                            net.bn[s].running_mean =
+                                burn::module::RunningState::new(to_param::<1>(t, &ad)?.inner());
+                        }
+                        if let Some(t) = find(&key("var")) {
+                            net.bn[s].running_var =
+                                burn::module::RunningState::new(to_param::<1>(t, &ad)?.inner());
+                        }
+                    }
+                    LayerOp::LayerNorm { .. } => {
+                        set!(net.ln[s].gamma, "gamma", 1);
+                        if let Some(b) = net.ln[s].beta.as_mut() {
+                            set!(*b, "beta", 1);
+                        }
+                    }
+                    LayerOp::Embedding { .. } => set!(net.emb[s].weight, "kernel", 2),
+                    _ => {}
+                }
+            }
+            Ok(())
+        })();
+        self.net = Some(net);
+        result
+    }
+
+    /// Freezes layers by name: their parameters stop changing.
+    pub fn freeze(&mut self, layers: &[String]) -> Result<()> {
+        for l in layers {
+            if !self.spec.layers.iter().any(|x| &x.name == l) {
+                return Err(Error::Argument(format!("no layer named {l:?}")));
+            }
+            self.frozen.insert(l.clone());
+        }
+        Ok(())
+    }
+
+    /// Unfreezes layers by name (all when `layers` is empty).
+    pub fn unfreeze(&mut self, layers: &[String]) {
+        if layers.is_empty() {
+            self.frozen.clear();
+        }
+        for l in layers {
+            self.frozen.remove(l);
+        }
+    }
+
+    /// Whether a layer is frozen.
+    pub fn frozen(&self, layer: &str) -> bool {
+        self.frozen.contains(layer)
+    }
+
+    /// Moves parameters and optimizer state to another device.
+    pub fn to_device(&self, device: Device) -> Result<Model> {
+        let ad = ad_device(device)?;
+        let mut m = self.clone();
+        let state = m.optim.to_bytes()?;
+        m.net = Some(
+            m.net
+                .take()
+                .ok_or_else(|| Error::Execution("model parameters are unavailable".into()))?,
+        );
+        m.net = m
+            .net
+            .take()
+            .map(|n| <Net<B> as Module<B>>::to_device(n, &ad));
+        m.optim = m
+            .options
+            .optimizer
+            .init()?
+            .load_bytes(state, &device.to_dispatch()?)?;
+        m.device = device;
+        Ok(m)
+    }
+
+    /// Casts float parameters to `dtype` (f16, bf16, f32, f64), e.g. to quantize for inference.
+    pub fn cast(&self, dtype: DType) -> Result<Model> {
+        let fd = dtype.float_dtype()?;
+        let mut m = self.clone();
+        let params = m.parameters()?;
+        let cast: Vec<(String, Tensor)> = params
+            .into_iter()
+            .map(|(n, t)| Ok((n, t.cast(dtype)?)))
+            .collect::<Result<_>>()?;
+        let _ = fd;
+        m.set_parameters(&cast, None)?;
+        Ok(m)
+    }
+
+    /// The optimizer state as bytes.
+    pub fn optimizer_state(&self) -> Result<Vec<u8>> {
+        self.optim.to_bytes()
+    }
+
+    /// Restores an optimizer state and the step counter.
+    pub fn set_optimizer_state(&mut self, bytes: Vec<u8>, steps: u64) -> Result<()> {
+        // Optimizer state lives on the inner (non-autodiff) device.
+        let inner = self.device.to_dispatch()?;
+        self.optim = self.options.optimizer.init()?.load_bytes(bytes, &inner)?;
+        self.steps = steps;
+        Ok(())
+    }
+
+    /// Replaces the optimizer (its state starts afresh).
+    pub fn set_optimizer(&mut self, config: OptimConfig) -> Result<()> {
+        self.optim = config.init()?;
+        self.options.optimizer = config;
+        Ok(())
+    }
+
+    /// Frozen layer names.
+    pub fn frozen_layers(&self) -> Vec<String> {
+        self.frozen.iter().cloned().collect()
+    }
+}
+
+fn to_param<const D: usize>(
+    t: &Tensor,
+    ad: &burn::DispatchDevice,
+) -> Result<burn::tensor::Tensor<B, D>> {
+    if t.rank() != D {
+        return Err(Error::Shape(format!(
+            "expected a rank-{D} parameter, got {:?}",
+            t.shape()
+        )));
+    }
+    let t = if t.dtype().is_float() {
+        t.clone()
+    } else {
+        t.cast(DType::F32)?
+    };
+    let inner: burn::tensor::Tensor<B, D> =
+        burn::tensor::Tensor::from_primitive(TensorPrimitive::Float(t.prim()));
+    let inner = inner.to_device(&inner_of(ad));
+    Ok(burn::tensor::Tensor::from_inner(inner).require_grad())
+}
+
+fn inner_of(ad: &burn::DispatchDevice) -> burn::DispatchDevice {
+    use burn::tensor::backend::DeviceOps;
+    ad.inner().clone()
+}
+
+/// Converts input tensors into graph values (on the autodiff device when `ad`).
+fn values(inputs: &[Tensor], ad: bool) -> Result<Vec<Value>> {
+    inputs
+        .iter()
+        .map(|t| {
+            if t.dtype().is_float() {
+                let p = if ad {
+                    B::from_inner(t.prim())
+                } else {
+                    t.prim()
+                };
+                Ok(Value::Float(TensorPrimitive::Float(p), t.shape().to_vec()))
+            } else {
+                if t.rank() != 2 {
+                    return Err(Error::Shape(format!(
+                        "integer inputs (embedding ids) must be [batch, seq], got {:?}",
+                        t.shape()
+                    )));
+                }
+                let p = t.cast(DType::S32)?.prim();
+                let p = if ad { B::int_from_inner(p) } else { p };
+                Ok(Value::Ids(burn::tensor::Tensor::from_primitive(p)))
+            }
+        })
+        .collect()
+}
+
+fn target(t: &Tensor, ad: bool) -> Result<Target> {
+    if t.dtype().is_float() {
+        let p = if ad {
+            B::from_inner(t.prim())
+        } else {
+            t.prim()
+        };
+        Ok(Target::Values(Value::Float(
+            TensorPrimitive::Float(p),
+            t.shape().to_vec(),
+        )))
+    } else {
+        let n = t.shape().first().copied().unwrap_or(0);
+        let p = t.cast(DType::S32)?.reshape(vec![n])?.prim();
+        let p = if ad { B::int_from_inner(p) } else { p };
+        Ok(Target::Classes(burn::tensor::Tensor::from_primitive(p)))
+    }
+}
+
+fn value_tensor(v: Value) -> Result<Tensor> {
+    match v {
+        Value::Float(p, shape) => Ok(Tensor::from_prim(p.tensor(), Kind::Float, shape)),
+        Value::Ids(_) => Err(Error::Execution("the output is integer ids".into())),
+    }
+}
+
+/// A seeded permutation of `0..n` on the device (Fisher-Yates on the host, uploaded once).
+fn permutation(n: usize, seed: u64, device: Device) -> Result<Tensor> {
+    let mut g = SplitMix64::new(seed);
+    let mut idx: Vec<i64> = (0..n as i64).collect();
+    for i in (1..n).rev() {
+        let j = (g.uniform() * (i + 1) as f64) as usize;
+        idx.swap(i, j.min(i));
+    }
+    Tensor::from_data(TensorData::new(idx, [n]), DType::S64, vec![n], device)
+}
+
+/// Rows `lo..hi` (of the permuted order when given) of every tensor, on the device.
+fn cut(data: &Data, lo: usize, hi: usize, order: Option<&Tensor>) -> Result<Data> {
+    let rows = |t: &Tensor| -> Result<Tensor> {
+        let mut shape = t.shape().to_vec();
+        shape[0] = hi - lo;
+        match order {
+            Some(perm) => {
+                let idx = crate::op::shape::slice_static(perm, &[lo], &[hi - lo], &[1])?;
+                let p = match t.kind() {
+                    Kind::Float => B::float_select(t.prim(), 0, idx.prim()),
+                    _ => B::int_select(t.int_prim()?, 0, idx.prim()),
+                };
+                let kind = if t.kind() == Kind::Float {
+                    Kind::Float
+                } else {
+                    Kind::Int
+                };
+                Ok(Tensor::from_prim(p, kind, shape))
+            }
+            None => {
+                let r = t.rank();
+                let mut starts = vec![0; r];
+                starts[0] = lo;
+                crate::op::shape::slice_static(t, &starts, &shape, &vec![1; r])
+            }
+        }
+    };
+    Ok(Data {
+        inputs: data.inputs.iter().map(rows).collect::<Result<_>>()?,
+        target: data.target.as_ref().map(rows).transpose()?,
+    })
+}
+
+#[allow(dead_code)]
+fn int_tensor(p: Prim) -> burn::tensor::Tensor<B, 1, Int> {
+    let _ = <B as IntTensorOps<B>>::int_device(&p);
+    burn::tensor::Tensor::from_primitive(p)
+}
+
+#[allow(dead_code)]
+fn float_device(p: &Prim) -> burn::DispatchDevice {
+    <B as FloatTensorOps<B>>::float_device(p)
+}

@@ -1,0 +1,261 @@
+//! Native training: models, exact gradients, optimizers, epochs, checkpoints.
+
+use crate::common::*;
+use ex_burn_core::train::model::{CompileOptions, Data};
+use ex_burn_core::train::optim::{Kind, OptimConfig};
+use ex_burn_core::train::spec::{Activation, LayerOp, LayerSpec, ModelSpec};
+use ex_burn_core::train::{checkpoint, loss::Loss, EpochOptions, Model};
+use ex_burn_core::{DType, Tensor};
+
+pub fn mlp(inputs: usize, hidden: usize, outputs: usize, softmax: bool) -> ModelSpec {
+    let mut layers = vec![
+        LayerSpec {
+            name: "x".into(),
+            op: LayerOp::Input {
+                shape: vec![inputs],
+                dtype: None,
+            },
+            inputs: vec![],
+        },
+        LayerSpec {
+            name: "h".into(),
+            op: LayerOp::Dense {
+                units: hidden,
+                use_bias: true,
+            },
+            inputs: vec![0],
+        },
+        LayerSpec {
+            name: "act".into(),
+            op: LayerOp::Activation {
+                activation: Activation::Tanh,
+                alpha: 0.0,
+            },
+            inputs: vec![1],
+        },
+        LayerSpec {
+            name: "out".into(),
+            op: LayerOp::Dense {
+                units: outputs,
+                use_bias: true,
+            },
+            inputs: vec![2],
+        },
+    ];
+    if softmax {
+        layers.push(LayerSpec {
+            name: "sm".into(),
+            op: LayerOp::Activation {
+                activation: Activation::Softmax,
+                alpha: 0.0,
+            },
+            inputs: vec![3],
+        });
+    }
+    let output = layers.len() - 1;
+    ModelSpec { layers, output }
+}
+
+pub fn opts(kind: Kind, loss: Loss) -> CompileOptions {
+    CompileOptions {
+        loss,
+        optimizer: OptimConfig {
+            kind,
+            momentum: None,
+            dampening: None,
+            nesterov: false,
+            beta_1: None,
+            beta_2: None,
+            epsilon: None,
+            alpha: None,
+            centered: false,
+            weight_decay: None,
+            clip_norm: None,
+            clip_value: None,
+        },
+        seed: 7,
+        learning_rate: 0.05,
+    }
+}
+
+/// Two Gaussian blobs in 4 dimensions, labels 0/1.
+pub fn blobs(n: usize) -> (Tensor, Tensor) {
+    let mut xs = Vec::new();
+    let mut ys = Vec::new();
+    for i in 0..n {
+        let c = (i % 2) as f64;
+        for j in 0..4 {
+            let noise = (((i * 31 + j * 17) % 97) as f64 / 97.0) - 0.5;
+            xs.push(if c == 1.0 { 1.0 } else { -1.0 } * (1.0 + j as f64 * 0.1) + noise);
+        }
+        ys.push(c);
+    }
+    (t(&xs, &[n, 4], DType::F32), t(&ys, &[n], DType::S64))
+}
+
+#[test]
+fn a_model_trains_and_evaluates() {
+    let (x, y) = blobs(64);
+    let mut m = Model::new(
+        mlp(4, 8, 2, true),
+        opts(Kind::Adam, Loss::CrossEntropy),
+        dev(),
+    )
+    .unwrap();
+    let data = Data {
+        inputs: vec![x.clone()],
+        target: Some(y.clone()),
+    };
+    let before = m.evaluate(&data, 16).unwrap();
+    let first = m.train_step(&data, 0.05).unwrap();
+    assert!(
+        (first - before.loss).abs() < 1e-4,
+        "step loss {first} vs evaluate {}",
+        before.loss
+    );
+    let opts = EpochOptions {
+        batch_size: 16,
+        shuffle: Some(1),
+        lrs: vec![0.05],
+        accumulate: 1,
+        progress_every: 0,
+    };
+    for _ in 0..20 {
+        m.train_epoch(&data, &opts, &mut |_, _, _| {}).unwrap();
+    }
+    let after = m.evaluate(&data, 16).unwrap();
+    assert!(after.loss < before.loss * 0.5, "{before:?} -> {after:?}");
+    assert_eq!(after.accuracy, Some(1.0));
+    let p = m.predict(&[x], 10).unwrap();
+    assert_eq!(p.shape(), &[64, 2]);
+    let rows: Vec<f64> = v(&p).chunks(2).map(|r| r[0] + r[1]).collect();
+    assert!(
+        rows.iter().all(|s| (s - 1.0).abs() < 1e-5),
+        "softmax rows sum to 1"
+    );
+}
+
+#[test]
+fn checkpoints_round_trip_and_reject_corruption() {
+    let (x, y) = blobs(32);
+    let data = Data {
+        inputs: vec![x.clone()],
+        target: Some(y),
+    };
+    let mut m = Model::new(
+        mlp(4, 8, 2, false),
+        opts(Kind::Adam, Loss::CrossEntropy),
+        dev(),
+    )
+    .unwrap();
+    m.train_step(&data, 0.05).unwrap();
+    let bytes = checkpoint::to_bytes(&m).unwrap();
+    let mut back = checkpoint::from_bytes(&bytes, dev()).unwrap();
+    assert_eq!(
+        v(&m.predict(&[x.clone()], 32).unwrap()),
+        v(&back.predict(&[x.clone()], 32).unwrap())
+    );
+    // continued training is identical (optimizer state restored)
+    let l1 = m.train_step(&data, 0.05).unwrap();
+    let l2 = back.train_step(&data, 0.05).unwrap();
+    assert_eq!(l1, l2);
+    assert_eq!(
+        v(&m.predict(&[x.clone()], 32).unwrap()),
+        v(&back.predict(&[x], 32).unwrap())
+    );
+    // truncation and bit flips are corrupt
+    assert_eq!(
+        checkpoint::from_bytes(&bytes[..bytes.len() / 2], dev())
+            .err()
+            .unwrap()
+            .kind(),
+        "corrupt"
+    );
+    let mut flipped = bytes.clone();
+    let last = flipped.len() - 3;
+    flipped[last] ^= 0x40;
+    assert_eq!(
+        checkpoint::from_bytes(&flipped, dev())
+            .err()
+            .unwrap()
+            .kind(),
+        "corrupt"
+    );
+    assert_eq!(
+        checkpoint::from_bytes(b"not a model", dev())
+            .err()
+            .unwrap()
+            .kind(),
+        "corrupt"
+    );
+}
+
+#[test]
+fn set_parameters_replaces_values() {
+    let mut m = Model::new(
+        mlp(4, 8, 2, false),
+        opts(Kind::Adam, Loss::CrossEntropy),
+        dev(),
+    )
+    .unwrap();
+    let params = m.parameters().unwrap();
+    let zeros: Vec<(String, Tensor)> = params
+        .iter()
+        .map(|(n, t)| (n.clone(), t.cast(DType::F32).unwrap()))
+        .map(|(n, t)| {
+            let z = vec![0.5; t.numel()];
+            (n, crate::common::t(&z, t.shape(), DType::F32))
+        })
+        .collect();
+    m.set_parameters(&zeros, None).unwrap();
+    for (n, t) in m.parameters().unwrap() {
+        assert!(
+            v(&t).iter().all(|&x| x == 0.5),
+            "{n} not replaced: {:?}",
+            v(&t)
+        );
+    }
+}
+
+#[test]
+fn checkpoint_parameters_match() {
+    let (x, y) = blobs(32);
+    let data = Data {
+        inputs: vec![x.clone()],
+        target: Some(y),
+    };
+    let mut m = Model::new(
+        mlp(4, 8, 2, false),
+        opts(Kind::Adam, Loss::CrossEntropy),
+        dev(),
+    )
+    .unwrap();
+    m.train_step(&data, 0.05).unwrap();
+    let bytes = checkpoint::to_bytes(&m).unwrap();
+    let back = checkpoint::from_bytes(&bytes, dev()).unwrap();
+    let a = m.parameters().unwrap();
+    let b = back.parameters().unwrap();
+    for ((na, ta), (nb, tb)) in a.iter().zip(b.iter()) {
+        assert_eq!(na, nb);
+        assert_eq!(v(ta), v(tb), "{na}");
+    }
+}
+
+#[test]
+fn checkpoints_keep_parameter_ids_and_step_counts() {
+    let (x, y) = blobs(32);
+    let data = Data {
+        inputs: vec![x.clone()],
+        target: Some(y),
+    };
+    let mut m = Model::new(
+        mlp(4, 8, 2, false),
+        opts(Kind::Adam, Loss::CrossEntropy),
+        dev(),
+    )
+    .unwrap();
+    m.train_step(&data, 0.05).unwrap();
+    let back = checkpoint::from_bytes(&checkpoint::to_bytes(&m).unwrap(), dev()).unwrap();
+    assert_eq!(m.param_ids().unwrap(), back.param_ids().unwrap());
+    assert_eq!(m.steps(), back.steps());
+}
