@@ -76,8 +76,24 @@ fn as2(v: &Value) -> Result<Tensor<B, 2>> {
     v.to::<2>()
 }
 
-/// The mean loss over the batch. `value` is what `head` says the loss reads.
-pub fn compute(loss: Loss, head: Head, value: &Value, target: &Target) -> Result<Tensor<B, 1>> {
+/// Lifts a constant of the plain device onto the autodiff graph when `ad`.
+fn lift<const D: usize>(t: Tensor<B, D>, ad: bool) -> Tensor<B, D> {
+    if ad {
+        Tensor::from_inner(t)
+    } else {
+        t
+    }
+}
+
+/// The mean loss over the batch. `value` is what `head` says the loss reads; `ad` tells
+/// whether it lives on an autodiff device (class ids always live on the plain one).
+pub fn compute(
+    loss: Loss,
+    head: Head,
+    value: &Value,
+    target: &Target,
+    ad: bool,
+) -> Result<Tensor<B, 1>> {
     match loss {
         Loss::CrossEntropy => {
             let x = as2(value)?;
@@ -88,11 +104,15 @@ pub fn compute(loss: Loss, head: Head, value: &Value, target: &Target) -> Result
                 // treated as logits, which is what a linear output layer produces.
                 _ => log_softmax(x, 1),
             };
-            let [n, _c] = logp.dims();
+            let [_n, c] = logp.dims();
             match target {
                 Target::Classes(ids) => {
-                    let picked = logp.gather(1, ids.clone().reshape([n, 1]));
-                    Ok(picked.mean().neg())
+                    // A one-hot mask in the model's float type (a gather's backward pass would
+                    // produce gradients in the default float type).
+                    let dtype = logp.dtype();
+                    let onehot: Tensor<B, 2> =
+                        lift(ids.clone().one_hot::<2>(c).float().cast(dtype), ad);
+                    Ok(logp.mul(onehot).sum_dim(1).mean().neg())
                 }
                 Target::Values(t) => Ok(logp.mul(as2(t)?).sum_dim(1).mean().neg()),
             }
@@ -106,11 +126,11 @@ pub fn compute(loss: Loss, head: Head, value: &Value, target: &Target) -> Result
             Ok(o.sub(t).powi_scalar(2).mean())
         }
         Loss::BinaryCrossEntropy => {
+            let z = flat(value)?;
             let t = match target {
                 Target::Values(t) => flat(t)?,
-                Target::Classes(ids) => ids.clone().float(),
+                Target::Classes(ids) => lift(ids.clone().float().cast(z.dtype()), ad),
             };
-            let z = flat(value)?;
             if head == Head::SigmoidLogits {
                 // max(z, 0) - z*y + log(1 + exp(-|z|))
                 let l = z
@@ -152,35 +172,45 @@ fn flat(v: &Value) -> Result<Tensor<B, 1>> {
     }
 }
 
+/// The value as a plain (non-autodiff) tensor.
+fn plain<const D: usize>(t: Tensor<B, D>, ad: bool) -> Tensor<B, D> {
+    if ad {
+        t.inner()
+    } else {
+        t
+    }
+}
+
 /// Number of correct predictions in the batch (classification: argmax; binary: p > 0.5 or
-/// logit > 0), as a tensor so no device sync is needed per batch.
+/// logit > 0), as a plain-device tensor so no device sync is needed per batch.
 pub fn correct(
     loss: Loss,
     head: Head,
     value: &Value,
     target: &Target,
+    ad: bool,
 ) -> Result<Tensor<B, 1, Int>> {
     match loss {
         Loss::BinaryCrossEntropy => {
-            let z = flat(value)?;
+            let z = plain(flat(value)?, ad);
             let pred = if head == Head::SigmoidLogits {
                 z.greater_elem(0.0)
             } else {
                 z.greater_elem(0.5)
             };
             let t = match target {
-                Target::Values(t) => flat(t)?.greater_elem(0.5),
+                Target::Values(t) => plain(flat(t)?, ad).greater_elem(0.5),
                 Target::Classes(ids) => ids.clone().greater_elem(0),
             };
             Ok(pred.equal(t).int().sum())
         }
         _ => {
-            let x = as2(value)?;
+            let x = plain(as2(value)?, ad);
             let [n, _] = x.dims();
             let pred = x.argmax(1).reshape([n]);
             let truth = match target {
                 Target::Classes(ids) => ids.clone(),
-                Target::Values(t) => as2(t)?.argmax(1).reshape([n]),
+                Target::Values(t) => plain(as2(t)?, ad).argmax(1).reshape([n]),
             };
             Ok(pred.equal(truth).int().sum())
         }

@@ -33,6 +33,14 @@ pub struct CompileOptions {
     /// resumes with it).
     #[serde(default = "default_lr")]
     pub learning_rate: f64,
+    /// Float type of the parameters and activations (f32 by default; f64 for exact checks,
+    /// f16/bf16 to train in half precision).
+    #[serde(default = "default_dtype")]
+    pub dtype: DType,
+}
+
+fn default_dtype() -> DType {
+    DType::F32
 }
 
 fn default_lr() -> f64 {
@@ -119,7 +127,13 @@ impl Model {
         let (net, slots) = net::build(&spec, options.seed, &ad)?;
         let optim = options.optimizer.init()?;
         B::seed(&ad, options.seed);
-        Ok(Model {
+        let dtype = options.dtype;
+        if !dtype.is_float() {
+            return Err(Error::Dtype(format!(
+                "models compute in a float type, got {dtype}"
+            )));
+        }
+        let mut model = Model {
             spec,
             options,
             slots,
@@ -128,7 +142,16 @@ impl Model {
             device,
             frozen: BTreeSet::new(),
             steps: 0,
-        })
+        };
+        if dtype != DType::F32 {
+            let cast: Vec<(String, Tensor)> = model
+                .parameters()?
+                .into_iter()
+                .map(|(n, t)| Ok((n, t.cast(dtype)?)))
+                .collect::<Result<_>>()?;
+            model.set_parameters(&cast, None)?;
+        }
+        Ok(model)
     }
 
     /// The device the parameters live on.
@@ -204,8 +227,7 @@ impl Model {
     pub fn train_step(&mut self, batch: &Data, lr: f64) -> Result<f64> {
         self.check_data(batch, true)?;
         let loss = self.step_on(batch, lr, 1)?;
-        let v = loss.into_scalar();
-        Ok(v as f64)
+        Ok(scalar(loss))
     }
 
     /// Forward + backward of one (micro-)batch, scaled by `1/scale`; returns the loss tensor
@@ -220,13 +242,14 @@ impl Model {
         Option<burn::tensor::Tensor<B, 1, Int>>,
     )> {
         let net = self.net()?;
-        let inputs = values(&batch.inputs, true)?;
+        let inputs = values(&batch.inputs, true, self.options.dtype)?;
         let target = target(
             batch
                 .target
                 .as_ref()
                 .ok_or_else(|| Error::Argument("targets are required".into()))?,
             true,
+            self.options.dtype,
         )?;
         let out = net::forward(
             &self.spec,
@@ -236,11 +259,17 @@ impl Model {
             true,
             self.loss_layer(),
         )?;
-        let loss = loss::compute(self.options.loss, self.head(), &out, &target)?;
+        let loss = loss::compute(self.options.loss, self.head(), &out, &target, true)?;
         let correct = if self.options.loss == Loss::Mse {
             None
         } else {
-            Some(loss::correct(self.options.loss, self.head(), &out, &target)?.inner())
+            Some(loss::correct(
+                self.options.loss,
+                self.head(),
+                &out,
+                &target,
+                true,
+            )?)
         };
         let scaled = if scale > 1 {
             loss.clone().div_scalar(scale as f64)
@@ -249,7 +278,6 @@ impl Model {
         };
         let grads = scaled.backward();
         let grads = GradientsParams::from_grads::<B, Net<B>>(grads, net);
-        let correct = correct.map(burn::tensor::Tensor::from_inner);
         Ok((loss, self.remove_frozen(grads), correct))
     }
 
@@ -329,15 +357,11 @@ impl Model {
                 }
             }
             if opts.progress_every > 0 && ((b + 1) % opts.progress_every == 0 || b + 1 == batches) {
-                let so_far = loss_sum
-                    .clone()
-                    .map(|s| s.into_scalar() as f64)
-                    .unwrap_or(0.0)
-                    / hi as f64;
+                let so_far = loss_sum.clone().map(scalar).unwrap_or(0.0) / hi as f64;
                 progress(b + 1, batches, so_far);
             }
         }
-        let loss = loss_sum.map(|s| s.into_scalar() as f64).unwrap_or(0.0) / n.max(1) as f64;
+        let loss = loss_sum.map(scalar).unwrap_or(0.0) / n.max(1) as f64;
         let accuracy = correct_sum.map(|c| c.into_scalar() as f64 / n.max(1) as f64);
         Ok(Stats {
             loss,
@@ -363,17 +387,25 @@ impl Model {
                 &self.spec,
                 &net,
                 &self.slots,
-                values(&batch.inputs, false)?,
+                values(&batch.inputs, false, self.options.dtype)?,
                 false,
                 self.loss_layer(),
             )?;
-            let t = target(batch.target.as_ref().expect("checked"), false)?;
-            loss_sum += loss::compute(self.options.loss, self.head(), &out, &t)?.into_scalar()
-                as f64
-                * (hi - lo) as f64;
+            let t = target(
+                batch.target.as_ref().expect("checked"),
+                false,
+                self.options.dtype,
+            )?;
+            loss_sum += scalar(loss::compute(
+                self.options.loss,
+                self.head(),
+                &out,
+                &t,
+                false,
+            )?) * (hi - lo) as f64;
             if self.options.loss != Loss::Mse {
-                correct +=
-                    loss::correct(self.options.loss, self.head(), &out, &t)?.into_scalar() as i64;
+                correct += loss::correct(self.options.loss, self.head(), &out, &t, false)?
+                    .into_scalar() as i64;
             }
         }
         let accuracy = (self.options.loss != Loss::Mse).then(|| correct as f64 / n.max(1) as f64);
@@ -403,7 +435,7 @@ impl Model {
                 &self.spec,
                 &net,
                 &self.slots,
-                values(&batch.inputs, false)?,
+                values(&batch.inputs, false, self.options.dtype)?,
                 false,
                 self.spec.output,
             )?;
@@ -420,8 +452,12 @@ impl Model {
     pub fn compute_gradients(&self, batch: &Data) -> Result<Vec<(String, Tensor)>> {
         self.check_data(batch, true)?;
         let net = self.net()?;
-        let inputs = values(&batch.inputs, true)?;
-        let t = target(batch.target.as_ref().expect("checked"), true)?;
+        let inputs = values(&batch.inputs, true, self.options.dtype)?;
+        let t = target(
+            batch.target.as_ref().expect("checked"),
+            true,
+            self.options.dtype,
+        )?;
         let out = net::forward(
             &self.spec,
             net,
@@ -430,7 +466,7 @@ impl Model {
             true,
             self.loss_layer(),
         )?;
-        let loss = loss::compute(self.options.loss, self.head(), &out, &t)?;
+        let loss = loss::compute(self.options.loss, self.head(), &out, &t, true)?;
         let grads = loss.backward();
         let mut res = Vec::new();
         for (name, p) in self.param_refs(net) {
@@ -450,8 +486,12 @@ impl Model {
         sync()?;
         let t0 = Instant::now();
         let net = self.net()?;
-        let inputs = values(&batch.inputs, true)?;
-        let t = target(batch.target.as_ref().expect("checked"), true)?;
+        let inputs = values(&batch.inputs, true, self.options.dtype)?;
+        let t = target(
+            batch.target.as_ref().expect("checked"),
+            true,
+            self.options.dtype,
+        )?;
         let out = net::forward(
             &self.spec,
             net,
@@ -460,7 +500,7 @@ impl Model {
             true,
             self.loss_layer(),
         )?;
-        let loss = loss::compute(self.options.loss, self.head(), &out, &t)?;
+        let loss = loss::compute(self.options.loss, self.head(), &out, &t, true)?;
         sync()?;
         let t1 = Instant::now();
         let grads = GradientsParams::from_grads::<B, Net<B>>(loss.backward(), net);
@@ -768,15 +808,15 @@ impl Model {
 
     /// Casts float parameters to `dtype` (f16, bf16, f32, f64), e.g. to quantize for inference.
     pub fn cast(&self, dtype: DType) -> Result<Model> {
-        let fd = dtype.float_dtype()?;
+        dtype.float_dtype()?;
         let mut m = self.clone();
         let params = m.parameters()?;
         let cast: Vec<(String, Tensor)> = params
             .into_iter()
             .map(|(n, t)| Ok((n, t.cast(dtype)?)))
             .collect::<Result<_>>()?;
-        let _ = fd;
         m.set_parameters(&cast, None)?;
+        m.options.dtype = dtype;
         Ok(m)
     }
 
@@ -834,11 +874,12 @@ fn inner_of(ad: &burn::DispatchDevice) -> burn::DispatchDevice {
 }
 
 /// Converts input tensors into graph values (on the autodiff device when `ad`).
-fn values(inputs: &[Tensor], ad: bool) -> Result<Vec<Value>> {
+fn values(inputs: &[Tensor], ad: bool, dtype: DType) -> Result<Vec<Value>> {
     inputs
         .iter()
         .map(|t| {
             if t.dtype().is_float() {
+                let t = t.cast(dtype)?;
                 let p = if ad {
                     B::from_inner(t.prim())
                 } else {
@@ -860,8 +901,10 @@ fn values(inputs: &[Tensor], ad: bool) -> Result<Vec<Value>> {
         .collect()
 }
 
-fn target(t: &Tensor, ad: bool) -> Result<Target> {
+fn target(t: &Tensor, ad: bool, dtype: DType) -> Result<Target> {
+    let _ = ad;
     if t.dtype().is_float() {
+        let t = t.cast(dtype)?;
         let p = if ad {
             B::from_inner(t.prim())
         } else {
@@ -873,10 +916,15 @@ fn target(t: &Tensor, ad: bool) -> Result<Target> {
         )))
     } else {
         let n = t.shape().first().copied().unwrap_or(0);
+        // Class ids stay on the plain device: losses lift what they derive from them.
         let p = t.cast(DType::S32)?.reshape(vec![n])?.prim();
-        let p = if ad { B::int_from_inner(p) } else { p };
         Ok(Target::Classes(burn::tensor::Tensor::from_primitive(p)))
     }
+}
+
+/// Reads a one-element float tensor as f64 (Burn's `into_scalar` goes through f32).
+fn scalar(t: burn::tensor::Tensor<B, 1>) -> f64 {
+    t.into_data().iter::<f64>().next().unwrap_or(f64::NAN)
 }
 
 fn value_tensor(v: Value) -> Result<Tensor> {

@@ -16,5 +16,6 @@ mod shape;
 mod sort;
 mod tensor;
 mod train;
+mod train_math;
 mod unary;
 mod window;

@@ -75,6 +75,7 @@ pub fn opts(kind: Kind, loss: Loss) -> CompileOptions {
         },
         seed: 7,
         learning_rate: 0.05,
+        dtype: DType::F32,
     }
 }
 

@@ -1,0 +1,237 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExBurn.Backend do
+    @moduledoc """
+    An `Nx.Backend` on Burn: tensors live on a Burn device (CPU, or a GPU in the GPU builds).
+
+        Nx.default_backend(ExBurn.Backend)
+        Nx.default_backend({ExBurn.Backend, device: {:cuda, 0}})
+
+    ## Options
+
+      * `:device` - where new tensors are created (default `ExBurn.default_device/0`)
+
+    Every operation callback is generated from the op vocabulary of `ExBurn.Defn.Lower`, the
+    table `ExBurn.Compiler` also uses: one eager op is one engine op (or a cast and the op), run
+    in one NIF call. Results have exactly Nx's output type. Tensors of other backends given as
+    arguments are copied onto the device of the first ExBurn argument.
+
+    `block/4` runs the `Nx.Block`s listed by `ExBurn.Defn.Lower.native_blocks/0` natively and
+    every other block through its default implementation (built from supported ops).
+
+    Callbacks the engine cannot do are listed by `unsupported_callbacks/0` (computed as
+    `Nx.Backend.behaviour_info(:callbacks)` minus the defined ones); they raise `ExBurn.Error`
+    of kind `:unsupported` naming the op. Types Burn lacks (complex, f8, 2/4-bit integers) raise
+    kind `:unsupported_dtype`.
+    """
+
+    @behaviour Nx.Backend
+
+    alias ExBurn.Defn.Lower
+    alias ExBurn.{Native, Op, Tensor}
+    alias Nx.Tensor, as: T
+
+    defstruct [:tensor]
+
+    @type t :: %__MODULE__{tensor: Tensor.t()}
+
+    # ---- options, data in and out ----
+
+    @impl true
+    def init(opts) do
+      opts = Keyword.validate!(opts, [:device])
+      [device: ExBurn.Device.normalize!(opts[:device] || ExBurn.default_device())]
+    end
+
+    @impl true
+    def from_binary(%T{} = out, binary, opts) do
+      check_type!(:from_binary, out.type)
+      out.shape |> then(&Tensor.from_binary(binary, &1, out.type, device: opts[:device])) |> wrap(out)
+    end
+
+    @impl true
+    def to_binary(%T{} = t, limit), do: Tensor.to_binary(burn(t), limit: limit)
+
+    @impl true
+    def inspect(%T{} = t, inspect_opts) do
+      limit = if inspect_opts.limit == :infinity, do: Nx.size(t), else: min(inspect_opts.limit + 1, Nx.size(t))
+      Nx.Backend.inspect(t, to_binary(t, limit), inspect_opts)
+    end
+
+    @impl true
+    def backend_deallocate(%T{data: %__MODULE__{tensor: t}}) do
+      if Native.call(:tensor_deallocate, [t.ref], :backend_deallocate), do: :ok, else: :already_deallocated
+    end
+
+    @impl true
+    def backend_copy(%T{} = t, __MODULE__, opts) do
+      tensor = burn(t)
+      copy = Native.call(:tensor_to_device, [tensor.ref, opts[:device]], :backend_copy)
+      wrap(Tensor.wrap(copy), t)
+    end
+
+    def backend_copy(%T{} = t, backend, opts), do: backend.from_binary(t, to_binary(t, Nx.size(t)), opts)
+
+    @impl true
+    def backend_transfer(%T{data: %__MODULE__{tensor: %Tensor{device: d}}} = t, __MODULE__, opts) do
+      if opts[:device] == d, do: t, else: move(t, __MODULE__, opts)
+    end
+
+    def backend_transfer(%T{} = t, backend, opts), do: move(t, backend, opts)
+
+    defp move(t, backend, opts) do
+      copy = backend_copy(t, backend, opts)
+      backend_deallocate(t)
+      copy
+    end
+
+    @impl true
+    def to_batched(%T{} = out, %T{} = t, opts) do
+      batch = elem(out.shape, 0)
+      total = elem(t.shape, 0)
+      full = div(total, batch)
+      rest = rem(total, batch)
+      starts = for i <- 0..(full - 1)//1, do: i * batch
+      slices = Enum.map(starts, &batch_slice(out, t, &1, batch))
+
+      if rest != 0 and opts[:leftover] == :repeat do
+        tail = batch_slice(%{out | shape: put_elem(out.shape, 0, rest)}, t, full * batch, rest)
+        head = batch_slice(%{out | shape: put_elem(out.shape, 0, batch - rest)}, t, 0, batch - rest)
+        slices ++ [run(:concatenate, out, [[tail, head], 0])]
+      else
+        slices
+      end
+    end
+
+    defp batch_slice(out, t, start, len) do
+      rank = tuple_size(t.shape)
+      starts = [start | List.duplicate(0, rank - 1)]
+      lengths = [len | t.shape |> Tuple.to_list() |> tl()]
+      run(:slice, %{out | shape: List.to_tuple(lengths)}, [t, starts, lengths, List.duplicate(1, rank)])
+    end
+
+    # ---- blocks ----
+
+    @impl true
+    def block(struct, output, args, fun) do
+      {tensors, _opts} = Enum.split_while(args, &(not is_list(&1)))
+
+      case Lower.block(struct, tensors) do
+        {name, lowered} -> run(name, output, lowered)
+        nil -> apply(fun, [struct | args])
+      end
+    end
+
+    # ---- op callbacks, generated from the op table ----
+
+    @lowered Enum.filter(Nx.Backend.behaviour_info(:callbacks), fn {name, _} -> name in Lower.ops() end)
+
+    for {name, arity} <- @lowered do
+      args = Macro.generate_arguments(arity - 1, __MODULE__)
+
+      @impl true
+      @doc "Runs `Nx.#{name}` as the engine op(s) `ExBurn.Defn.Lower` maps it to."
+      if Lower.creation?(name) do
+        {op_args, [opts]} = Enum.split(args, -1)
+
+        def unquote(name)(out, unquote_splicing(args)),
+          do: create(unquote(name), out, unquote(op_args), unquote(opts))
+      else
+        def unquote(name)(out, unquote_splicing(args)), do: run(unquote(name), out, unquote(args))
+      end
+    end
+
+    # ---- unsupported callbacks (derived) ----
+
+    @unsupported (Nx.Backend.behaviour_info(:callbacks) -- Module.definitions_in(__MODULE__, :def))
+                 |> Enum.sort()
+
+    @doc """
+    The `Nx.Backend` callbacks ExBurn does not implement (each raises `ExBurn.Error` of kind
+    `:unsupported` naming the op): `Nx.Backend.behaviour_info(:callbacks)` minus the callbacks
+    this module defines.
+    """
+    @spec unsupported_callbacks() :: [{atom(), arity()}]
+    def unsupported_callbacks, do: @unsupported
+
+    for {name, arity} <- @unsupported do
+      args = for i <- 1..arity//1, do: Macro.var(:"_arg#{i}", __MODULE__)
+
+      @impl true
+      @doc false
+      def unquote(name)(unquote_splicing(args)) do
+        raise ExBurn.Error.new(
+                kind: :unsupported,
+                op: unquote(name),
+                message: "Nx.#{unquote(name)} is not supported by ExBurn.Backend (Burn has no equivalent)"
+              )
+      end
+    end
+
+    # ---- running recipes ----
+
+    defp create(name, out, args, opts) do
+      {[], instrs} = Lower.lower(name, out, args)
+      [] |> execute(instrs, opts[:device]) |> wrap(out)
+    end
+
+    defp run(name, out, args) do
+      {inputs, instrs} = Lower.lower(name, out, args)
+      device = device_of(inputs)
+      inputs |> Enum.map(&to_device(&1, device)) |> execute(instrs, device) |> wrap(out)
+    end
+
+    defp execute(inputs, instrs, device) do
+      values =
+        Enum.reduce(instrs, List.to_tuple(inputs), fn {op, attrs, args}, values ->
+          ins = Enum.map(args, &elem(values, &1))
+          :erlang.append_element(values, Op.eval1(op, ins, attrs, device: device))
+        end)
+
+      elem(values, tuple_size(values) - 1)
+    end
+
+    defp device_of(inputs) do
+      Enum.find_value(inputs, ExBurn.default_device(), fn
+        %T{data: %__MODULE__{tensor: %Tensor{device: d}}} -> d
+        _ -> nil
+      end)
+    end
+
+    # ExBurn tensors as they are; tensors of other backends are copied onto `device`.
+    defp to_device(%T{data: %__MODULE__{tensor: t}}, _device), do: t
+
+    defp to_device(%T{} = t, device) do
+      check_type!(:backend_transfer, t.type)
+      Tensor.from_binary(Nx.to_binary(t), t.shape, t.type, device: device)
+    end
+
+    defp burn(%T{data: %__MODULE__{tensor: t}}), do: t
+
+    # Wraps an engine result in Nx's output template; converts when the engine's type differs.
+    defp wrap(%Tensor{shape: shape} = t, %{shape: want}) when shape != want do
+      raise ExBurn.Error.new(
+              kind: :shape,
+              op: :wrap,
+              message: "engine result has shape #{inspect(shape)}, Nx expects #{inspect(want)} (#{inspect(t.type)})"
+            )
+    end
+
+    defp wrap(%Tensor{type: type} = t, %{type: want} = out) when type != want,
+      do: wrap(Op.eval1(:as_type, [t], dtype: want), out)
+
+    defp wrap(%Tensor{} = t, %T{} = out), do: %{out | data: %__MODULE__{tensor: t}}
+
+    defp wrap(%Tensor{} = t, %{shape: shape, type: type}),
+      do: %T{data: %__MODULE__{tensor: t}, shape: shape, type: type, names: List.duplicate(nil, tuple_size(shape))}
+
+    defp check_type!(op, type) do
+      unless type in ExBurn.Type.supported() do
+        raise ExBurn.Error.new(
+                kind: :unsupported_dtype,
+                op: op,
+                message: "type #{inspect(type)} is not supported by Burn (complex, f8 and sub-byte integers are not)"
+              )
+      end
+    end
+  end
+end

@@ -1,0 +1,240 @@
+defmodule ExBurn.NxBackendTest do
+  @moduledoc """
+  Table-driven agreement of `ExBurn.Backend` with `Nx.BinaryBackend`: every op of the tables
+  below, on every type it accepts, on several shapes. Inputs are deterministic and kept in each
+  op's domain (and away from x/0, which raises on the BinaryBackend built with complex 0.6).
+  """
+  use ExUnit.Case, async: true
+
+  @moduletag :nx
+
+  if Code.ensure_loaded?(Nx) do
+    @floats [{:f, 16}, {:bf, 16}, {:f, 32}, {:f, 64}]
+    @signed [{:s, 8}, {:s, 16}, {:s, 32}, {:s, 64}]
+    @unsigned [{:u, 8}, {:u, 16}, {:u, 32}, {:u, 64}]
+    @ints @signed ++ @unsigned
+    @all @ints ++ @floats
+
+    @shapes [{}, {5}, {2, 3}, {2, 1, 3}]
+
+    # {name, function, input domains, types}
+    @unary [
+      {:negate, &Nx.negate/1, [:any], @signed ++ @floats},
+      {:abs, &Nx.abs/1, [:any], @all},
+      {:sign, &Nx.sign/1, [:any], @all},
+      {:floor, &Nx.floor/1, [:any], @all},
+      {:ceil, &Nx.ceil/1, [:any], @all},
+      {:round, &Nx.round/1, [:any], @all},
+      {:exp, &Nx.exp/1, [:small], @all},
+      {:expm1, &Nx.expm1/1, [:small], @floats},
+      {:log, &Nx.log/1, [:positive], @all},
+      {:log1p, &Nx.log1p/1, [:positive], @floats},
+      {:sqrt, &Nx.sqrt/1, [:positive], @all},
+      {:rsqrt, &Nx.rsqrt/1, [:positive], @floats},
+      {:cbrt, &Nx.cbrt/1, [:any], @floats},
+      {:sin, &Nx.sin/1, [:any], @all},
+      {:cos, &Nx.cos/1, [:any], @floats},
+      {:tan, &Nx.tan/1, [:unit], @floats},
+      {:asin, &Nx.asin/1, [:unit], @floats},
+      {:acos, &Nx.acos/1, [:unit], @floats},
+      {:atan, &Nx.atan/1, [:any], @floats},
+      {:sinh, &Nx.sinh/1, [:small], @floats},
+      {:cosh, &Nx.cosh/1, [:small], @floats},
+      {:tanh, &Nx.tanh/1, [:any], @all},
+      {:asinh, &Nx.asinh/1, [:any], @floats},
+      {:acosh, &Nx.acosh/1, [:ge1], @floats},
+      {:atanh, &Nx.atanh/1, [:unit], @floats},
+      {:erf, &Nx.erf/1, [:unit], @floats},
+      {:erfc, &Nx.erfc/1, [:unit], @floats},
+      {:erf_inv, &Nx.erf_inv/1, [:unit], @floats},
+      {:sigmoid, &Nx.sigmoid/1, [:any], @all},
+      {:is_nan, &Nx.is_nan/1, [:any], @all},
+      {:is_infinity, &Nx.is_infinity/1, [:any], @all},
+      {:logical_not, &Nx.logical_not/1, [:any], @all},
+      {:bitwise_not, &Nx.bitwise_not/1, [:any], @ints},
+      {:population_count, &Nx.population_count/1, [:any], @ints},
+      {:count_leading_zeros, &Nx.count_leading_zeros/1, [:any], @ints}
+    ]
+
+    @binary [
+      {:add, &Nx.add/2, [:any, :any], @all},
+      {:subtract, &Nx.subtract/2, [:any, :any], @all},
+      {:multiply, &Nx.multiply/2, [:any, :any], @all},
+      {:divide, &Nx.divide/2, [:any, :nonzero], @all},
+      {:quotient, &Nx.quotient/2, [:any, :nonzero], @ints},
+      {:remainder, &Nx.remainder/2, [:any, :nonzero], @all},
+      {:pow, &Nx.pow/2, [:positive, :exponent], @all},
+      {:atan2, &Nx.atan2/2, [:any, :any], @floats},
+      {:min, &Nx.min/2, [:any, :any], @all},
+      {:max, &Nx.max/2, [:any, :any], @all},
+      {:bitwise_and, &Nx.bitwise_and/2, [:any, :any], @ints},
+      {:bitwise_or, &Nx.bitwise_or/2, [:any, :any], @ints},
+      {:bitwise_xor, &Nx.bitwise_xor/2, [:any, :any], @ints},
+      {:left_shift, &Nx.left_shift/2, [:any, :shift], @ints},
+      {:right_shift, &Nx.right_shift/2, [:any, :shift], @ints},
+      {:equal, &Nx.equal/2, [:any, :any], @all},
+      {:not_equal, &Nx.not_equal/2, [:any, :any], @all},
+      {:less, &Nx.less/2, [:any, :any], @all},
+      {:less_equal, &Nx.less_equal/2, [:any, :any], @all},
+      {:greater, &Nx.greater/2, [:any, :any], @all},
+      {:greater_equal, &Nx.greater_equal/2, [:any, :any], @all},
+      {:logical_and, &Nx.logical_and/2, [:any, :any], @all},
+      {:logical_or, &Nx.logical_or/2, [:any, :any], @all},
+      {:logical_xor, &Nx.logical_xor/2, [:any, :any], @all}
+    ]
+
+    # Ops on a {2, 3, 4} input.
+    @structural [
+      {:sum, &Nx.sum(&1, axes: [1]), @all},
+      {:sum_all, &Nx.sum/1, @all},
+      {:product, &Nx.product(&1, axes: [0, 2], keep_axes: true), @all},
+      {:reduce_max, &Nx.reduce_max(&1, axes: [2]), @all},
+      {:reduce_min, &Nx.reduce_min/1, @all},
+      {:all, &Nx.all(&1, axes: [1]), @all},
+      {:any, &Nx.any(&1, axes: [0]), @all},
+      {:argmax, &Nx.argmax(&1, axis: 1), @all},
+      {:argmin, &Nx.argmin(&1, tie_break: :high), @all},
+      {:mean, &Nx.mean(&1, axes: [2]), @all},
+      {:transpose, &Nx.transpose(&1, axes: [2, 0, 1]), @all},
+      {:reshape, &Nx.reshape(&1, {4, 6}), @all},
+      {:reverse, &Nx.reverse(&1, axes: [1]), @all},
+      {:slice, &Nx.slice(&1, [0, 1, 1], [2, 2, 2], strides: [1, 1, 2]), @all},
+      {:put_slice, &Nx.put_slice(&1, [1, 0, 2], Nx.broadcast(Nx.tensor(7, type: &1.type), {1, 2, 2})), @all},
+      {:pad, &Nx.pad(&1, Nx.tensor(1, type: &1.type), [{1, 0, 0}, {0, 1, 1}, {-1, 1, 0}]), @all},
+      {:concatenate, &Nx.concatenate([&1, &1], axis: 2), @all},
+      {:stack, &Nx.stack([&1, &1], axis: 1), @all},
+      {:squeeze_broadcast, &Nx.broadcast(Nx.sum(&1, axes: [0], keep_axes: true), {3, 2, 3, 4}), @all},
+      {:as_type_f32, &Nx.as_type(&1, :f32), @all},
+      {:as_type_s64, &Nx.as_type(&1, :s64), @all},
+      {:as_type_u8, &Nx.as_type(&1, :u8), @ints},
+      {:clip, &Nx.clip(&1, 1, 5), @all},
+      {:select, &Nx.select(Nx.greater(&1, 2), &1, Nx.tensor(0, type: &1.type)), @all},
+      {:sort, &Nx.sort(&1, axis: 2, direction: :desc), @all},
+      {:argsort, &Nx.argsort(&1, axis: 1, stable: true), @all},
+      {:cumulative_sum, &Nx.cumulative_sum(&1, axis: 2), @all},
+      {:cumulative_product, &Nx.cumulative_product(&1, axis: 0, reverse: true), @all},
+      {:cumulative_max, &Nx.cumulative_max(&1, axis: 1), @all},
+      {:cumulative_min, &Nx.cumulative_min(&1, axis: 2), @all},
+      {:take, &Nx.take(&1, Nx.tensor([2, 0, 1, 1]), axis: 1), @all},
+      {:take_along_axis, &Nx.take_along_axis(&1, Nx.tensor([[[0], [2], [1]], [[1], [1], [0]]]), axis: 2), @all},
+      {:gather, &Nx.gather(&1, Nx.tensor([[0, 1, 2], [1, 2, 3]])), @all},
+      {:indexed_add, &Nx.indexed_add(&1, Nx.tensor([[0, 1, 2], [0, 1, 2]]), Nx.tensor([1, 2], type: &1.type)), @all},
+      {:indexed_put, &Nx.indexed_put(&1, Nx.tensor([[1, 2, 3]]), Nx.tensor([9], type: &1.type)), @all},
+      {:dot, &Nx.dot(&1, [2], [0], Nx.transpose(&1, axes: [0, 2, 1]), [1], [0]), @all},
+      {:dot_plain, &Nx.dot(Nx.reshape(&1, {6, 4}), Nx.reshape(&1, {4, 6})), @all},
+      {:window_sum, &Nx.window_sum(&1, {1, 2, 2}, strides: [1, 1, 2], padding: :same), @all},
+      {:window_max, &Nx.window_max(&1, {2, 2, 1}, padding: [{0, 0}, {1, 0}, {0, 1}]), @all},
+      {:window_min, &Nx.window_min(&1, {1, 3, 2}), @all},
+      {:window_product, &Nx.window_product(&1, {1, 1, 2}), @all},
+      {:window_scatter_max,
+       &Nx.window_scatter_max(&1, Nx.iota({2, 3, 2}, type: &1.type), Nx.tensor(0, type: &1.type), {1, 1, 2}, strides: [1, 1, 2]),
+       @all},
+      {:window_scatter_min,
+       &Nx.window_scatter_min(&1, Nx.iota({2, 2, 3}, type: &1.type), Nx.tensor(0, type: &1.type), {1, 2, 2}, strides: [1, 1, 1]),
+       @all},
+      {:conv, &Nx.conv(&1, Nx.iota({2, 3, 2}, type: &1.type), strides: [2]), @floats},
+      {:iota_eye, &Nx.add(&1, Nx.multiply(Nx.iota({2, 3, 4}, axis: 1, type: &1.type), Nx.eye({3, 4}, type: &1.type))), @all}
+    ]
+
+    setup do
+      Application.ensure_all_started(:nx)
+      :ok
+    end
+
+    for {name, fun, domains, types} <- @unary ++ @binary, type <- types do
+      @tag op: name
+      test "#{name} on #{inspect(type)}" do
+        fun = unquote(Macro.escape(fun))
+        type = unquote(type)
+
+        for shape <- unquote(Macro.escape(@shapes)) do
+          args = Enum.with_index(unquote(domains), fn domain, i -> input(shape, type, domain, i) end)
+          compare(fun, args, "#{inspect(shape)}")
+        end
+
+        if length(unquote(domains)) == 2 do
+          [d1, d2] = unquote(domains)
+          compare(fun, [input({2, 3}, type, d1, 0), input({3}, type, d2, 1)], "broadcast {2, 3} with {3}")
+        end
+      end
+    end
+
+    for {name, fun, types} <- @structural, type <- types do
+      @tag op: name
+      test "#{name} on #{inspect(type)}" do
+        compare(unquote(Macro.escape(fun)), [input({2, 3, 4}, unquote(type), :small_int, 0)], "{2, 3, 4}")
+      end
+    end
+
+    test "mixed input types follow Nx's promotion" do
+      for a <- [{:u, 8}, {:s, 16}, {:f, 16}, {:bf, 16}], b <- [{:s, 8}, {:u, 32}, {:f, 32}] do
+        compare(&Nx.add/2, [input({3}, a, :positive, 0), input({3}, b, :positive, 1)], "#{inspect(a)} + #{inspect(b)}")
+        compare(&Nx.multiply/2, [input({3}, a, :positive, 0), input({3}, b, :positive, 1)], "#{inspect(a)} * #{inspect(b)}")
+      end
+    end
+
+    # ---- helpers ----
+
+    defp compare(fun, args, label) do
+      want = apply(fun, args)
+      got = apply(fun, Enum.map(args, &Nx.backend_copy(&1, ExBurn.Backend)))
+      assert %ExBurn.Backend{} = got.data
+      assert got.type == want.type, "#{label}: type #{inspect(got.type)}, want #{inspect(want.type)}"
+      assert got.shape == want.shape, "#{label}: shape #{inspect(got.shape)}, want #{inspect(want.shape)}"
+      g = got |> Nx.backend_copy(Nx.BinaryBackend) |> Nx.to_flat_list()
+      w = Nx.to_flat_list(want)
+
+      Enum.zip(g, w)
+      |> Enum.each(fn {a, b} ->
+        assert close?(a, b, want.type), "#{label}: got #{inspect(g)}\nwant #{inspect(w)}"
+      end)
+    end
+
+    defp close?(a, a, _type), do: true
+    defp close?(a, b, _type) when is_atom(a) or is_atom(b), do: false
+
+    defp close?(a, b, {_, bits} = type) do
+      if Nx.Type.float?(type) do
+        rtol = %{16 => 1.0e-2, 32 => 1.0e-5, 64 => 1.0e-9}[bits]
+        rtol = if elem(type, 0) == :bf, do: 2.0e-2, else: rtol
+        abs(a - b) <= rtol * (1 + abs(b))
+      else
+        false
+      end
+    end
+
+    # Deterministic inputs of `shape` and `type` in a domain; `salt` varies the second operand.
+    defp input(shape, type, domain, salt) do
+      n = Nx.size(shape)
+      values = for i <- 0..(n - 1)//1, do: value(domain, i + salt * 3, type)
+      values |> Nx.tensor(type: type, backend: Nx.BinaryBackend) |> Nx.reshape(shape)
+    end
+
+    defp value(domain, i, type) do
+      float? = Nx.Type.float?(type)
+      unsigned? = elem(type, 0) == :u
+      k = rem(i * 7 + 3, 11)
+
+      case domain do
+        :any when unsigned? -> k
+        :any when float? -> (k - 5) * 0.75
+        :any -> k - 5
+        :small_int -> rem(i * 5 + 1, 7) + if(unsigned?, do: 0, else: -1)
+        :small when float? -> (k - 5) * 0.3
+        :small -> rem(k, 4)
+        :positive when float? -> k * 0.5 + 0.25
+        :positive -> k + 1
+        :nonzero when float? -> if(k == 5, do: 1.5, else: (k - 5) * 0.5)
+        :nonzero when unsigned? -> k + 1
+        :nonzero -> if(k == 5, do: 3, else: k - 5)
+        :unit when float? -> (k - 5) * 0.15
+        :unit -> 0
+        :ge1 when float? -> 1 + k * 0.5
+        :ge1 -> k + 1
+        :exponent when float? -> rem(k, 4) * 0.5
+        :exponent -> rem(k, 4)
+        :shift -> rem(k, 4)
+      end
+    end
+  end
+end
