@@ -53,7 +53,9 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def inspect(%T{} = t, inspect_opts) do
-      limit = if inspect_opts.limit == :infinity, do: Nx.size(t), else: min(inspect_opts.limit + 1, Nx.size(t))
+      limit =
+        if inspect_opts.limit == :infinity, do: Nx.size(t), else: min(inspect_opts.limit + 1, Nx.size(t))
+
       Nx.Backend.inspect(t, to_binary(t, limit), inspect_opts)
     end
 
@@ -212,7 +214,8 @@ if Code.ensure_loaded?(Nx) do
       raise ExBurn.Error.new(
               kind: :shape,
               op: :wrap,
-              message: "engine result has shape #{inspect(shape)}, Nx expects #{inspect(want)} (#{inspect(t.type)})"
+              message:
+                "engine result has shape #{inspect(shape)}, Nx expects #{inspect(want)} (#{inspect(t.type)})"
             )
     end
 
@@ -222,14 +225,20 @@ if Code.ensure_loaded?(Nx) do
     defp wrap(%Tensor{} = t, %T{} = out), do: %{out | data: %__MODULE__{tensor: t}}
 
     defp wrap(%Tensor{} = t, %{shape: shape, type: type}),
-      do: %T{data: %__MODULE__{tensor: t}, shape: shape, type: type, names: List.duplicate(nil, tuple_size(shape))}
+      do: %T{
+        data: %__MODULE__{tensor: t},
+        shape: shape,
+        type: type,
+        names: List.duplicate(nil, tuple_size(shape))
+      }
 
     defp check_type!(op, type) do
       unless type in ExBurn.Type.supported() do
         raise ExBurn.Error.new(
                 kind: :unsupported_dtype,
                 op: op,
-                message: "type #{inspect(type)} is not supported by Burn (complex, f8 and sub-byte integers are not)"
+                message:
+                  "type #{inspect(type)} is not supported by Burn (complex, f8 and sub-byte integers are not)"
               )
       end
     end

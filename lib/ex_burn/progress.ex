@@ -38,13 +38,10 @@ defmodule ExBurn.Progress do
   def stop(nil), do: :ok
 
   def stop(%{pid: pid}) do
-    unlink(pid)
-    Process.exit(pid, :normal)
+    Process.unlink(pid)
     send(pid, :stop)
     :ok
   end
-
-  defp unlink(pid), do: Process.unlink(pid)
 
   defp now, do: System.monotonic_time(:millisecond)
 
@@ -58,10 +55,7 @@ defmodule ExBurn.Progress do
         loop(s)
 
       {:done, metrics, from} ->
-        line =
-          "Epoch #{metrics.epoch}/#{s.epochs}  " <>
-            ExBurn.Callbacks.format(Map.delete(metrics, :epoch) |> Map.put(:epoch, metrics.epoch)) <>
-            "  (#{Float.round(metrics.seconds, 2)}s)"
+        line = ExBurn.Callbacks.format(metrics, s.epochs) <> "  (#{Float.round(metrics.seconds, 2)}s)"
 
         if s.tty, do: IO.write("\r\e[2K" <> line <> "\n"), else: IO.puts(line)
         send(from, {:printed, self()})

@@ -109,7 +109,8 @@ defmodule ExBurn.Training do
 
         Progress.epoch_done(progress, metrics)
         metrics = Callbacks.run(opts[:callbacks], metrics)
-        history = [Map.drop(metrics, [:model]) | state.history]
+        # History keeps the rate this epoch trained with; a callback's new rate applies next.
+        history = [metrics |> Map.drop([:model]) |> Map.put(:learning_rate, base) | state.history]
 
         state = %{
           state

@@ -30,13 +30,18 @@ if Code.ensure_loaded?(Nx) do
     # ("Nx.tensor/2 (17)").
     def reason(module, name, exclusions) do
       key = key(inspect(module), name)
+
       Enum.find_value(exclusions, fn {reason, entries} -> if key in entries or name in entries, do: reason end)
     end
 
     defp key(mod, "module " <> _), do: mod && :moduledoc
 
     defp key(mod, name) do
-      [fun, arity] = Regex.run(~r/^(.+)\/(\d+) \(\d+\)$/, String.replace_prefix(name, mod <> ".", ""), capture: :all_but_first)
+      [fun, arity] =
+        Regex.run(~r/^(.+)\/(\d+) \(\d+\)$/, String.replace_prefix(name, mod <> ".", ""),
+          capture: :all_but_first
+        )
+
       {String.to_atom(fun), String.to_integer(arity)}
     end
 

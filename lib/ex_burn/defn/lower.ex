@@ -15,7 +15,11 @@ defmodule ExBurn.Defn.Lower do
   """
 
   @typedoc "Anything with a shape and an Nx type (an `Nx.Tensor`, a template, a value)."
-  @type tensor :: %{required(:shape) => tuple(), required(:type) => {atom(), pos_integer()}, optional(atom()) => term()}
+  @type tensor :: %{
+          required(:shape) => tuple(),
+          required(:type) => {atom(), pos_integer()},
+          optional(atom()) => term()
+        }
   @typedoc "One engine instruction: op name, attributes, argument value numbers."
   @type instr :: {atom(), keyword(), [non_neg_integer()]}
   @typedoc "Tensors read by the recipe and its instructions."
@@ -139,7 +143,8 @@ defmodule ExBurn.Defn.Lower do
       raise ExBurn.Error.new(
               kind: :unsupported_dtype,
               op: name,
-              message: "type #{inspect(type)} is not supported by Burn (complex, f8 and sub-byte integers are not)"
+              message:
+                "type #{inspect(type)} is not supported by Burn (complex, f8 and sub-byte integers are not)"
             )
     end
   end

@@ -1,13 +1,16 @@
 //! Programs: a flat SSA instruction list validated once and run many times. This is what the
 //! Defn compiler sends in one NIF call; an eager op is the one-instruction case.
 //!
-//! Values are numbered: `0..inputs` are the inputs, then instruction `i` defines value
-//! `inputs + i`. Values are dropped after their last use, so intermediates free their memory
-//! while the program runs.
+//! Values are numbered: `0..inputs` are the inputs, then `inputs..inputs+consts` the constants
+//! (tensors attached once with [`Program::with_constants`] and kept with the program), then
+//! each instruction defines [`Op::results`] values in order (one for tensor ops; the state or
+//! branch outputs of `while`/`cond`, whose bodies are sub-programs). Values are dropped after
+//! their last use, so intermediates free their memory while the program runs.
 
 use crate::op::{self, Op};
-use crate::{Device, Error, Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 use serde::Deserialize;
+use std::sync::Arc;
 
 /// One instruction: an op applied to earlier values.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -19,51 +22,88 @@ pub struct Instr {
     pub args: Vec<usize>,
 }
 
+/// Constant tensors of a program (shared by its clones; equal when they are the same set).
+#[derive(Debug, Clone, Default)]
+pub struct Constants(Arc<Vec<Tensor>>);
+
+impl PartialEq for Constants {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || (self.0.is_empty() && other.0.is_empty())
+    }
+}
+
 /// A program as sent by the compiler.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Program {
     /// Number of input tensors.
     pub inputs: usize,
+    /// Number of constant tensors (attached with [`Program::with_constants`]; root programs
+    /// only: sub-programs receive what they need as inputs).
+    #[serde(default)]
+    pub consts: usize,
     /// Instructions in execution order.
     pub instrs: Vec<Instr>,
     /// Value numbers returned, in order.
     pub outputs: Vec<usize>,
+    /// The constant tensors.
+    #[serde(skip)]
+    constants: Constants,
     /// For each value, the index of the instruction that uses it last (computed on validation).
     #[serde(skip)]
     last_use: Vec<usize>,
 }
 
 impl Program {
-    /// A program of a single op on `arity` inputs.
+    /// A program of a single op on `arity` inputs, returning all of the op's results.
     pub fn single(op: Op, arity: usize) -> Result<Program> {
+        let results = op.results();
         Program::new(
             arity,
             vec![Instr {
                 op,
                 args: (0..arity).collect(),
             }],
-            vec![arity],
+            (arity..arity + results).collect(),
         )
     }
 
-    /// Builds and validates a program.
+    /// Builds and validates a program without constants.
     pub fn new(inputs: usize, instrs: Vec<Instr>, outputs: Vec<usize>) -> Result<Program> {
         let mut p = Program {
             inputs,
+            consts: 0,
             instrs,
             outputs,
+            constants: Constants::default(),
             last_use: vec![],
         };
         p.validate()?;
         Ok(p)
     }
 
-    /// Checks that every instruction only reads values defined before it and every output
-    /// exists; records last uses.
+    /// Attaches the constant tensors (as many as `consts` says) and validates the program.
+    pub fn with_constants(mut self, constants: Vec<Tensor>) -> Result<Program> {
+        if constants.len() != self.consts {
+            return Err(Error::Argument(format!(
+                "program declares {} constants, got {}",
+                self.consts,
+                constants.len()
+            )));
+        }
+        self.constants = Constants(Arc::new(constants));
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// Checks that every instruction only reads values defined before it, that sub-programs
+    /// fit their instruction, and that every output exists; records last uses.
     pub fn validate(&mut self) -> Result<()> {
-        let total = self.inputs + self.instrs.len();
-        let mut last = vec![usize::MAX; total];
-        for (i, ins) in self.instrs.iter().enumerate() {
+        if self.constants.0.len() != self.consts && !self.constants.0.is_empty() {
+            return Err(Error::Argument("constants do not match the program".into()));
+        }
+        let mut defined = self.inputs + self.consts;
+        let mut last = vec![usize::MAX; defined];
+        for (i, ins) in self.instrs.iter_mut().enumerate() {
             if let Some(n) = ins.op.arity() {
                 if ins.args.len() != n {
                     return Err(Error::Argument(format!(
@@ -73,17 +113,20 @@ impl Program {
                     )));
                 }
             }
+            validate_sub_programs(&mut ins.op, i)?;
             for &a in &ins.args {
-                if a >= self.inputs + i {
+                if a >= defined {
                     return Err(Error::Argument(format!(
                         "instruction {i} reads value {a} before it is defined"
                     )));
                 }
                 last[a] = i;
             }
+            defined += ins.op.results();
+            last.resize(defined, usize::MAX);
         }
         for &o in &self.outputs {
-            if o >= total {
+            if o >= defined {
                 return Err(Error::Argument(format!(
                     "output {o} is not a value of the program"
                 )));
@@ -94,7 +137,7 @@ impl Program {
         Ok(())
     }
 
-    /// Runs the program. Creation ops place results on `device`.
+    /// Runs the program. Creation ops place results on `device`; constants move there.
     pub fn run(&self, inputs: Vec<Tensor>, device: Device) -> Result<Vec<Tensor>> {
         if inputs.len() != self.inputs {
             return Err(Error::Argument(format!(
@@ -103,8 +146,16 @@ impl Program {
                 inputs.len()
             )));
         }
+        if self.constants.0.len() != self.consts {
+            return Err(Error::Argument(format!(
+                "program needs {} constants; build it with its constants",
+                self.consts
+            )));
+        }
         let mut values: Vec<Option<Tensor>> = inputs.into_iter().map(Some).collect();
-        values.resize(self.inputs + self.instrs.len(), None);
+        for c in self.constants.0.iter() {
+            values.push(Some(c.to_device(device)?));
+        }
         for (i, ins) in self.instrs.iter().enumerate() {
             let args = ins
                 .args
@@ -115,8 +166,16 @@ impl Program {
                         .ok_or_else(|| Error::Execution(format!("value {a} was freed")))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let mut out = op::eval(&ins.op, &args, device)?;
-            values[self.inputs + i] = out.pop();
+            let out = op::eval(&ins.op, &args, device)?;
+            if out.len() != ins.op.results() {
+                return Err(Error::Execution(format!(
+                    "{} gave {} results, expected {}",
+                    ins.op.name(),
+                    out.len(),
+                    ins.op.results()
+                )));
+            }
+            values.extend(out.into_iter().map(Some));
             for &a in &ins.args {
                 if self.last_use[a] == i {
                     values[a] = None;
@@ -132,4 +191,92 @@ impl Program {
             })
             .collect()
     }
+}
+
+/// Validates the sub-programs of a control-flow instruction against their shape.
+fn validate_sub_programs(op: &mut Op, i: usize) -> Result<()> {
+    let bad = |msg: String| Err(Error::Argument(format!("instruction {i}: {msg}")));
+    match op {
+        Op::While { cond, body, state } => {
+            cond.validate()?;
+            body.validate()?;
+            if cond.inputs != body.inputs || *state > body.inputs {
+                return bad("while condition and body must take the same inputs".into());
+            }
+            if cond.outputs.len() != 1 || body.outputs.len() != *state {
+                return bad(format!(
+                    "while condition must return 1 value and the body {state}"
+                ));
+            }
+            no_constants(&[cond, body], i)
+        }
+        Op::Cond { branches } => {
+            for b in branches.iter_mut() {
+                b.validate()?;
+            }
+            let Some(first) = branches.first() else {
+                return bad("cond needs at least one branch".into());
+            };
+            let (n_in, n_out) = (first.inputs, first.outputs.len());
+            if branches
+                .iter()
+                .any(|b| b.inputs != n_in || b.outputs.len() != n_out)
+            {
+                return bad("cond branches must take and return the same number of values".into());
+            }
+            no_constants(&branches.iter().collect::<Vec<_>>(), i)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn no_constants(programs: &[&Program], i: usize) -> Result<()> {
+    if programs.iter().any(|p| p.consts > 0) {
+        return Err(Error::Argument(format!(
+            "instruction {i}: sub-programs take constants as inputs, not as constants"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs a control-flow op (`While`, `Cond`) on its inputs.
+pub(crate) fn control(op: &Op, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
+    match op {
+        Op::While { cond, body, state } => {
+            let (mut st, inv) = (inputs[..*state].to_vec(), &inputs[*state..]);
+            loop {
+                let args: Vec<Tensor> = st.iter().chain(inv).cloned().collect();
+                if !truthy(&cond.run(args.clone(), device)?[0])? {
+                    return Ok(st);
+                }
+                st = body.run(args, device)?;
+            }
+        }
+        Op::Cond { branches } => {
+            let k = branches.len() - 1;
+            let args = inputs[k..].to_vec();
+            for (pred, branch) in inputs[..k].iter().zip(branches) {
+                if truthy(pred)? {
+                    return branch.run(args, device);
+                }
+            }
+            branches[k].run(args, device)
+        }
+        other => Err(Error::Unsupported(format!(
+            "{} is not a control-flow op",
+            other.name()
+        ))),
+    }
+}
+
+/// Whether a scalar predicate is non-zero (NaN counts as non-zero, as in Nx).
+fn truthy(pred: &Tensor) -> Result<bool> {
+    if pred.numel() != 1 {
+        return Err(Error::Shape(format!(
+            "a predicate must be a scalar, got shape {:?}",
+            pred.shape()
+        )));
+    }
+    let bytes = pred.to_bool().cast(DType::U8)?.to_bytes(None)?;
+    Ok(bytes.first().copied().unwrap_or(0) != 0)
 }

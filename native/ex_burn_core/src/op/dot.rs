@@ -104,6 +104,12 @@ pub(crate) fn dot(
 }
 
 fn matmul(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
+    let out = a3.dtype();
+    if a3.kind() != Kind::Float && !matches!(out, DType::S32 | DType::S64) {
+        // The CPU backend multiplies s32 and s64 only; products of other integer types wrap
+        // identically when computed in s64 and narrowed back.
+        return matmul(&a3.cast(DType::S64)?, &b3.cast(DType::S64)?)?.cast(out);
+    }
     let prim = match a3.kind() {
         Kind::Float => B::float_matmul(a3.prim(), b3.prim()),
         _ => B::int_matmul(a3.int_prim()?, b3.int_prim()?),

@@ -9,8 +9,10 @@ mod conv;
 pub(crate) mod creation;
 mod dot;
 mod index;
+mod linalg;
 mod nn;
 mod reduce;
+mod scatter;
 pub(crate) mod shape;
 mod sort;
 mod unary;
@@ -18,8 +20,11 @@ mod window;
 
 pub(crate) mod util;
 
+use crate::program::Program;
 use crate::{DType, Device, Error, Result, Scalar, Tensor};
 use serde::Deserialize;
+
+pub use linalg::Transform;
 
 /// How `argmax`/`argmin` break ties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -476,6 +481,49 @@ pub enum Op {
         #[serde(default)]
         window_dilations: Option<Vec<usize>>,
     },
+    /// [x, source, init]: each window of x selects its first largest element and the source
+    /// value of that window is added there (the gradient of max pooling).
+    WindowScatterMax {
+        window_dims: Vec<usize>,
+        #[serde(default)]
+        strides: Option<Vec<usize>>,
+        #[serde(default)]
+        padding: Option<Vec<(i64, i64)>>,
+    },
+    /// [x, source, init]: as `WindowScatterMax`, selecting the first smallest element.
+    WindowScatterMin {
+        window_dims: Vec<usize>,
+        #[serde(default)]
+        strides: Option<Vec<usize>>,
+        #[serde(default)]
+        padding: Option<Vec<(i64, i64)>>,
+    },
+
+    // ---- linear algebra ----
+    /// [a, b]: solves `a x = b` (or `x a = b` when not `left_side`) for triangular `a`.
+    TriangularSolve {
+        #[serde(default = "yes")]
+        lower: bool,
+        #[serde(default = "yes")]
+        left_side: bool,
+        #[serde(default)]
+        transform_a: Transform,
+    },
+
+    // ---- control flow: sub-programs, one result per state value / branch output ----
+    /// [state..., invariants...]: runs `body` (state and invariants in, new state out) while
+    /// `cond` (same inputs, one scalar out) is non-zero; results are the final state.
+    While {
+        cond: Program,
+        body: Program,
+        state: usize,
+    },
+    /// [preds..., args...]: runs the branch of the first non-zero predicate, or the last
+    /// branch when none is; every branch takes `args` and returns the same number of results.
+    /// There is one predicate per branch but the last.
+    Cond {
+        branches: Vec<Program>,
+    },
 }
 
 fn one() -> f64 {
@@ -484,6 +532,10 @@ fn one() -> f64 {
 
 fn one_usize() -> usize {
     1
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Op {
@@ -512,7 +564,17 @@ impl Op {
             Iota { .. } | Eye { .. } | Full { .. } | RandomUniform { .. } | RandomNormal { .. } => {
                 0
             }
-            Select { .. } | Clip | IndexedAdd { .. } | IndexedPut { .. } => 3,
+            Select { .. }
+            | Clip
+            | IndexedAdd { .. }
+            | IndexedPut { .. }
+            | WindowScatterMax { .. }
+            | WindowScatterMin { .. } => 3,
+            While { cond, .. } => cond.inputs,
+            Cond { branches } => match branches.first() {
+                Some(first) => branches.len() - 1 + first.inputs,
+                None => 0,
+            },
             Slice { dynamic, .. } => 1 + dynamic.len(),
             PutSlice { dynamic, .. } => 2 + dynamic.len(),
             Concatenate { .. } | Stack { .. } => return None,
@@ -522,9 +584,19 @@ impl Op {
             | Gather { .. }
             | Take { .. }
             | TakeAlongAxis { .. }
-            | Conv { .. } => 2,
+            | Conv { .. }
+            | TriangularSolve { .. } => 2,
             _ => 1,
         })
+    }
+
+    /// Number of results the op produces (control flow produces several).
+    pub fn results(&self) -> usize {
+        match self {
+            Op::While { state, .. } => *state,
+            Op::Cond { branches } => branches.first().map_or(0, |b| b.outputs.len()),
+            _ => 1,
+        }
     }
 
     fn is_binary(&self) -> bool {
@@ -563,9 +635,11 @@ impl Op {
 /// the device of their inputs (which must all be on one device).
 pub fn eval(op: &Op, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
     check_inputs(op, inputs)?;
-    eval_unchecked(op, inputs, device)
-        .map(|t| vec![t])
-        .map_err(|e| e.in_op(&op.name()))
+    let out = match op {
+        Op::While { .. } | Op::Cond { .. } => crate::program::control(op, inputs, device),
+        _ => eval_unchecked(op, inputs, device).map(|t| vec![t]),
+    };
+    out.map_err(|e| e.in_op(&op.name()))
 }
 
 fn check_inputs(op: &Op, inputs: &[Tensor]) -> Result<()> {
@@ -658,6 +732,16 @@ fn eval_unchecked(op: &Op, x: &[Tensor], device: Device) -> Result<Tensor> {
         WindowSum { .. } | WindowProduct { .. } | WindowMax { .. } | WindowMin { .. } => {
             window::eval(op, &x[0])
         }
+        WindowScatterMax { .. } | WindowScatterMin { .. } => scatter::eval(op, x),
+        TriangularSolve {
+            lower,
+            left_side,
+            transform_a,
+        } => linalg::triangular_solve(&x[0], &x[1], *lower, *left_side, *transform_a),
+        While { .. } | Cond { .. } => Err(Error::Unsupported(format!(
+            "{} runs through program::control",
+            op.name()
+        ))),
         op if op.is_binary() => binary::eval(op, &x[0], &x[1]),
         _ => unary::eval(op, &x[0]),
     }

@@ -188,11 +188,7 @@ fn arg(
             (x.clone(), a, result_shape(x.shape(), &[a], keep))
         }
     };
-    let t = if t.kind() == Kind::Bool {
-        t.cast(DType::U8)?
-    } else {
-        t
-    };
+    let t = order_preserving_signed(&t)?;
     let len = t.shape().get(axis).copied().unwrap_or(1);
     let t = if tie == TieBreak::High {
         util::flip(&t, &[axis])
@@ -213,4 +209,20 @@ fn arg(
         idx
     };
     Ok(Tensor::from_prim(idx, Kind::Int, shape))
+}
+
+/// Signed integers compare like `t` does (the CPU backend's argmax/argmin take floats and
+/// signed integers only): booleans and u8..u32 widen to s64; u64 is reinterpreted as s64 with
+/// the sign bit flipped, which keeps the unsigned order.
+fn order_preserving_signed(t: &Tensor) -> Result<Tensor> {
+    match t.dtype() {
+        _ if t.kind() == Kind::Float => Ok(t.clone()),
+        DType::U64 => {
+            let s = t.cast(DType::S64)?;
+            let p = B::bitwise_xor_scalar(s.prim(), i64::MIN.into());
+            Ok(Tensor::from_prim(p, Kind::Int, s.shape().to_vec()))
+        }
+        d if d.is_unsigned_int() || t.kind() == Kind::Bool => t.cast(DType::S64),
+        _ => Ok(t.clone()),
+    }
 }

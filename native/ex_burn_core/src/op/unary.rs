@@ -223,6 +223,7 @@ fn erf_inv(x: &Tensor) -> Result<Tensor> {
         p
     };
     let bd = x.bool_dtype();
+    let newton_steps = if x.dtype() == DType::F64 { 2 } else { 1 };
     float(x, |p| {
         // w = -log((1 - x)(1 + x))
         let one_minus = adds(B::float_neg(p.clone()), 1.0);
@@ -232,15 +233,19 @@ fn erf_inv(x: &Tensor) -> Result<Tensor> {
         let large = horner(adds(B::float_sqrt(w.clone()), -3.0), &LARGE);
         let is_small = B::float_lower_elem(w, 5.0f64.into(), bd);
         let y = B::float_mul(B::float_mask_where(large, is_small, small), p.clone());
-        // Newton: y -= (erf(y) - x) / (2/sqrt(pi) * exp(-y^2)), only where |x| < 1.
-        let err = B::float_sub(B::float_erf(y.clone()), p.clone());
-        let deriv = muls(
-            B::float_exp(B::float_neg(B::float_mul(y.clone(), y.clone()))),
-            std::f64::consts::FRAC_2_SQRT_PI,
-        );
-        let refined = B::float_sub(y.clone(), B::float_div(err, deriv));
+        // Newton: y -= (erf(y) - x) / (2/sqrt(pi) * exp(-y^2)), only where |x| < 1; f64 takes
+        // a second step to reach full double precision.
         let inside = B::float_lower_elem(B::float_abs(p.clone()), 1.0f64.into(), bd);
-        let y = B::float_mask_where(y, inside, refined);
+        let mut y = y;
+        for _ in 0..newton_steps {
+            let err = B::float_sub(B::float_erf(y.clone()), p.clone());
+            let deriv = muls(
+                B::float_exp(B::float_neg(B::float_mul(y.clone(), y.clone()))),
+                std::f64::consts::FRAC_2_SQRT_PI,
+            );
+            let refined = B::float_sub(y.clone(), B::float_div(err, deriv));
+            y = B::float_mask_where(y, inside.clone(), refined);
+        }
         // erf_inv(±1) = ±inf exactly.
         let at_one = B::float_equal_elem(B::float_abs(p.clone()), 1.0f64.into(), bd);
         B::float_mask_where(y, at_one, muls(p, f64::INFINITY))

@@ -51,3 +51,18 @@ fn program_compile<'a>(env: Env<'a>, program: Term<'a>) -> Term<'a> {
         Ok(ResourceArc::new(ProgramRes { program: p }).encode(env))
     })
 }
+
+/// Decodes and validates a program and attaches its constant tensors (uploaded once, kept
+/// with the program); returns a handle to run it many times.
+#[rustler::nif]
+fn program_build<'a>(
+    env: Env<'a>,
+    program: Term<'a>,
+    constants: Vec<ResourceArc<TensorRes>>,
+) -> Term<'a> {
+    reply::run(env, || {
+        let p: Program = decode::decode(program, "program")?;
+        let p = p.with_constants(inputs(&constants)?)?;
+        Ok(ResourceArc::new(ProgramRes { program: p }).encode(env))
+    })
+}

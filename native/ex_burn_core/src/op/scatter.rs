@@ -1,0 +1,146 @@
+//! `window_scatter_max` / `window_scatter_min` (XLA's select-and-scatter, the gradient of max
+//! and min pooling): each window of the padded input selects its first largest (smallest)
+//! element, and the source value of that window is added there; untouched positions keep the
+//! init value.
+//!
+//! Composed from the op table on the device: the K = prod(window) strided views of the padded
+//! input are stacked and reduced with `argmax`/`argmin`; for each window offset, the source
+//! values whose window chose that offset are placed back with interior padding and summed.
+
+use super::binary::{self, Bin, Cmp};
+use super::reduce;
+use super::{shape, util, Op, TieBreak};
+use crate::{DType, Error, Result, Scalar, Tensor};
+
+/// Runs a window scatter op on `[input, source, init]` (all of one type).
+pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
+    let (dims, strides, padding, max) = match op {
+        Op::WindowScatterMax {
+            window_dims,
+            strides,
+            padding,
+        } => (window_dims, strides, padding, true),
+        Op::WindowScatterMin {
+            window_dims,
+            strides,
+            padding,
+        } => (window_dims, strides, padding, false),
+        other => {
+            return Err(Error::Unsupported(format!(
+                "{} is not a window scatter op",
+                other.name()
+            )))
+        }
+    };
+    let (t, source, init) = (&x[0], &x[1], &x[2]);
+    let r = t.rank();
+    let strides = strides.clone().unwrap_or_else(|| vec![1; r]);
+    let padding = padding.clone().unwrap_or_else(|| vec![(0, 0); r]);
+    if dims.len() != r || strides.len() != r || padding.len() != r {
+        return Err(Error::Argument(format!(
+            "window dimensions, strides and padding need {r} entries"
+        )));
+    }
+    if dims.iter().chain(&strides).any(|&v| v == 0) || padding.iter().any(|p| p.0 < 0 || p.1 < 0)
+    {
+        return Err(Error::Argument(
+            "window dimensions and strides must be positive, padding non-negative".into(),
+        ));
+    }
+    let dtype = t.dtype();
+    let padded_shape: Vec<usize> = (0..r)
+        .map(|i| t.shape()[i] + (padding[i].0 + padding[i].1) as usize)
+        .collect();
+    let counts: Vec<usize> = (0..r)
+        .map(|i| (padded_shape[i].saturating_sub(dims[i])) / strides[i] + 1)
+        .collect();
+    if counts != source.shape() {
+        return Err(Error::Shape(format!(
+            "source shape {:?} does not match the {counts:?} windows of {:?}",
+            source.shape(),
+            t.shape()
+        )));
+    }
+    let init = init.cast(dtype)?;
+    let out_init = util::broadcast_to(&init, t.shape())?;
+    if t.numel() == 0 || source.numel() == 0 {
+        return Ok(out_init);
+    }
+    let config: Vec<(i64, i64, i64)> = padding.iter().map(|&(lo, hi)| (lo, hi, 0)).collect();
+    let fill = util::full(&[], dtype, worst(dtype, max), &t.dispatch_device())?;
+    let padded = shape::pad(t, &fill, &config)?;
+
+    let offsets = window_offsets(dims);
+    let span: Vec<usize> = (0..r).map(|i| (counts[i] - 1) * strides[i] + 1).collect();
+    let mut views = Vec::with_capacity(offsets.len());
+    for o in &offsets {
+        let v = shape::slice_static(&padded, o, &span, &strides)?;
+        views.push(v.reshape([counts.clone(), vec![1]].concat())?);
+    }
+    let stacked = util::cat(&views, r);
+    let pick = Op::Argmax {
+        axis: Some(r),
+        keep_axis: false,
+        tie_break: TieBreak::Low,
+        out: Some(DType::S64),
+    };
+    let pick = if max {
+        pick
+    } else {
+        Op::Argmin {
+            axis: Some(r),
+            keep_axis: false,
+            tie_break: TieBreak::Low,
+            out: Some(DType::S64),
+        }
+    };
+    let chosen = reduce::eval(&pick, &stacked)?;
+
+    let source = source.cast(dtype)?;
+    let zero = util::full(&[], dtype, Scalar::I(0), &t.dispatch_device())?;
+    let zeros = util::full_like(&source, Scalar::I(0))?;
+    let mut acc = util::full(&padded_shape, dtype, Scalar::I(0), &t.dispatch_device())?;
+    for (k, o) in offsets.iter().enumerate() {
+        let key = util::full(&[], DType::S64, Scalar::I(k as i64), &t.dispatch_device())?;
+        let mask = binary::compare(Cmp::Eq, &chosen, &key)?;
+        let contrib = util::select(&mask, &source, &zeros);
+        let place: Vec<(i64, i64, i64)> = (0..r)
+            .map(|i| {
+                let hi = padded_shape[i] - o[i] - span[i];
+                (o[i] as i64, hi as i64, strides[i] as i64 - 1)
+            })
+            .collect();
+        let placed = shape::pad(&contrib, &zero, &place)?;
+        acc = binary::binary(Bin::Add, &acc, &placed, dtype)?;
+    }
+    let lo: Vec<usize> = padding.iter().map(|p| p.0 as usize).collect();
+    let cropped = shape::slice_static(&acc, &lo, t.shape(), &vec![1; r])?;
+    binary::binary(Bin::Add, &cropped, &out_init, dtype)
+}
+
+/// Every offset inside a window, in row-major order (so the first maximum wins ties).
+fn window_offsets(dims: &[usize]) -> Vec<Vec<usize>> {
+    let mut out = vec![vec![]];
+    for &d in dims {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                (0..d).map(move |i| {
+                    let mut p = prefix.clone();
+                    p.push(i);
+                    p
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// The value padding never wins with: the lowest value for max, the highest for min.
+fn worst(dtype: DType, max: bool) -> Scalar {
+    match (dtype.is_float(), max) {
+        (true, true) => Scalar::NegInfinity,
+        (true, false) => Scalar::Infinity,
+        (false, m) => util::extreme(dtype, !m),
+    }
+}
