@@ -43,9 +43,9 @@ defmodule ExBurn.Callbacks do
   end
 
   @doc false
-  def format(m) do
+  def format(m, epochs \\ nil) do
     parts = [
-      "epoch #{m.epoch}",
+      if(epochs, do: "Epoch #{m.epoch}/#{epochs}", else: "epoch #{m.epoch}"),
       "loss #{fmt(m.loss)}",
       m[:accuracy] && "accuracy #{fmt(m.accuracy)}",
       m[:val_loss] && "val_loss #{fmt(m.val_loss)}",

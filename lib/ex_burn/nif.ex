@@ -45,7 +45,8 @@ defmodule ExBurn.Nif do
     model_set_parameters: 2,
     model_load: 2,
     tensors_save: 3,
-    tensors_load: 2
+    tensors_load: 2,
+    program_build: 2
   ]
 
   @doc false
