@@ -66,13 +66,30 @@ defmodule ExBurn do
     }
   end
 
-  @doc "The default device (`:cpu` unless changed with `configure!/1` or `config :ex_burn, :default_device`)."
+  @doc """
+  The default device: set by `configure!/1`, else `config :ex_burn, default_device: ...`, else
+  the `EX_BURN_DEFAULT_DEVICE` environment variable (`cpu`, `cuda`, `cuda:1`, `vulkan`), else
+  `:cpu`.
+  """
   @spec default_device() :: Device.t()
   def default_device do
     case :persistent_term.get({__MODULE__, :default_device}, nil) do
-      nil -> Device.normalize!(Application.get_env(:ex_burn, :default_device, :cpu))
+      nil -> Device.normalize!(Application.get_env(:ex_burn, :default_device) || env_device())
       d -> d
     end
+  end
+
+  defp env_device do
+    case System.get_env("EX_BURN_DEFAULT_DEVICE", "cpu") |> String.split(":") do
+      [family] -> String.to_existing_atom(family)
+      [family, i] -> {String.to_existing_atom(family), String.to_integer(i)}
+    end
+  rescue
+    _ ->
+      raise ExBurn.Error.new(
+              kind: :argument,
+              message: "bad EX_BURN_DEFAULT_DEVICE: #{System.get_env("EX_BURN_DEFAULT_DEVICE")}"
+            )
   end
 
   @doc "Whether the native library is loaded."

@@ -13,7 +13,8 @@ mkdir -p .device
 strip -o .device/nif.so "$tgt/libex_burn_nif.so"
 engine=$(ls -t "$tgt"/deps/engine-* | grep -v '\.d$' | head -1)
 strip -o .device/engine "$engine"
-xz -T2 -6 -f .device/nif.so .device/engine
+strip -o .device/burn_mlp_bench "$tgt/examples/burn_mlp_bench"
+xz -T2 -6 -f .device/nif.so .device/engine .device/burn_mlp_bench
 if [ ! -f .device/beam.tar.xz ] || [ "${REBUNDLE_BEAM:-0}" = 1 ]; then
   erts=$(cd /usr/lib/erlang && ls -d erts-*)
   libs=$(cd /usr/lib/erlang/lib && ls -d kernel-* stdlib-* compiler-* crypto-* sasl-* syntax_tools-* \

@@ -30,9 +30,28 @@ defmodule ExBurn.Layers do
   defp node(op, inputs, name, kind) do
     id = System.unique_integer([:positive, :monotonic])
     nodes = Enum.reduce(inputs, %{}, fn %__MODULE__{nodes: n}, acc -> Map.merge(acc, n) end)
-    layer = %{id: id, op: op, kind: kind, name: name, inputs: Enum.map(inputs, & &1.id)}
+
+    layer = %{
+      id: id,
+      op: op,
+      kind: kind,
+      name: name,
+      inputs: Enum.map(inputs, & &1.id),
+      rank: out_rank(op, inputs)
+    }
+
     %__MODULE__{id: id, nodes: Map.put(nodes, id, layer)}
   end
+
+  @doc "The rank (with the batch axis) of a layer's output."
+  @spec rank(t()) :: pos_integer()
+  def rank(%__MODULE__{id: id, nodes: nodes}), do: nodes[id].rank
+
+  defp out_rank({:input, %{shape: shape}}, []), do: length(shape) + 1
+  defp out_rank(:flatten, _), do: 2
+  defp out_rank({:global_avg_pool, %{keep_axes: false}}, _), do: 2
+  defp out_rank({:embedding, _}, [x]), do: rank(x) + 1
+  defp out_rank(_op, [x | _]), do: rank(x)
 
   defp opts!(opts, allowed), do: Keyword.validate!(opts, allowed)
 
@@ -93,7 +112,7 @@ defmodule ExBurn.Layers do
 
   ## Options
 
-    * `:kernel_size` - integer or tuple (default `{3, 3}`)
+    * `:kernel_size` - integer (every spatial axis) or tuple (default 3)
     * `:strides` - integer or tuple (default 1)
     * `:padding` - `:valid` (default) or `:same`
     * `:kernel_dilation` - integer or tuple (default 1)
@@ -114,7 +133,7 @@ defmodule ExBurn.Layers do
         use_bias: true
       ])
 
-    ks = tuple_list(opts[:kernel_size])
+    ks = window(opts[:kernel_size], x)
     n = length(ks)
 
     attrs = %{
@@ -136,7 +155,7 @@ defmodule ExBurn.Layers do
 
     ## Options
 
-      * `:kernel_size` - integer or tuple (default `{2, 2}`)
+      * `:kernel_size` - integer (every spatial axis) or tuple (default 2)
       * `:strides` - default: the kernel size
       * `:padding` - `:valid` (default) or `:same`
       * `:channels` - `:last` (default) or `:first`
@@ -144,8 +163,8 @@ defmodule ExBurn.Layers do
     """
     @spec unquote(fun)(t(), keyword()) :: t()
     def unquote(fun)(x, opts \\ []) do
-      opts = opts!(opts, [:name, :strides, kernel_size: {2, 2}, padding: :valid, channels: :last])
-      ks = tuple_list(opts[:kernel_size])
+      opts = opts!(opts, [:name, :strides, kernel_size: 2, padding: :valid, channels: :last])
+      ks = window(opts[:kernel_size], x)
 
       attrs = %{
         kernel_size: ks,
@@ -314,6 +333,10 @@ defmodule ExBurn.Layers do
 
     %{layers: layers, output: Map.fetch!(index, out)}
   end
+
+  # An integer window size applies to every spatial axis (Axon's convention).
+  defp window(n, x) when is_integer(n), do: List.duplicate(n, max(rank(x) - 2, 1))
+  defp window(t, _x), do: tuple_list(t)
 
   defp tuple_list(n) when is_integer(n), do: [n]
   defp tuple_list(t) when is_tuple(t), do: Tuple.to_list(t)

@@ -17,6 +17,9 @@ defmodule ExBurn.NxBackendTest do
 
     @shapes [{}, {5}, {2, 3}, {2, 1, 3}]
 
+    # Nx.BinaryBackend's erf_inv is accurate to ~1e-7 even in f64 (ExBurn's is to ~1e-16).
+    @reference_rtol %{erf_inv: 1.0e-6}
+
     # {name, function, input domains, types}
     @unary [
       {:negate, &Nx.negate/1, [:any], @signed ++ @floats},
@@ -175,7 +178,7 @@ defmodule ExBurn.NxBackendTest do
 
         for shape <- unquote(Macro.escape(@shapes)) do
           args = Enum.with_index(unquote(domains), fn domain, i -> input(shape, type, domain, i) end)
-          compare(fun, args, "#{inspect(shape)}")
+          compare(fun, args, "#{inspect(shape)}", unquote(@reference_rtol[name]))
         end
 
         if length(unquote(domains)) == 2 do
@@ -210,7 +213,7 @@ defmodule ExBurn.NxBackendTest do
 
     # ---- helpers ----
 
-    defp compare(fun, args, label) do
+    defp compare(fun, args, label, rtol \\ nil) do
       want = apply(fun, args)
       got = apply(fun, Enum.map(args, &Nx.backend_copy(&1, ExBurn.Backend)))
       assert %ExBurn.Backend{} = got.data
@@ -221,16 +224,16 @@ defmodule ExBurn.NxBackendTest do
 
       Enum.zip(g, w)
       |> Enum.each(fn {a, b} ->
-        assert close?(a, b, want.type), "#{label}: got #{inspect(g)}\nwant #{inspect(w)}"
+        assert close?(a, b, want.type, rtol), "#{label}: got #{inspect(g)}\nwant #{inspect(w)}"
       end)
     end
 
-    defp close?(a, a, _type), do: true
-    defp close?(a, b, _type) when is_atom(a) or is_atom(b), do: false
+    defp close?(a, a, _type, _rtol), do: true
+    defp close?(a, b, _type, _rtol) when is_atom(a) or is_atom(b), do: false
 
-    defp close?(a, b, {_, bits} = type) do
+    defp close?(a, b, {_, bits} = type, rtol) do
       if Nx.Type.float?(type) do
-        rtol = %{16 => 1.0e-2, 32 => 1.0e-5, 64 => 1.0e-9}[bits]
+        rtol = max(rtol || 0, %{16 => 1.0e-2, 32 => 1.0e-5, 64 => 1.0e-9}[bits])
         rtol = if elem(type, 0) == :bf, do: 2.0e-2, else: rtol
         abs(a - b) <= rtol * (1 + abs(b))
       else

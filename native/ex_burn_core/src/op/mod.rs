@@ -481,8 +481,8 @@ pub enum Op {
         #[serde(default)]
         window_dilations: Option<Vec<usize>>,
     },
-    /// [x, source, init]: each window of x selects its first largest element and the source
-    /// value of that window is added there (the gradient of max pooling).
+    /// [x, source, init]: each window of x (padded with init) selects its last largest element
+    /// and the source value of that window is added there (the gradient of max pooling).
     WindowScatterMax {
         window_dims: Vec<usize>,
         #[serde(default)]
@@ -490,7 +490,7 @@ pub enum Op {
         #[serde(default)]
         padding: Option<Vec<(i64, i64)>>,
     },
-    /// [x, source, init]: as `WindowScatterMax`, selecting the first smallest element.
+    /// [x, source, init]: as `WindowScatterMax`, selecting the last smallest element.
     WindowScatterMin {
         window_dims: Vec<usize>,
         #[serde(default)]

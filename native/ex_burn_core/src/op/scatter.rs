@@ -1,7 +1,7 @@
 //! `window_scatter_max` / `window_scatter_min` (XLA's select-and-scatter, the gradient of max
-//! and min pooling): each window of the padded input selects its first largest (smallest)
-//! element, and the source value of that window is added there; untouched positions keep the
-//! init value.
+//! and min pooling): each window of the input, padded with the init value, selects its largest
+//! (smallest) element, the last one on ties as `Nx.BinaryBackend` does, and the source value
+//! of that window is added there; untouched positions keep the init value.
 //!
 //! Composed from the op table on the device: the K = prod(window) strided views of the padded
 //! input are stacked and reduced with `argmax`/`argmin`; for each window offset, the source
@@ -67,8 +67,7 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
         return Ok(out_init);
     }
     let config: Vec<(i64, i64, i64)> = padding.iter().map(|&(lo, hi)| (lo, hi, 0)).collect();
-    let fill = util::full(&[], dtype, worst(dtype, max), &t.dispatch_device())?;
-    let padded = shape::pad(t, &fill, &config)?;
+    let padded = shape::pad(t, &init, &config)?;
 
     let offsets = window_offsets(dims);
     let span: Vec<usize> = (0..r).map(|i| (counts[i] - 1) * strides[i] + 1).collect();
@@ -81,7 +80,7 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
     let pick = Op::Argmax {
         axis: Some(r),
         keep_axis: false,
-        tie_break: TieBreak::Low,
+        tie_break: TieBreak::High,
         out: Some(DType::S64),
     };
     let pick = if max {
@@ -90,7 +89,7 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
         Op::Argmin {
             axis: Some(r),
             keep_axis: false,
-            tie_break: TieBreak::Low,
+            tie_break: TieBreak::High,
             out: Some(DType::S64),
         }
     };
@@ -118,7 +117,7 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
     binary::binary(Bin::Add, &cropped, &out_init, dtype)
 }
 
-/// Every offset inside a window, in row-major order (so the first maximum wins ties).
+/// Every offset inside a window, in row-major order (the order ties are broken in).
 fn window_offsets(dims: &[usize]) -> Vec<Vec<usize>> {
     let mut out = vec![vec![]];
     for &d in dims {
@@ -134,13 +133,4 @@ fn window_offsets(dims: &[usize]) -> Vec<Vec<usize>> {
             .collect();
     }
     out
-}
-
-/// The value padding never wins with: the lowest value for max, the highest for min.
-fn worst(dtype: DType, max: bool) -> Scalar {
-    match (dtype.is_float(), max) {
-        (true, true) => Scalar::NegInfinity,
-        (true, false) => Scalar::Infinity,
-        (false, m) => util::extreme(dtype, !m),
-    }
 }

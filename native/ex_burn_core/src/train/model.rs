@@ -331,7 +331,7 @@ impl Model {
             let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
             let batch = cut(data, lo, hi, order.as_ref())?;
             let (loss, grads, correct) = self.grads_of(&batch, accumulate)?;
-            let weighted = loss.mul_scalar((hi - lo) as f64);
+            let weighted = loss.inner().mul_scalar((hi - lo) as f64);
             loss_sum = Some(match loss_sum {
                 Some(s) => s.add(weighted),
                 None => weighted,

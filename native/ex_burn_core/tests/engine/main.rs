@@ -5,13 +5,16 @@ mod common;
 
 mod agreement;
 mod binary;
+mod control;
 mod conv;
 mod creation;
 mod dot;
 mod index;
+mod linalg;
 mod nn;
 mod program;
 mod reduce;
+mod scatter;
 mod shape;
 mod sort;
 mod tensor;

@@ -1,0 +1,171 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExBurn.Compiler do
+    @moduledoc """
+    An `Nx.Defn.Compiler` on Burn: a `defn` function becomes one engine program, run in ONE
+    NIF call per invocation.
+
+        Nx.Defn.default_options(compiler: ExBurn.Compiler)
+        Nx.Defn.jit(&MyModule.predict/2, compiler: ExBurn.Compiler, device: {:cuda, 0})
+
+    `ExBurn.Defn.Compiler` is an alias of this module.
+
+    The expression is lowered in pure Elixir by `ExBurn.Defn.Builder` (tensor ops through the
+    same `ExBurn.Defn.Lower` table as `ExBurn.Backend`; `while`/`cond` as sub-programs;
+    tensors captured by the function as program constants, uploaded once). Programs are cached
+    by the function key and the argument templates, and engine programs additionally by their
+    structure, so equal computations share one validated program. Results are
+    `ExBurn.Backend` tensors on the program's device.
+
+    ## Options
+
+      * `:device` - where the program runs (default: the device of the default backend when it
+        is `ExBurn.Backend`, else `ExBurn.default_device/0`)
+      * `:hooks` - a map of hook name to function, overriding the functions given to
+        `Nx.Defn.Kernel.hook/3` (as in `Nx.Defn.Evaluator`)
+      * `:max_concurrency` - the number of `Nx.Serving` partitions (default 1)
+
+    Expressions the engine cannot run (functions given to `Nx.reduce/4` and
+    `Nx.window_reduce/5`, runtime calls, complex numbers, hooks inside `while`/`cond`) raise
+    `ExBurn.Error` of kind `:unsupported` naming the op when the function is compiled.
+    """
+
+    @behaviour Nx.Defn.Compiler
+
+    alias ExBurn.Defn.{Builder, Cache}
+    alias ExBurn.{Native, Tensor}
+    alias Nx.Defn.Composite
+
+    @impl true
+    @doc "Compiles `fun` for the templates `vars` (cached) and runs it on each argument list."
+    def __jit__(key, vars, fun, args_list, opts), do: __compile__(key, vars, fun, opts).(args_list)
+
+    @impl true
+    @doc "Compiles `fun` for the templates `vars` (cached) into a function of argument lists."
+    def __compile__(key, vars, fun, opts) do
+      device = device(opts)
+      compiled = compile(key, vars, fun, device)
+      hooks = Keyword.get(opts, :hooks, %{})
+      fn args_list -> Enum.map(args_list, &run(compiled, &1, device, hooks)) end
+    end
+
+    @impl true
+    @doc "One option list per `Nx.Serving` partition (`:max_concurrency` of them)."
+    def __partitions_options__(opts), do: List.duplicate(opts, Keyword.get(opts, :max_concurrency, 1))
+
+    @impl true
+    @doc "The backend results live on: `ExBurn.Backend` on the compiler's device."
+    def __to_backend__(opts), do: {ExBurn.Backend, device: device(opts)}
+
+    @impl true
+    @doc "Sharding over meshes is not supported (raises `ExBurn.Error`)."
+    def __shard_jit__(_key, _mesh, _vars, _fun, _args_list, _opts) do
+      raise ExBurn.Error.new(
+              kind: :unsupported,
+              op: :shard_jit,
+              message: "sharded compilation is not supported by ExBurn.Compiler"
+            )
+    end
+
+    @doc """
+    Lowers `fun` applied to `vars` without running it (for inspection and tests): the engine
+    program term, constants, hooks and the output template.
+    """
+    @spec lower((list() -> Nx.Container.t()), list()) :: map()
+    def lower(fun, vars) do
+      outputs = fun.(vars)
+
+      vars
+      |> Composite.flatten_list()
+      |> length()
+      |> then(&Builder.build(outputs, &1))
+      |> Map.put(:output, template(outputs))
+    end
+
+    # ---- compilation (cached) ----
+
+    defp compile(key, vars, fun, device) do
+      signature = Composite.traverse(vars, &Nx.to_template/1)
+
+      Cache.fetch({:defn, key, signature, device}, fn ->
+        lowered = lower(fun, vars)
+        Map.put(lowered, :program, engine_program(lowered, device))
+      end)
+    end
+
+    defp engine_program(%{term: term, constants: constants}, device) do
+      Cache.fetch({:program, term, constants, device}, fn ->
+        refs = Enum.map(constants, &to_device(&1, device).ref)
+        Native.call(:program_build, [term, refs], :defn)
+      end)
+    end
+
+    defp template(outputs), do: Composite.traverse(outputs, &Nx.to_template/1)
+
+    # ---- running ----
+
+    defp run(compiled, args, device, hooks) do
+      refs = Enum.map(args, fn arg -> to_device(materialize(arg), device).ref end)
+      # A program's cost is unknown in advance (loops): always on a dirty scheduler.
+      flavour = if device == :cpu, do: :cpu, else: :io
+
+      results =
+        Native.call(:program_run, [compiled.program, refs, device], :defn, flavour)
+        |> Enum.map(&Tensor.wrap/1)
+
+      {outputs, hooked} = Enum.split(results, compiled.outputs)
+      run_hooks(compiled.hooks, hooked, compiled.outputs, hooks)
+      fill(compiled.output, outputs)
+    end
+
+    defp materialize(fun) when is_function(fun, 0), do: fun.()
+    defp materialize(tensor), do: tensor
+
+    defp run_hooks(specs, hooked, offset, overrides) do
+      values = List.to_tuple(hooked)
+
+      Enum.each(specs, fn {spec, template, positions} ->
+        case resolve_hook(spec, overrides) do
+          nil -> :ok
+          fun -> fun.(fill(template(template), Enum.map(positions, &elem(values, &1 - offset))))
+        end
+      end)
+    end
+
+    defp resolve_hook({:fn, fun}, _hooks), do: fun
+    defp resolve_hook({:named, name, callback}, hooks), do: hooks[name] || callback
+
+    # Puts engine results into a container of templates.
+    defp fill(template, tensors) do
+      {out, []} =
+        Composite.traverse(template, tensors, fn t, [r | rest] ->
+          {%{t | data: %ExBurn.Backend{tensor: r}}, rest}
+        end)
+
+      out
+    end
+
+    defp to_device(%Nx.Tensor{data: %ExBurn.Backend{tensor: %Tensor{device: device} = t}}, device), do: t
+
+    defp to_device(%Nx.Tensor{data: %ExBurn.Backend{tensor: t}}, device), do: Tensor.to_device(t, device)
+
+    defp to_device(%Nx.Tensor{} = t, device) do
+      t = Nx.devectorize(t, keep_names: false)
+      Tensor.from_binary(Nx.to_binary(t), t.shape, t.type, device: device)
+    end
+
+    defp to_device(number, device) when is_number(number), do: to_device(Nx.tensor(number), device)
+
+    defp device(opts) do
+      case opts[:device] do
+        nil ->
+          case Nx.default_backend() do
+            {ExBurn.Backend, backend_opts} -> backend_opts[:device] || ExBurn.default_device()
+            _ -> ExBurn.default_device()
+          end
+
+        device ->
+          ExBurn.Device.normalize!(device)
+      end
+    end
+  end
+end

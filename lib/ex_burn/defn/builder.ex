@@ -1,0 +1,325 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExBurn.Defn.Builder do
+    @moduledoc """
+    Lowers an `Nx.Defn.Expr` container into an engine program, in pure Elixir.
+
+    The program is a map the engine decodes (`ex_burn_core::Program`): `inputs`, `consts`,
+    `instrs` (each `%{op: op, args: [value numbers]}`) and `outputs`. Tensor ops go through
+    `ExBurn.Defn.Lower`, the table the eager backend uses. `while` becomes an instruction whose
+    condition and body are sub-programs over the loop state; `cond` evaluates its predicates in
+    the enclosing scope and runs one branch sub-program; values a branch needs from the
+    enclosing scope (and tensors captured by the function) are passed to sub-programs as inputs.
+    `block`s with a native lowering become engine ops, the others are inlined from their default
+    implementation. Hooks are extra outputs, called after the run.
+
+    Unsupported expressions raise `ExBurn.Error` of kind `:unsupported` naming the op, at
+    compile time.
+    """
+
+    alias ExBurn.Defn.Lower
+    alias Nx.Defn.{Composite, Expr, Tree}
+    alias Nx.Tensor, as: T
+
+    # Values are referenced while building as {:in, i} (an input), {:cap, j} (a value captured
+    # from the enclosing scope, sub-programs), {:c, j} (a constant, root) or {:v, k} (the k-th
+    # instruction result); `finish/2` turns them into value numbers.
+
+    defstruct instrs: [],
+              count: 0,
+              own_inputs: 0,
+              params: %{},
+              cache: %{},
+              scope_ids: %{},
+              parent: nil,
+              captures: [],
+              capture_keys: %{},
+              consts: [],
+              const_keys: %{},
+              hooks: []
+
+    @typedoc "A compiled program: the engine term, its constant tensors and its hooks."
+    @type program :: %{
+            term: map(),
+            constants: [Nx.Tensor.t()],
+            hooks: [{term(), Nx.Container.t(), [non_neg_integer()]}],
+            outputs: non_neg_integer()
+          }
+
+    @unsupported [:fun, :reduce, :window_reduce, :runtime_call, :fft, :ifft, :conjugate, :real, :imag]
+
+    @doc """
+    Lowers the expression container `outputs` (whose `:parameter` nodes are the `inputs`
+    program inputs) into a program.
+
+    Returns the engine term, the constants in order, the hooks (callback spec, value template,
+    output positions) and the number of result outputs (hook values follow them).
+    """
+    @spec build(Nx.Container.t(), non_neg_integer()) :: program()
+    def build(outputs, inputs) do
+      b = %__MODULE__{
+        own_inputs: inputs,
+        params: Map.new(0..(inputs - 1)//1, &{&1, {:in, &1}}),
+        scope_ids: Tree.scope_ids(outputs)
+      }
+
+      {refs, b} = lower_container(b, outputs)
+      hooks = Enum.reverse(b.hooks)
+      hook_refs = Enum.flat_map(hooks, &elem(&1, 2))
+      {term, _} = finish(b, refs ++ hook_refs)
+
+      {hooks, _} =
+        Enum.map_reduce(hooks, length(refs), fn {spec, template, rs}, pos ->
+          {{spec, template, Enum.to_list(pos..(pos + length(rs) - 1)//1)}, pos + length(rs)}
+        end)
+
+      %{term: term, constants: b.consts |> Enum.reverse(), hooks: hooks, outputs: length(refs)}
+    end
+
+    # ---- expressions ----
+
+    defp lower_container(b, container) do
+      {refs, b} =
+        Composite.reduce(container, {[], b}, fn t, {acc, b} ->
+          {r, b} = lower(b, Nx.devectorize(t))
+          {[r | acc], b}
+        end)
+
+      {refs |> Enum.reverse() |> List.flatten(), b}
+    end
+
+    defp lower(b, %T{data: %Expr{id: id, op: op}} = t) do
+      cond do
+        Map.has_key?(b.cache, id) ->
+          {b.cache[id], b}
+
+        b.parent != nil and op not in [:constant, :tensor, :parameter] and
+            Map.has_key?(b.parent.scope_ids, id) ->
+          capture(b, {:node, id}, &lower(&1, t))
+
+        true ->
+          {ref, b} = lower_op(op, t.data.args, t, b)
+          {ref, %{b | cache: Map.put(b.cache, id, ref)}}
+      end
+    end
+
+    defp lower(_b, other) do
+      raise ExBurn.Error.new(kind: :argument, op: :defn, message: "cannot lower #{inspect(other)}")
+    end
+
+    defp lower_op(:parameter, [pos], t, b) do
+      case b.params do
+        %{^pos => ref} -> {ref, b}
+        nil -> capture(b, {:param, pos}, &lower(&1, t))
+      end
+    end
+
+    defp lower_op(:tensor, [tensor], t, %{parent: nil} = b) do
+      key = t.data.id
+
+      case b.const_keys do
+        %{^key => ref} ->
+          {ref, b}
+
+        %{} ->
+          ref = {:c, length(b.consts)}
+          {ref, %{b | consts: [tensor | b.consts], const_keys: Map.put(b.const_keys, key, ref)}}
+      end
+    end
+
+    defp lower_op(:tensor, _args, t, b), do: capture(b, {:tensor, t.data.id}, &lower(&1, t))
+
+    defp lower_op(:metadata, [expr, _meta], _t, b) do
+      {refs, b} = lower_container(b, expr)
+      {single_or_list(expr, refs), b}
+    end
+
+    defp lower_op(:elem, [tuple, i], _t, b) do
+      {refs, b} = lower(b, tuple)
+      {Enum.at(refs, i), b}
+    end
+
+    defp lower_op(:while, [initial, _arg, condition, body], t, b) do
+      {init_refs, b} = lower_container(b, initial)
+      n = length(init_refs)
+      child = child(b, Map.new(0..(n - 1)//1, &{&1, {:in, &1}}), n)
+      {cond_ref, child} = lower(%{child | scope_ids: Tree.scope_ids(condition)}, condition)
+      {cond_part, child} = take_part(child, [cond_ref])
+      {body_refs, child} = lower_container(%{child | scope_ids: Tree.scope_ids(body)}, body)
+      {body_part, child} = take_part(child, body_refs)
+      {[cond_prog, body_prog], cap_refs, b} = close_child(child, [cond_part, body_part])
+      {refs, b} = emit(b, :while, [cond: cond_prog, body: body_prog, state: n], init_refs ++ cap_refs, n)
+      {single_or_list(t, refs), b}
+    end
+
+    defp lower_op(:cond, [clauses, last], t, b) do
+      {pred_refs, b} = Enum.map_reduce(clauses, b, fn {pred, _}, b -> lower(b, pred) end)
+      branches = Enum.map(clauses, &elem(&1, 1)) ++ [last]
+      child = child(b, nil, 0)
+
+      {parts, child} =
+        Enum.map_reduce(branches, child, fn branch, child ->
+          child = %{child | scope_ids: Tree.scope_ids(branch, b.scope_ids)}
+          {refs, child} = lower_container(child, branch)
+          take_part(child, refs)
+        end)
+
+      {progs, cap_refs, b} = close_child(child, parts)
+      results = length(elem(hd(parts), 1))
+      {refs, b} = emit(b, :cond, [branches: progs], pred_refs ++ cap_refs, results)
+      {single_or_list(t, refs), b}
+    end
+
+    defp lower_op(:block, [struct, in_args, expr, _callback], t, b) do
+      {tensors, _opts} = Enum.split_while(in_args, &(not is_list(&1)))
+      {refs, b} = Enum.map_reduce(tensors, b, &lower(&2, &1))
+      args = Enum.zip_with(tensors, refs, &with_ref/2)
+
+      case Lower.block(struct, args) do
+        {name, lowered} ->
+          emit_recipe(b, Lower.lower(name, t, lowered))
+
+        nil ->
+          outer = b.params
+          b = %{b | params: Map.new(Enum.with_index(refs), fn {r, i} -> {i, r} end)}
+          {out, b} = lower_container(b, expr)
+          {single_or_list(t, out), %{b | params: outer}}
+      end
+    end
+
+    defp lower_op(:hook, [expr, spec, _template, _ref], t, b) do
+      {refs, b} = lower_container(b, expr)
+
+      if b.parent != nil do
+        raise ExBurn.Error.new(
+                kind: :unsupported,
+                op: :hook,
+                message:
+                  "hooks inside while/cond are not supported by ExBurn.Compiler (one program runs without returning to Elixir)"
+              )
+      end
+
+      {hook, b} =
+        case spec do
+          {:token_hook, hooked, inner} ->
+            {hrefs, b} = lower_container(b, hooked)
+            {{inner, hooked, hrefs}, b}
+
+          spec ->
+            {{spec, expr, refs}, b}
+        end
+
+      {single_or_list(t, refs), %{b | hooks: [hook | b.hooks]}}
+    end
+
+    defp lower_op(op, _args, _t, _b) when op in @unsupported do
+      raise ExBurn.Error.new(
+              kind: :unsupported,
+              op: op,
+              message: "Nx.#{op} is not supported by ExBurn.Compiler (Burn has no equivalent)"
+            )
+    end
+
+    defp lower_op(_op, _args, t, b) do
+      {args, b} =
+        Tree.apply_args(t, b, fn arg, b ->
+          {ref, b} = lower(b, arg)
+          {with_ref(arg, ref), b}
+        end)
+
+      emit_recipe(b, Lower.lower(t.data.op, t, args))
+    end
+
+    # ---- emission ----
+
+    defp with_ref(%T{} = t, ref), do: %{t | data: {:ref, ref}}
+
+    defp emit_recipe(b, {inputs, instrs}) do
+      refs = Enum.map(inputs, fn %{data: {:ref, r}} -> r end)
+
+      {values, b} =
+        Enum.reduce(instrs, {List.to_tuple(refs), b}, fn {op, attrs, args}, {values, b} ->
+          {ref, b} = emit(b, op, attrs, Enum.map(args, &elem(values, &1)), 1)
+          {:erlang.append_element(values, ref), b}
+        end)
+
+      {elem(values, tuple_size(values) - 1), b}
+    end
+
+    defp emit(b, op, attrs, args, results) do
+      refs = for k <- b.count..(b.count + results - 1)//1, do: {:v, k}
+      b = %{b | instrs: [{ExBurn.Op.encode(op, attrs), args} | b.instrs], count: b.count + results}
+      {if(op in [:while, :cond], do: refs, else: hd(refs)), b}
+    end
+
+    defp single_or_list(%T{type: {:tuple, _}}, refs), do: refs
+    defp single_or_list(%T{}, [ref]), do: ref
+    defp single_or_list(_container, refs), do: refs
+
+    # ---- sub-programs ----
+
+    # A child builder for sub-programs of `parent`; `params` nil means parameters belong to the
+    # enclosing scope (cond branches).
+    defp child(parent, params, own_inputs),
+      do: %__MODULE__{parent: parent, params: params, own_inputs: own_inputs}
+
+    # A value of the enclosing scope used inside a sub-program becomes one more input.
+    defp capture(b, key, lower_in_parent) do
+      case b.capture_keys do
+        %{^key => refs} ->
+          {refs, b}
+
+        %{} ->
+          {parent_refs, parent} = lower_in_parent.(b.parent)
+          n = length(b.captures)
+          list = List.wrap(parent_refs)
+          local = Enum.map(0..(length(list) - 1)//1, &{:cap, n + &1})
+          local = if is_list(parent_refs), do: local, else: hd(local)
+
+          {local,
+           %{
+             b
+             | parent: parent,
+               captures: b.captures ++ list,
+               capture_keys: Map.put(b.capture_keys, key, local)
+           }}
+      end
+    end
+
+    # Ends the current sub-program of a child (its instructions and outputs) and resets it for
+    # the next one, keeping the captures they share.
+    defp take_part(child, outputs) do
+      {{Enum.reverse(child.instrs), outputs}, %{child | instrs: [], count: 0, cache: %{}}}
+    end
+
+    defp close_child(child, parts) do
+      progs = Enum.map(parts, fn {instrs, outputs} -> finish_part(child, instrs, outputs) end)
+      {progs, child.captures, child.parent}
+    end
+
+    defp finish_part(child, instrs, outputs) do
+      b = %{child | instrs: Enum.reverse(instrs)}
+      {term, _} = finish(b, outputs)
+      term
+    end
+
+    # The engine term: references become value numbers.
+    defp finish(b, outputs) do
+      n_in = b.own_inputs + length(b.captures)
+      n_c = length(b.consts)
+
+      number = fn
+        {:in, i} -> i
+        {:cap, j} -> b.own_inputs + j
+        {:c, j} -> n_in + j
+        {:v, k} -> n_in + n_c + k
+      end
+
+      instrs =
+        b.instrs
+        |> Enum.reverse()
+        |> Enum.map(fn {op, args} -> %{op: op, args: Enum.map(args, number)} end)
+
+      {%{inputs: n_in, consts: n_c, instrs: instrs, outputs: Enum.map(outputs, number)}, b}
+    end
+  end
+end

@@ -1,0 +1,153 @@
+//! Programs with constants, several results per instruction, and while/cond sub-programs.
+
+use crate::common::*;
+use ex_burn_core::program::Instr;
+use ex_burn_core::{DType, Op, Program, Scalar};
+
+fn ins(op: Op, args: &[usize]) -> Instr {
+    Instr {
+        op,
+        args: args.to_vec(),
+    }
+}
+
+fn scalar(v: f64) -> Op {
+    Op::Full {
+        shape: vec![],
+        dtype: DType::S64,
+        value: Scalar::I(v as i64),
+    }
+}
+
+/// state (i, acc), invariant step: while i < 5 do (i + 1, acc + step)
+fn counting_loop() -> Op {
+    let cond = Program::new(3, vec![ins(scalar(5.), &[]), ins(Op::Less, &[0, 3])], vec![4]).unwrap();
+    let body = Program::new(
+        3,
+        vec![
+            ins(scalar(1.), &[]),
+            ins(Op::Add { out: None }, &[0, 3]),
+            ins(Op::Add { out: None }, &[1, 2]),
+        ],
+        vec![4, 5],
+    )
+    .unwrap();
+    Op::While {
+        cond,
+        body,
+        state: 2,
+    }
+}
+
+#[test]
+fn while_runs_its_body_until_the_condition_fails() {
+    let p = Program::new(3, vec![ins(counting_loop(), &[0, 1, 2])], vec![3, 4]).unwrap();
+    let out = p
+        .run(vec![s(&[0.], &[]), s(&[10.], &[]), s(&[3.], &[])], dev())
+        .unwrap();
+    check(&out[0], &[], DType::S64, &[5.]);
+    check(&out[1], &[], DType::S64, &[25.]);
+}
+
+#[test]
+fn while_whose_condition_is_false_returns_the_initial_state() {
+    let p = Program::single(counting_loop(), 3).unwrap();
+    let out = p
+        .run(vec![s(&[7.], &[]), s(&[1.], &[]), s(&[3.], &[])], dev())
+        .unwrap();
+    check(&out[0], &[], DType::S64, &[7.]);
+    check(&out[1], &[], DType::S64, &[1.]);
+}
+
+#[test]
+fn cond_runs_the_first_true_branch_or_the_last() {
+    let branch = |op: Op| Program::new(1, vec![ins(op, &[0])], vec![1]).unwrap();
+    let cond = Op::Cond {
+        branches: vec![branch(Op::Neg), branch(Op::Abs), branch(Op::Exp)],
+    };
+    let p = Program::single(cond, 3).unwrap();
+    let x = f(&[-2.], &[]);
+    let yes = t(&[1.], &[], DType::U8);
+    let no = t(&[0.], &[], DType::U8);
+    let run = |a: &ex_burn_core::Tensor, b: &ex_burn_core::Tensor| {
+        v(&p.run(vec![a.clone(), b.clone(), x.clone()], dev()).unwrap()[0])
+    };
+    assert_eq!(run(&yes, &yes), vec![2.]);
+    assert_eq!(run(&no, &yes), vec![2.]);
+    close(
+        &p.run(vec![no.clone(), no.clone(), x.clone()], dev()).unwrap()[0],
+        &[(-2f64).exp()],
+        1e-6,
+    );
+}
+
+#[test]
+fn multi_result_instructions_number_their_values_in_order() {
+    // value 3 and 4 are the loop's two results; 5 = 3 * 4
+    let p = Program::new(
+        3,
+        vec![
+            ins(counting_loop(), &[0, 1, 2]),
+            ins(Op::Multiply { out: None }, &[3, 4]),
+        ],
+        vec![5],
+    )
+    .unwrap();
+    let out = p
+        .run(vec![s(&[3.], &[]), s(&[0.], &[]), s(&[1.], &[])], dev())
+        .unwrap();
+    check(&out[0], &[], DType::S64, &[10.]);
+}
+
+#[test]
+fn constants_are_attached_once_and_read_like_inputs() {
+    let raw = Program::new(1, vec![], vec![0]).unwrap();
+    assert_eq!(raw.consts, 0);
+    let mut p: Program = Program::new(1, vec![ins(Op::Add { out: None }, &[0, 0])], vec![1]).unwrap();
+    p.consts = 1;
+    p.instrs[0].args = vec![0, 1];
+    p.outputs = vec![2];
+    let p = p.with_constants(vec![f(&[10., 20.], &[2])]).unwrap();
+    for _ in 0..2 {
+        let out = p.run(vec![f(&[1., 2.], &[2])], dev()).unwrap();
+        check(&out[0], &[2], DType::F32, &[11., 22.]);
+    }
+}
+
+#[test]
+fn malformed_control_flow_is_rejected_at_validation() {
+    let body = Program::new(1, vec![], vec![0]).unwrap();
+    let two_out = Program::new(1, vec![], vec![0, 0]).unwrap();
+    let bad_while = Op::While {
+        cond: two_out.clone(),
+        body: body.clone(),
+        state: 1,
+    };
+    assert_eq!(
+        Program::single(bad_while, 1).unwrap_err().kind(),
+        "argument"
+    );
+    let bad_cond = Op::Cond {
+        branches: vec![body, two_out],
+    };
+    assert_eq!(Program::single(bad_cond, 2).unwrap_err().kind(), "argument");
+    let missing = Program::new(1, vec![], vec![0]).unwrap();
+    let mut needs_const = missing.clone();
+    needs_const.consts = 1;
+    assert_eq!(
+        needs_const.with_constants(vec![]).unwrap_err().kind(),
+        "argument"
+    );
+}
+
+#[test]
+fn a_non_scalar_predicate_is_an_error() {
+    let branch = Program::new(1, vec![], vec![0]).unwrap();
+    let cond = Op::Cond {
+        branches: vec![branch.clone(), branch],
+    };
+    let p = Program::single(cond, 2).unwrap();
+    let pred = t(&[1., 0.], &[2], DType::U8);
+    let e = p.run(vec![pred, f(&[1.], &[])], dev()).unwrap_err();
+    assert_eq!(e.kind(), "shape");
+}

@@ -1,0 +1,246 @@
+defmodule ExBurn.NxCompilerTest do
+  @moduledoc """
+  `ExBurn.Compiler`: lowering (pure Elixir), one NIF call per run, caching, control flow,
+  containers, hooks, blocks, and gradients against `Nx.Defn.Evaluator` on `Nx.BinaryBackend`.
+  """
+  use ExUnit.Case, async: false
+
+  @moduletag :nx
+
+  if Code.ensure_loaded?(Nx) do
+    import Nx.Defn
+
+    setup do
+      Application.ensure_all_started(:nx)
+      Nx.default_backend(ExBurn.Backend)
+      :ok
+    end
+
+    defp jit(fun, args, opts \\ []), do: Nx.Defn.jit_apply(fun, args, [compiler: ExBurn.Compiler] ++ opts)
+
+    defp reference(fun, args) do
+      args = Enum.map(args, &to_binary_backend/1)
+
+      Nx.with_default_backend(Nx.BinaryBackend, fn ->
+        Nx.Defn.jit_apply(fun, args, compiler: Nx.Defn.Evaluator)
+      end)
+    end
+
+    defp to_binary_backend(%Nx.Tensor{} = t), do: Nx.backend_copy(t, Nx.BinaryBackend)
+    defp to_binary_backend(other), do: Composite.traverse(other, &Nx.backend_copy(&1, Nx.BinaryBackend))
+
+    alias Nx.Defn.Composite
+
+    defp assert_all_close(got, want) do
+      got = Composite.flatten_list([got])
+      want = Composite.flatten_list([want])
+      assert length(got) == length(want)
+
+      Enum.zip_with(got, want, fn g, w ->
+        assert g.shape == w.shape
+        assert g.type == w.type
+
+        assert Nx.to_number(Nx.all_close(Nx.backend_copy(g, Nx.BinaryBackend), w, atol: 1.0e-5, rtol: 1.0e-4)) ==
+                 1,
+               "got #{inspect(g)}\nwant #{inspect(w)}"
+      end)
+    end
+
+    # ---- functions under test ----
+
+    defn(chain(x), do: x |> Nx.multiply(2) |> Nx.add(1) |> Nx.exp() |> Nx.log() |> Nx.subtract(0.5))
+    defn(reductions(x), do: {Nx.sum(x, axes: [1]), Nx.argmax(x), Nx.mean(x)})
+    defn(count_to(x, limit), do: while({x, limit}, Nx.less(x, limit), do: {x + 1, limit}) |> elem(0))
+
+    defn piecewise(x) do
+      cond do
+        Nx.sum(x) > 10 -> x * 2
+        Nx.sum(x) < 0 -> -x
+        true -> x + 100
+      end
+    end
+
+    defn cond_inside_while(x) do
+      {i, acc} =
+        while {i = 0, acc = x}, i < 4 do
+          acc = if rem(i, 2) == 0, do: acc * 2, else: acc - 1
+          {i + 1, acc}
+        end
+
+      {i, acc}
+    end
+
+    defn(containers(%{a: a, b: b}), do: %{sum: a + b, pair: {a * b, Nx.cumulative_sum(a)}})
+    defn(with_hook(x), do: hook(x * 2, :doubled) + 1)
+
+    defn mlp_loss(w1, b1, w2, b2, x, y) do
+      h = x |> Nx.dot(w1) |> Nx.add(b1) |> Nx.max(0)
+      logits = h |> Nx.dot(w2) |> Nx.add(b2)
+      logp = logits - Nx.log(Nx.sum(Nx.exp(logits), axes: [1], keep_axes: true))
+      -Nx.mean(Nx.sum(logp * y, axes: [1]))
+    end
+
+    defn mlp_grad(w1, b1, w2, b2, x, y) do
+      grad({w1, b1, w2, b2}, fn {w1, b1, w2, b2} -> mlp_loss(w1, b1, w2, b2, x, y) end)
+    end
+
+    # ---- lowering, without running ----
+
+    test "lowering a chain gives one instruction per op and no constants" do
+      lowered = ExBurn.Compiler.lower(fn [x] -> chain(x) end, [Nx.template({4}, :f32)])
+      ops = Enum.map(lowered.term.instrs, &op_name(&1.op))
+      assert ops == [:full, :multiply, :full, :add, :exp, :log, :full, :subtract]
+      assert lowered.term.inputs == 1 and lowered.term.consts == 0
+      assert lowered.term.outputs == [lowered.term.inputs + length(ops) - 1]
+    end
+
+    test "while lowers to one instruction with condition and body sub-programs" do
+      lowered =
+        ExBurn.Compiler.lower(fn [x, l] -> count_to(x, l) end, [Nx.template({}, :s32), Nx.template({}, :s32)])
+
+      assert [%{op: {:while, %{cond: c, body: b, state: 2}}, args: [0, 1]}] = lowered.term.instrs
+      assert c.inputs == 2 and length(c.outputs) == 1
+      assert b.inputs == 2 and length(b.outputs) == 2
+    end
+
+    test "cond branches capture what they read from the enclosing scope" do
+      lowered = ExBurn.Compiler.lower(fn [x] -> piecewise(x) end, [Nx.template({3}, :f32)])
+      assert %{op: {:cond, %{branches: [_, _, _] = branches}}, args: args} = List.last(lowered.term.instrs)
+      # two predicates, then x
+      assert length(args) == 3
+      assert Enum.all?(branches, &(&1.inputs == 1))
+    end
+
+    test "captured tensors become program constants" do
+      w = Nx.tensor([1.0, 2.0, 3.0])
+      lowered = ExBurn.Compiler.lower(fn [x] -> Nx.multiply(x, w) end, [Nx.template({3}, :f32)])
+      assert lowered.term.consts == 1
+      assert [^w] = lowered.constants
+    end
+
+    test "unsupported expressions fail when compiled, naming the op" do
+      fun = fn x -> Nx.reduce(x, 0, fn a, b -> a + b end) end
+      error = assert_raise ExBurn.Error, fn -> jit(fun, [Nx.tensor([1, 2])]) end
+      assert error.kind == :unsupported and error.op == :reduce
+    end
+
+    # ---- running ----
+
+    test "one NIF call per run, and the compiled program is cached" do
+      x = Nx.tensor([1.0, 2.0, 3.0, 4.0])
+      jit(&chain/1, [x])
+      :erlang.trace_pattern({ExBurn.Nif, :_, :_}, true, [:local])
+      :erlang.trace(self(), true, [:call])
+
+      try do
+        result = jit(&chain/1, [x])
+        calls = collect_calls([])
+        assert [:program_run_cpu] = calls
+        assert_all_close(result, reference(&chain/1, [x]))
+      after
+        :erlang.trace(self(), false, [:call])
+        :erlang.trace_pattern({ExBurn.Nif, :_, :_}, false, [:local])
+      end
+    end
+
+    defp collect_calls(acc) do
+      receive do
+        {:trace, _, :call, {ExBurn.Nif, name, _}} -> collect_calls([name | acc])
+      after
+        100 -> Enum.reverse(acc)
+      end
+    end
+
+    test "results agree with the evaluator" do
+      x = Nx.iota({3, 4}, type: :f32) |> Nx.subtract(5)
+
+      for {fun, args} <- [
+            {&chain/1, [x]},
+            {&reductions/1, [x]},
+            {&count_to/2, [Nx.tensor(2), Nx.tensor(7)]},
+            {&piecewise/1, [Nx.tensor([1.0, 2.0, 3.0])]},
+            {&piecewise/1, [Nx.tensor([10.0, 2.0, 3.0])]},
+            {&piecewise/1, [Nx.tensor([-10.0, 2.0, 3.0])]},
+            {&cond_inside_while/1, [x]},
+            {&containers/1, [%{a: Nx.tensor([1, 2, 3]), b: Nx.tensor([4, 5, 6])}]},
+            {&Nx.LinAlg.qr/1, [Nx.tensor([[2.0, 1.0], [1.0, 3.0]])]}
+          ] do
+        assert_all_close(jit(fun, args), reference(fun, args))
+      end
+    end
+
+    test "results are ExBurn tensors on the compiler's device" do
+      out = jit(&chain/1, [Nx.tensor([1.0], backend: Nx.BinaryBackend)])
+      assert %ExBurn.Backend{tensor: %ExBurn.Tensor{device: :cpu}} = out.data
+      assert ExBurn.Compiler.__to_backend__([]) == {ExBurn.Backend, device: :cpu}
+      assert length(ExBurn.Compiler.__partitions_options__(max_concurrency: 3)) == 3
+    end
+
+    test "hooks run after the program with the hooked value, and can be overridden" do
+      test = self()
+      jit(&with_hook/1, [Nx.tensor([1, 2])], hooks: %{doubled: &send(test, {:hooked, &1})})
+      assert_received {:hooked, value}
+      assert Nx.to_list(value) == [2, 4]
+    end
+
+    test "ExBurn.Defn.Compiler is an alias" do
+      assert Nx.to_list(Nx.Defn.jit_apply(&chain/1, [Nx.tensor([0.0])], compiler: ExBurn.Defn.Compiler)) ==
+               Nx.to_list(jit(&chain/1, [Nx.tensor([0.0])]))
+    end
+
+    # ---- gradients ----
+
+    defn(grad_square_sum(x), do: grad(x, &Nx.sum(&1 * &1)))
+    defn(grad_trig(x), do: grad(x, &Nx.sum(Nx.sin(&1) * Nx.cos(&1) + Nx.tanh(&1))))
+
+    defn(grad_softmax(x),
+      do: grad(x, fn x -> Nx.sum(Nx.exp(x) / Nx.sum(Nx.exp(x)) * Nx.iota(Nx.shape(x))) end)
+    )
+
+    defn(grad_dot(x), do: grad(x, &Nx.sum(Nx.dot(&1, Nx.transpose(&1)))))
+    defn(grad_max_pool(x), do: grad(x, &Nx.sum(Nx.window_max(&1, {2, 2}, strides: [2, 2]))))
+
+    defn(grad_slice_pad(x),
+      do: grad(x, &Nx.sum(Nx.pad(Nx.slice(&1, [0, 1], [2, 2]), 0.0, [{1, 0, 0}, {0, 1, 1}]) ** 2))
+    )
+
+    defn(grad_while(x),
+      do: grad(x, fn x -> elem(while({x, i = 0}, i < 3, do: {x * x, i + 1}), 0) |> Nx.sum() end)
+    )
+
+    defn(grad_cond(x), do: grad(x, fn x -> if Nx.sum(x) > 0, do: Nx.sum(x ** 3), else: Nx.sum(x) end))
+
+    test "grad through the compiler equals the evaluator" do
+      x = Nx.tensor([[0.5, -1.0, 2.0, 0.25], [1.5, 0.75, -0.5, 3.0]])
+
+      for fun <- [
+            &grad_square_sum/1,
+            &grad_trig/1,
+            &grad_softmax/1,
+            &grad_dot/1,
+            &grad_max_pool/1,
+            &grad_slice_pad/1,
+            &grad_while/1,
+            &grad_cond/1
+          ] do
+        assert_all_close(jit(fun, [x]), reference(fun, [x]))
+      end
+    end
+
+    test "grad of an MLP loss equals the evaluator" do
+      key = Nx.Random.key(42)
+      {w1, key} = Nx.Random.normal(key, shape: {4, 8})
+      {w2, key} = Nx.Random.normal(key, shape: {8, 3})
+      {x, _key} = Nx.Random.uniform(key, shape: {5, 4})
+      b1 = Nx.broadcast(0.1, {8})
+      b2 = Nx.broadcast(-0.1, {3})
+      y = Nx.tensor([0, 1, 2, 1, 0]) |> Nx.new_axis(1) |> Nx.equal(Nx.iota({1, 3})) |> Nx.as_type(:f32)
+      args = [w1, b1, w2, b2, x, y]
+      assert_all_close(jit(&mlp_grad/6, args), reference(&mlp_grad/6, args))
+      assert_all_close(jit(&mlp_loss/6, args), reference(&mlp_loss/6, args))
+    end
+
+    defp op_name({name, _attrs}), do: name
+    defp op_name(name) when is_atom(name), do: name
+  end
+end
