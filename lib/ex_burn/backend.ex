@@ -34,6 +34,16 @@ if Code.ensure_loaded?(Nx) do
 
     @type t :: %__MODULE__{tensor: Tensor.t()}
 
+    # ---- conversions ----
+
+    @doc "Wraps an `ExBurn.Tensor` as an `Nx.Tensor` of this backend (no copy)."
+    @spec nx_tensor(Tensor.t()) :: Nx.Tensor.t()
+    def nx_tensor(%Tensor{shape: shape, type: type} = t), do: wrap(t, %{shape: shape, type: type})
+
+    @doc "The `ExBurn.Tensor` of an `Nx.Tensor` (copied onto the default device when it lives on another backend)."
+    @spec burn_tensor(Nx.Tensor.t()) :: Tensor.t()
+    def burn_tensor(%T{} = t), do: to_device(t, device_of([t]))
+
     # ---- options, data in and out ----
 
     @impl true
@@ -125,7 +135,9 @@ if Code.ensure_loaded?(Nx) do
 
     # ---- op callbacks, generated from the op table ----
 
-    @lowered Enum.filter(Nx.Backend.behaviour_info(:callbacks), fn {name, _} -> name in Lower.ops() end)
+    @lowered Enum.filter(Nx.Backend.behaviour_info(:callbacks), fn {name, _} ->
+               name in Lower.ops() and not Lower.fold?(name)
+             end)
 
     for {name, arity} <- @lowered do
       args = Macro.generate_arguments(arity - 1, __MODULE__)
@@ -140,6 +152,22 @@ if Code.ensure_loaded?(Nx) do
       else
         def unquote(name)(out, unquote_splicing(args)), do: run(unquote(name), out, unquote(args))
       end
+    end
+
+    # Folds: the function becomes a sub-program over (element, acc) of Nx's output type.
+
+    @impl true
+    @doc "Runs `Nx.reduce/4`; the function must be element-wise (it runs on whole slices)."
+    def reduce(out, t, acc, opts, fun), do: run(:reduce, out, [t, acc, opts, fold_body(fun, out)])
+
+    @impl true
+    @doc "Runs `Nx.window_reduce/5`; the function must be element-wise."
+    def window_reduce(out, t, acc, window, opts, fun),
+      do: run(:window_reduce, out, [t, acc, window, opts, fold_body(fun, out)])
+
+    defp fold_body(fun, %{type: type}) do
+      scalar = Nx.template({}, type)
+      fun |> Nx.Defn.debug_expr_apply([scalar, scalar]) |> ExBurn.Defn.Builder.fold_body()
     end
 
     # ---- unsupported callbacks (derived) ----

@@ -67,27 +67,23 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @doc """
-    Lowers `fun` applied to `vars` without running it (for inspection and tests): the engine
-    program term, constants, hooks and the output template.
+    Lowers `fun` applied to `args` (tensors or templates) without running it, for inspection
+    and tests: the engine program term, its constants and hooks, and the output template.
     """
-    @spec lower((list() -> Nx.Container.t()), list()) :: map()
-    def lower(fun, vars) do
-      outputs = fun.(vars)
-
-      vars
-      |> Composite.flatten_list()
-      |> length()
-      |> then(&Builder.build(outputs, &1))
-      |> Map.put(:output, template(outputs))
+    @spec lower(function(), list()) :: map()
+    def lower(fun, args) do
+      fun |> Nx.Defn.debug_expr_apply(args) |> build(length(Composite.flatten_list(args)))
     end
+
+    defp build(outputs, inputs), do: outputs |> Builder.build(inputs) |> Map.put(:output, template(outputs))
 
     # ---- compilation (cached) ----
 
     defp compile(key, vars, fun, device) do
-      signature = Composite.traverse(vars, &Nx.to_template/1)
+      signature = Enum.map(vars, &template/1)
 
       Cache.fetch({:defn, key, signature, device}, fn ->
-        lowered = lower(fun, vars)
+        lowered = build(fun.(vars), length(Composite.flatten_list(vars)))
         Map.put(lowered, :program, engine_program(lowered, device))
       end)
     end

@@ -59,10 +59,11 @@ end
 
 defmodule ExBurn.NxDoctestTest do
   @moduledoc """
-  Nx 0.13.1's own doctests run with `ExBurn.Backend` as the default backend.
+  Nx 0.13.1's own doctests, run with `ExBurn.Backend` as the default backend and
+  `ExBurn.Compiler` as the default `defn` compiler.
 
-  `EX_BURN_TEST_DEVICE=cuda` runs them on `{:cuda, 0}`. Excluded examples are reported as
-  skipped, grouped by reason below; counts are in the closing note of the issue.
+  `EX_BURN_TEST_DEVICE=cuda` runs them on `{:cuda, 0}`. Excluded examples are registered as
+  skipped with their reason (below), so `mix test` reports run / passing / skipped.
   """
   use ExUnit.Case, async: false
 
@@ -74,11 +75,44 @@ defmodule ExBurn.NxDoctestTest do
     setup do
       Application.ensure_all_started(:nx)
       Nx.default_backend({ExBurn.Backend, device: ExBurn.NxDoctests.device()})
+      Nx.Defn.default_options(compiler: ExBurn.Compiler)
       :ok
     end
 
     @exclusions %{}
 
     doctests(Nx, @exclusions)
+    doctests(Nx.LinAlg, @exclusions)
+    doctests(Nx.Random, @exclusions)
+    doctests(Nx.Constants, @exclusions)
+    doctests(Nx.Shape, @exclusions)
+    doctests(Nx.Type, @exclusions)
+    doctests(Nx.Floating, @exclusions)
+    doctests(Nx.Batch, @exclusions)
+    doctests(Nx.Defn, @exclusions)
+    doctests(Nx.Defn.Composite, @exclusions)
+    doctests(Nx.Defn.Tree, @exclusions)
+    doctests(Nx.Defn.Expr, @exclusions)
+  end
+end
+
+defmodule ExBurn.NxKernelDoctestTest do
+  @moduledoc "Nx.Defn.Kernel's doctests (they need the kernel's operators imported)."
+  use ExUnit.Case, async: false
+
+  @moduletag :nx
+
+  if Code.ensure_loaded?(Nx) do
+    import ExBurn.NxDoctests
+    use Nx.Defn.Kernel
+
+    setup do
+      Application.ensure_all_started(:nx)
+      Nx.default_backend({ExBurn.Backend, device: ExBurn.NxDoctests.device()})
+      Nx.Defn.default_options(compiler: ExBurn.Compiler)
+      :ok
+    end
+
+    doctests(Nx.Defn.Kernel, %{})
   end
 end

@@ -45,7 +45,7 @@ if Code.ensure_loaded?(Nx) do
             outputs: non_neg_integer()
           }
 
-    @unsupported [:fun, :reduce, :window_reduce, :runtime_call, :fft, :ifft, :conjugate, :real, :imag]
+    @unsupported [:fun, :runtime_call, :fft, :ifft, :conjugate, :real, :imag]
 
     @doc """
     Lowers the expression container `outputs` (whose `:parameter` nodes are the `inputs`
@@ -74,6 +74,33 @@ if Code.ensure_loaded?(Nx) do
 
       %{term: term, constants: b.consts |> Enum.reverse(), hooks: hooks, outputs: length(refs)}
     end
+
+    @doc """
+    The engine program of a function given to `Nx.reduce/4` or `Nx.window_reduce/5`, from its
+    expression over parameters 0 (the element) and 1 (the accumulator). The engine runs it on
+    whole slices at once, so it may only use element-wise ops and no captured tensors or hooks;
+    otherwise this raises `ExBurn.Error` of kind `:unsupported`.
+    """
+    @spec fold_body(Nx.Tensor.t()) :: map()
+    def fold_body(expr) do
+      %{term: term, constants: constants, hooks: hooks} = build(expr, 2)
+      ops = Enum.map(term.instrs, &op_name(&1.op))
+
+      if constants != [] or hooks != [] or not Enum.all?(ops, &Lower.elementwise?/1) do
+        raise ExBurn.Error.new(
+                kind: :unsupported,
+                op: :reduce,
+                message:
+                  "functions given to reduce/window_reduce must be element-wise, without captured " <>
+                    "tensors or hooks (got #{inspect(Enum.uniq(ops))})"
+              )
+      end
+
+      term
+    end
+
+    defp op_name({name, _attrs}), do: name
+    defp op_name(name), do: name
 
     # ---- expressions ----
 
@@ -209,6 +236,15 @@ if Code.ensure_loaded?(Nx) do
         end
 
       {single_or_list(t, refs), %{b | hooks: [hook | b.hooks]}}
+    end
+
+    defp lower_op(op, args, t, b) when op in [:reduce, :window_reduce] do
+      {fun, args} = List.pop_at(args, -1)
+      %T{data: %Expr{op: :fun, args: [_params, body, _mfa]}} = fun
+      {tensors, rest} = Enum.split(args, 2)
+      {refs, b} = Enum.map_reduce(tensors, b, &lower(&2, &1))
+      lowered = Enum.zip_with(tensors, refs, &with_ref/2) ++ rest ++ [fold_body(body)]
+      emit_recipe(b, Lower.lower(op, t, lowered))
     end
 
     defp lower_op(op, _args, _t, _b) when op in @unsupported do

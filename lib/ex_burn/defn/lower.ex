@@ -61,6 +61,7 @@ defmodule ExBurn.Defn.Lower do
   @shape_ops ~w(reshape squeeze broadcast transpose reverse pad slice put_slice concatenate stack)a
   @index_ops ~w(gather indexed_add indexed_put take take_along_axis)a
   @creation ~w(constant eye iota)a
+  @folds ~w(reduce window_reduce)a
   @other ~w(as_type bitcast select clip dot conv argmax argmin sort argsort triangular_solve)a
 
   @ops Map.keys(@unary) ++
@@ -69,7 +70,11 @@ defmodule ExBurn.Defn.Lower do
          @binary_pred ++
          @reductions ++
          @windows ++
-         @window_scatters ++ @cumulative ++ @shape_ops ++ @index_ops ++ @creation ++ @other
+         @window_scatters ++ @cumulative ++ @shape_ops ++ @index_ops ++ @creation ++ @folds ++ @other
+
+  # Engine ops that map elements independently (allowed in the bodies of reduce folds).
+  @elementwise Map.values(@unary) ++
+                 @float_unary ++ @binary_typed ++ @binary_pred ++ [:as_type, :select, :clip, :full]
 
   @doc """
   The Nx op names this module lowers (the op vocabulary of the backend and the compiler).
@@ -112,6 +117,20 @@ defmodule ExBurn.Defn.Lower do
         nil
     end
   end
+
+  @doc """
+  Whether engine op `name` maps elements independently (the ops a function given to
+  `Nx.reduce/4` or `Nx.window_reduce/5` may use).
+  """
+  @spec elementwise?(atom()) :: boolean()
+  def elementwise?(name), do: name in @elementwise
+
+  @doc """
+  Whether Nx op `name` takes a function (`reduce`, `window_reduce`): its last argument must be
+  given as the engine program of that function (see `ExBurn.Defn.Builder.fold_body/1`).
+  """
+  @spec fold?(atom()) :: boolean()
+  def fold?(name), do: name in @folds
 
   @doc "Whether `name` is an op with no tensor inputs (its last callback argument is backend options)."
   @spec creation?(atom()) :: boolean()
@@ -203,6 +222,25 @@ defmodule ExBurn.Defn.Lower do
     cast_then([t, source, init], out.type, &{name, attrs, &1})
   end
 
+  # ---- folds with a function, given as the engine program `body` of (element, acc) ----
+
+  defp do_lower(:reduce, out, [t, acc, opts, body]) do
+    attrs = [axes: opts[:axes], keep_axes: opts[:keep_axes] || false, body: body]
+    cast_then([t, acc], out.type, &{:reduce, attrs, &1})
+  end
+
+  defp do_lower(:window_reduce, out, [t, acc, window, opts, body]) do
+    attrs = [
+      window_dims: Tuple.to_list(window),
+      strides: opts[:strides],
+      padding: opts[:padding],
+      window_dilations: opts[:window_dilations],
+      body: body
+    ]
+
+    cast_then([t, acc], out.type, &{:window_reduce, attrs, &1})
+  end
+
   # ---- linear algebra, nn ----
 
   defp do_lower(:dot, out, [a, ca, ba, b, cb, bb]) do
@@ -221,7 +259,8 @@ defmodule ExBurn.Defn.Lower do
     attrs = [
       lower: Keyword.get(opts, :lower, true),
       left_side: Keyword.get(opts, :left_side, true),
-      transform_a: Keyword.get(opts, :transform_a, :none)
+      # :conjugate transposes nothing; on real matrices (the only ones Burn holds) it is :none
+      transform_a: if(opts[:transform_a] == :transpose, do: :transpose, else: :none)
     ]
 
     cast_then([a, b], out.type, &{:triangular_solve, attrs, &1})

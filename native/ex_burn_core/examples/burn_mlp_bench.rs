@@ -36,7 +36,10 @@ impl<B: Backend> Mlp<B> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let device_name = args.get(1).map(String::as_str).unwrap_or("cpu");
-    let sizes: Vec<usize> = args.get(2).map(|s| s.split(',').map(|v| v.parse().expect("size")).collect()).unwrap_or(vec![784, 1024, 1024, 10]);
+    let sizes: Vec<usize> = args
+        .get(2)
+        .map(|s| s.split(',').map(|v| v.parse().expect("size")).collect())
+        .unwrap_or(vec![784, 1024, 1024, 10]);
     let batch: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(512);
     let steps: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(20);
     let inner = match device_name {
@@ -46,14 +49,22 @@ fn main() {
     };
     let device = DispatchDevice::autodiff(inner.clone());
     type B = Dispatch;
-    let layers = sizes.windows(2).map(|w| LinearConfig::new(w[0], w[1]).init::<B>(&device)).collect();
+    let layers = sizes
+        .windows(2)
+        .map(|w| LinearConfig::new(w[0], w[1]).init::<B>(&device))
+        .collect();
     let mut model = Mlp { layers };
     let mut optim = AdamConfig::new().init::<B, Mlp<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     // A resident dataset of 8 batches, cut on the device.
     let n = batch * 8;
     let x_all: Tensor<B, 2> = Tensor::random([n, sizes[0]], Distribution::Normal(0.0, 1.0), &inner);
-    let y_all: Tensor<B, 1, Int> = Tensor::<B, 1>::random([n], Distribution::Uniform(0.0, *sizes.last().unwrap() as f64), &inner).int();
+    let y_all: Tensor<B, 1, Int> = Tensor::<B, 1>::random(
+        [n],
+        Distribution::Uniform(0.0, *sizes.last().unwrap() as f64),
+        &inner,
+    )
+    .int();
     let mut step = |k: usize, model: Mlp<B>| -> Mlp<B> {
         let lo = (k % 8) * batch;
         let x = Tensor::from_inner(x_all.clone().slice([lo..lo + batch]));
@@ -73,5 +84,9 @@ fn main() {
     B::sync(&inner).expect("sync");
     let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
     let sizes_s: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
-    println!("burn_mlp {} batch {batch} {device_name}: {ms:.3} ms/step, {:.0} samples/s", sizes_s.join("-"), batch as f64 / ms * 1e3);
+    println!(
+        "burn_mlp {} batch {batch} {device_name}: {ms:.3} ms/step, {:.0} samples/s",
+        sizes_s.join("-"),
+        batch as f64 / ms * 1e3
+    );
 }

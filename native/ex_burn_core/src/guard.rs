@@ -82,3 +82,31 @@ fn classify(msg: String) -> Error {
         Error::Panic(msg)
     }
 }
+
+/// Serialises work on GPU devices: ExBurn issues all its work on one Burn stream (see
+/// `EXBURN_STREAM`), and a stream takes one submitter at a time. Host (CPU) work runs
+/// concurrently without the lock.
+pub fn exclusive<T>(device: crate::Device, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if device.is_host() {
+        return f();
+    }
+    let _turn = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    f()
+}
+
+/// Drops device data on ExBurn's stream, holding the GPU lock: a handle dropped from another
+/// thread's stream (the BEAM's garbage collector runs anywhere) would otherwise confuse the
+/// stream that owns it.
+pub fn release<T>(device: crate::Device, value: T) {
+    if device.is_host() {
+        drop(value);
+        return;
+    }
+    let _ = guard(|| {
+        exclusive(device, || {
+            drop(value);
+            Ok(())
+        })
+    });
+}

@@ -5,7 +5,10 @@
 //! (tensors attached once with [`Program::with_constants`] and kept with the program), then
 //! each instruction defines [`Op::results`] values in order (one for tensor ops; the state or
 //! branch outputs of `while`/`cond`, whose bodies are sub-programs). Values are dropped after
-//! their last use, so intermediates free their memory while the program runs.
+//! their last use, so intermediates free their memory while the program runs. On the CPU,
+//! runs of element-wise instructions execute cache-blocked (see `fuse`).
+
+mod fuse;
 
 use crate::op::{self, Op};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -51,6 +54,9 @@ pub struct Program {
     /// For each value, the index of the instruction that uses it last (computed on validation).
     #[serde(skip)]
     last_use: Vec<usize>,
+    /// For each instruction starting a run of element-wise instructions, where the run ends.
+    #[serde(skip)]
+    runs: Vec<Option<usize>>,
 }
 
 impl Program {
@@ -76,6 +82,7 @@ impl Program {
             outputs,
             constants: Constants::default(),
             last_use: vec![],
+            runs: vec![],
         };
         p.validate()?;
         Ok(p)
@@ -134,6 +141,7 @@ impl Program {
             last[o] = usize::MAX - 1;
         }
         self.last_use = last;
+        self.runs = element_wise_runs(&self.instrs);
         Ok(())
     }
 
@@ -156,7 +164,15 @@ impl Program {
         for c in self.constants.0.iter() {
             values.push(Some(c.to_device(device)?));
         }
-        for (i, ins) in self.instrs.iter().enumerate() {
+        let mut i = 0;
+        while i < self.instrs.len() {
+            if let Some(end) = self.runs.get(i).copied().flatten() {
+                if self.run_fused(i, end, &mut values, device)? {
+                    i = end;
+                    continue;
+                }
+            }
+            let ins = &self.instrs[i];
             let args = ins
                 .args
                 .iter()
@@ -176,11 +192,8 @@ impl Program {
                 )));
             }
             values.extend(out.into_iter().map(Some));
-            for &a in &ins.args {
-                if self.last_use[a] == i {
-                    values[a] = None;
-                }
-            }
+            self.free_last_uses(i..i + 1, &mut values);
+            i += 1;
         }
         self.outputs
             .iter()
@@ -191,6 +204,67 @@ impl Program {
             })
             .collect()
     }
+}
+
+impl Program {
+    /// Runs instructions `start..end` (element-wise, one result each) cache-blocked when their
+    /// operands allow it; returns whether it did.
+    fn run_fused(
+        &self,
+        start: usize,
+        end: usize,
+        values: &mut Vec<Option<Tensor>>,
+        device: Device,
+    ) -> Result<bool> {
+        let first = values.len();
+        let live: Vec<bool> = (0..end - start)
+            .map(|k| {
+                let last = self.last_use[first + k];
+                last != usize::MAX && last >= end
+            })
+            .collect();
+        let run = fuse::Run {
+            instrs: &self.instrs[start..end],
+            first,
+        };
+        match fuse::execute(&run, values, &live, device)? {
+            Some(outs) => {
+                values.extend(outs);
+                self.free_last_uses(start..end, values);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Drops the values whose last use is one of the instructions in `range`.
+    fn free_last_uses(&self, range: std::ops::Range<usize>, values: &mut [Option<Tensor>]) {
+        for i in range.clone() {
+            for &a in &self.instrs[i].args {
+                if range.contains(&self.last_use[a]) {
+                    values[a] = None;
+                }
+            }
+        }
+    }
+}
+
+/// For each instruction that starts a run of two or more element-wise instructions, the end
+/// of the run.
+fn element_wise_runs(instrs: &[Instr]) -> Vec<Option<usize>> {
+    let mut runs = vec![None; instrs.len()];
+    let mut i = 0;
+    while i < instrs.len() {
+        let mut end = i;
+        while end < instrs.len() && fuse::elementwise(&instrs[end].op) {
+            end += 1;
+        }
+        if end - i >= 2 {
+            runs[i] = Some(end);
+        }
+        i = end.max(i + 1);
+    }
+    runs
 }
 
 /// Validates the sub-programs of a control-flow instruction against their shape.
@@ -225,6 +299,13 @@ fn validate_sub_programs(op: &mut Op, i: usize) -> Result<()> {
                 return bad("cond branches must take and return the same number of values".into());
             }
             no_constants(&branches.iter().collect::<Vec<_>>(), i)
+        }
+        Op::Reduce { body, .. } | Op::WindowReduce { body, .. } => {
+            body.validate()?;
+            if body.inputs != 2 || body.outputs.len() != 1 {
+                return bad("a fold body takes (element, acc) and returns one value".into());
+            }
+            no_constants(&[body], i)
         }
         _ => Ok(()),
     }

@@ -38,7 +38,23 @@ impl TensorRes {
             .inner
             .write()
             .map_err(|_| Error::Execution("tensor lock poisoned".into()))?;
-        Ok(guard.take().is_some())
+        let taken = guard.take();
+        drop(guard);
+        Ok(match taken {
+            Some(t) => {
+                ex_burn_core::guard::release(t.device(), t);
+                true
+            }
+            None => false,
+        })
+    }
+}
+
+impl Drop for TensorRes {
+    fn drop(&mut self) {
+        if let Some(t) = self.inner.get_mut().ok().and_then(|slot| slot.take()) {
+            ex_burn_core::guard::release(t.device(), t);
+        }
     }
 }
 
@@ -53,21 +69,29 @@ impl rustler::Resource for ProgramRes {}
 
 /// A compiled model. Calls on one model are serialised by the mutex.
 pub struct ModelRes {
-    inner: std::sync::Mutex<ex_burn_core::train::Model>,
+    inner: std::sync::Mutex<Option<ex_burn_core::train::Model>>,
 }
 
 #[rustler::resource_impl]
 impl rustler::Resource for ModelRes {}
 
+impl Drop for ModelRes {
+    fn drop(&mut self) {
+        if let Some(model) = self.inner.get_mut().ok().and_then(|slot| slot.take()) {
+            ex_burn_core::guard::release(model.device(), model);
+        }
+    }
+}
+
 impl ModelRes {
     /// Wraps a model.
     pub fn new(m: ex_burn_core::train::Model) -> Self {
         ModelRes {
-            inner: std::sync::Mutex::new(m),
+            inner: std::sync::Mutex::new(Some(m)),
         }
     }
 
-    /// Runs `f` with exclusive access to the model.
+    /// Runs `f` with exclusive access to the model (and to the GPU when it lives on one).
     pub fn with<T>(
         &self,
         f: impl FnOnce(&mut ex_burn_core::train::Model) -> Result<T>,
@@ -76,6 +100,10 @@ impl ModelRes {
             .inner
             .lock()
             .map_err(|_| Error::Execution("model lock poisoned by an earlier panic".into()))?;
-        f(&mut guard)
+        let model = guard
+            .as_mut()
+            .ok_or_else(|| Error::Deallocated("model was released".into()))?;
+        let device = model.device();
+        ex_burn_core::guard::exclusive(device, || f(model))
     }
 }

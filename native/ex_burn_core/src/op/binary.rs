@@ -105,8 +105,53 @@ pub(crate) fn binary(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Tenso
     if a.dtype() == out && b.dtype() == out && a.shape() == b.shape() && a.kind() != Kind::Bool {
         return same(f, a, b);
     }
+    if let Some(t) = with_scalar(f, a, b, out)? {
+        return Ok(t);
+    }
     let (a, b) = prepare(a, b, out)?;
     same(f, &a, &b)
+}
+
+/// Below this many elements reading a scalar operand back costs more than broadcasting it.
+const SCALAR_KERNEL_MIN: usize = 4096;
+
+/// `tensor op scalar` on the CPU runs as Burn's scalar kernel: the CPU backend walks broadcast
+/// views several times slower than contiguous data. The results are identical (the scalar is
+/// first converted to `out`, as broadcasting would). GPU kernels broadcast at no cost.
+fn with_scalar(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tensor>> {
+    let (big, small, left) = match (a.rank(), b.rank()) {
+        (r, 0) if r > 0 => (a, b, false),
+        (0, r) if r > 0 => (b, a, true),
+        _ => return Ok(None),
+    };
+    let float = out.is_float();
+    let supported = match f {
+        Bin::Add | Bin::Mul => true,
+        Bin::Sub => float || !left,
+        Bin::Div => float && !left,
+        _ => false,
+    };
+    if !supported
+        || big.dtype() != out
+        || big.kind() == Kind::Bool
+        || big.numel() < SCALAR_KERNEL_MIN
+        || !matches!(big.dispatch_device(), burn::DispatchDevice::Flex(_))
+    {
+        return Ok(None);
+    }
+    let v = util::read_scalar(&small.cast(out)?)?.burn_for(out);
+    let p = big.prim();
+    let prim = match (float, f, left) {
+        (true, Bin::Add, _) => B::float_add_scalar(p, v),
+        (true, Bin::Sub, false) => B::float_sub_scalar(p, v),
+        (true, Bin::Sub, true) => B::float_add_scalar(B::float_neg(p), v),
+        (true, Bin::Mul, _) => B::float_mul_scalar(p, v),
+        (true, _, _) => B::float_div_scalar(p, v),
+        (false, Bin::Add, _) => B::int_add_scalar(p, v),
+        (false, Bin::Sub, _) => B::int_sub_scalar(p, v),
+        (false, _, _) => B::int_mul_scalar(p, v),
+    };
+    Ok(Some(Tensor::same_shape_as(prim, big.kind(), big)))
 }
 
 /// Applies `f` to two tensors of one dtype and shape.

@@ -4,12 +4,12 @@
 //!
 //! GPU backends: Burn's CUDA matmul kernels take f16/bf16/f32 only, so f64 and integer
 //! products there are computed as a broadcast multiply and a sum over the contracted axis;
-//! f32 products use TF32 tensor cores unless `Precision::Highest` asks for the 3xTF32 scheme.
+//! f32 products use TF32 tensor cores unless `Precision::Highest` asks for split products.
 
 use super::binary::{self, Bin};
 use super::{util, Precision};
 use crate::dtype::Kind;
-use crate::tensor::{numel, B};
+use crate::tensor::{numel, Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
 
@@ -143,22 +143,26 @@ fn broadcast_product(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
     Ok(Tensor::from_prim(p, prod.kind(), vec![nb, m, n]))
 }
 
-/// Full-f32 product from TF32 products: x = hi + lo with hi exact in TF32 (Veltkamp split,
-/// 13 low bits cleared), then a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b.
+/// Full-f32 product from TF32 tensor-core products: each operand splits exactly into
+/// `hi = f32(bf16(x))` (8 significant bits, exact in TF32) and `lo = x - hi`, and
+/// a*b = hi_a*hi_b + hi_a*lo_b + lo_a*hi_b + lo_a*lo_b, each product in TF32. Casts do the
+/// split, so fused kernels cannot contract it away (an FMA would undo a Veltkamp split).
 fn split_product(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
-    let split = |t: &Tensor| {
-        let p = t.prim();
-        let gamma = B::float_mul_scalar(p.clone(), 8193.0f64.into()); // 2^13 + 1
-        let hi = B::float_sub(gamma.clone(), B::float_sub(gamma, p.clone()));
-        let lo = B::float_sub(p, hi.clone());
-        (hi, lo)
+    let split = |t: &Tensor| -> Result<(Prim, Prim)> {
+        let hi = t.cast(DType::BF16)?.cast(DType::F32)?.prim();
+        let lo = B::float_sub(t.prim(), hi.clone());
+        Ok((hi, lo))
     };
-    let (ah, al) = split(a3);
-    let (bh, bl) = split(b3);
-    let sum = B::float_add(
-        B::float_matmul(ah.clone(), bh.clone()),
-        B::float_add(B::float_matmul(ah, bl), B::float_matmul(al, bh)),
+    let (ah, al) = split(a3)?;
+    let (bh, bl) = split(b3)?;
+    let small = B::float_add(
+        B::float_matmul(al.clone(), bl.clone()),
+        B::float_add(
+            B::float_matmul(ah.clone(), bl),
+            B::float_matmul(al, bh.clone()),
+        ),
     );
+    let sum = B::float_add(B::float_matmul(ah, bh), small);
     let (nb, m, n) = (a3.shape()[0], a3.shape()[1], b3.shape()[2]);
     Ok(Tensor::from_prim(sum, Kind::Float, vec![nb, m, n]))
 }

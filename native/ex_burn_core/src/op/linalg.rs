@@ -2,12 +2,13 @@
 //!
 //! `triangular_solve` reduces every variant (upper, right side, transposed `a`) to a
 //! lower-triangular left-side solve by transposes and flips, then runs forward substitution
-//! one row at a time over all batch entries and right-hand sides at once.
+//! one row at a time over all batch entries and right-hand sides at once, in f64 (as
+//! `Nx.BinaryBackend` does), rounding once at the end.
 
 use super::binary::{self, Bin};
 use super::dot::{self, Contraction};
 use super::{shape, util, Precision};
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 use serde::Deserialize;
 
 /// How `a` enters `triangular_solve`.
@@ -80,7 +81,9 @@ pub(super) fn triangular_solve(
         a3 = util::flip(&a3, &[1, 2]);
         b3 = util::flip(&b3, &[1]);
     }
-    let mut x = forward_substitution(&a3, &b3)?;
+    // Substitution accumulates rounding row after row: narrower floats compute in f64.
+    let work = DType::F64;
+    let mut x = forward_substitution(&a3.cast(work)?, &b3.cast(work)?)?.cast(a.dtype())?;
     if !lower {
         x = util::flip(&x, &[1]);
     }

@@ -8,6 +8,7 @@ mod binary;
 mod conv;
 pub(crate) mod creation;
 mod dot;
+mod fold;
 mod index;
 mod linalg;
 mod nn;
@@ -44,8 +45,8 @@ pub enum Precision {
     /// The backend's fastest f32 path (TF32 tensor cores on recent NVIDIA GPUs).
     #[default]
     Default,
-    /// Full f32 accuracy: on GPUs, three TF32 products of split operands (the "3xTF32"
-    /// scheme), about 3x the cost; identical to `Default` on the CPU.
+    /// Full f32 accuracy: on GPUs, four TF32 products of operands split exactly at bf16
+    /// precision (about 4x the cost); identical to `Default` on the CPU.
     Highest,
 }
 
@@ -499,6 +500,27 @@ pub enum Op {
         padding: Option<Vec<(i64, i64)>>,
     },
 
+    // ---- folds with a function: [x, acc]; `body` maps (element, acc) to the new acc ----
+    /// Folds `body` over `axes` (all by default), element-wise over the kept axes.
+    Reduce {
+        #[serde(default)]
+        axes: Option<Vec<usize>>,
+        #[serde(default)]
+        keep_axes: bool,
+        body: Program,
+    },
+    /// Folds `body` over each window (x is padded with acc).
+    WindowReduce {
+        window_dims: Vec<usize>,
+        #[serde(default)]
+        strides: Option<Vec<usize>>,
+        #[serde(default)]
+        padding: Option<Vec<(i64, i64)>>,
+        #[serde(default)]
+        window_dilations: Option<Vec<usize>>,
+        body: Program,
+    },
+
     // ---- linear algebra ----
     /// [a, b]: solves `a x = b` (or `x a = b` when not `left_side`) for triangular `a`.
     TriangularSolve {
@@ -585,7 +607,9 @@ impl Op {
             | Take { .. }
             | TakeAlongAxis { .. }
             | Conv { .. }
-            | TriangularSolve { .. } => 2,
+            | TriangularSolve { .. }
+            | Reduce { .. }
+            | WindowReduce { .. } => 2,
             _ => 1,
         })
     }
@@ -733,6 +757,7 @@ fn eval_unchecked(op: &Op, x: &[Tensor], device: Device) -> Result<Tensor> {
             window::eval(op, &x[0])
         }
         WindowScatterMax { .. } | WindowScatterMin { .. } => scatter::eval(op, x),
+        Reduce { .. } | WindowReduce { .. } => fold::eval(op, &x[0], &x[1], device),
         TriangularSolve {
             lower,
             left_side,

@@ -41,8 +41,7 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
             "window dimensions, strides and padding need {r} entries"
         )));
     }
-    if dims.iter().chain(&strides).any(|&v| v == 0) || padding.iter().any(|p| p.0 < 0 || p.1 < 0)
-    {
+    if dims.iter().chain(&strides).any(|&v| v == 0) || padding.iter().any(|p| p.0 < 0 || p.1 < 0) {
         return Err(Error::Argument(
             "window dimensions and strides must be positive, padding non-negative".into(),
         ));
@@ -118,7 +117,7 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
 }
 
 /// Every offset inside a window, in row-major order (the order ties are broken in).
-fn window_offsets(dims: &[usize]) -> Vec<Vec<usize>> {
+pub(super) fn window_offsets(dims: &[usize]) -> Vec<Vec<usize>> {
     let mut out = vec![vec![]];
     for &d in dims {
         out = out

@@ -188,8 +188,14 @@ fn cbrt(x: &Tensor) -> Result<Tensor> {
     })
 }
 
-/// Inverse error function: Giles' polynomial approximation, refined by one Newton step.
+/// Inverse error function: Giles' polynomial approximation refined by two Newton steps, in
+/// f64 for every float type (rounded once to the result type).
 fn erf_inv(x: &Tensor) -> Result<Tensor> {
+    let out = x.dtype().to_floating();
+    erf_inv_f64(&x.cast(DType::F64)?)?.cast(out)
+}
+
+fn erf_inv_f64(x: &Tensor) -> Result<Tensor> {
     const SMALL: [f64; 9] = [
         2.81022636e-08,
         3.43273939e-07,
@@ -223,7 +229,7 @@ fn erf_inv(x: &Tensor) -> Result<Tensor> {
         p
     };
     let bd = x.bool_dtype();
-    let newton_steps = if x.dtype() == DType::F64 { 2 } else { 1 };
+    let newton_steps = 2;
     float(x, |p| {
         // w = -log((1 - x)(1 + x))
         let one_minus = adds(B::float_neg(p.clone()), 1.0);
@@ -233,8 +239,7 @@ fn erf_inv(x: &Tensor) -> Result<Tensor> {
         let large = horner(adds(B::float_sqrt(w.clone()), -3.0), &LARGE);
         let is_small = B::float_lower_elem(w, 5.0f64.into(), bd);
         let y = B::float_mul(B::float_mask_where(large, is_small, small), p.clone());
-        // Newton: y -= (erf(y) - x) / (2/sqrt(pi) * exp(-y^2)), only where |x| < 1; f64 takes
-        // a second step to reach full double precision.
+        // Newton: y -= (erf(y) - x) / (2/sqrt(pi) * exp(-y^2)), only where |x| < 1.
         let inside = B::float_lower_elem(B::float_abs(p.clone()), 1.0f64.into(), bd);
         let mut y = y;
         for _ in 0..newton_steps {
@@ -257,30 +262,8 @@ fn dtype_of(p: &Prim) -> burn::tensor::FloatDType {
     p.dtype().into()
 }
 
-/// Number of set bits, computed bit by bit with shifts and masks (exact for every width).
-fn population_count(x: &Tensor) -> Result<Tensor> {
-    let t = x.dtype();
-    if t.is_float() {
-        return Err(Error::Dtype(format!("expects an integer tensor, got {t}")));
-    }
-    let x = x.cast(t)?;
-    if x.numel() == 0 {
-        return Ok(x);
-    }
-    let mut count = B::int_zeros(x.prim().shape(), &x.dispatch_device(), t.int_dtype()?);
-    for i in 0..t.bits() {
-        let bit = B::bitwise_and_scalar(
-            B::bitwise_right_shift_scalar(x.prim(), (i as i64).into()),
-            1i64.into(),
-        );
-        count = B::int_add(count, bit);
-    }
-    Ok(Tensor::from_prim(count, Kind::Int, x.shape().to_vec()))
-}
-
-/// Leading zero bits: counts the shifts `x >> i` (i in 0..bits) that leave zero; negative
-/// signed values have none.
-fn count_leading_zeros(x: &Tensor) -> Result<Tensor> {
+/// Sums `term(x >> i)` over every bit position `i` of an integer tensor (exact for every width).
+fn sum_over_bits(x: &Tensor, term: impl Fn(Prim, DType) -> Result<Prim>) -> Result<Tensor> {
     let t = x.dtype();
     if t.is_float() {
         return Err(Error::Dtype(format!("expects an integer tensor, got {t}")));
@@ -292,10 +275,25 @@ fn count_leading_zeros(x: &Tensor) -> Result<Tensor> {
     let mut count = B::int_zeros(x.prim().shape(), &x.dispatch_device(), t.int_dtype()?);
     for i in 0..t.bits() {
         let shifted = B::bitwise_right_shift_scalar(x.prim(), (i as i64).into());
-        let is_zero = B::int_equal_elem(shifted, 0i64.into(), x.bool_dtype());
-        count = B::int_add(count, B::bool_into_int(is_zero, t.int_dtype()?));
+        count = B::int_add(count, term(shifted, t)?);
     }
     Ok(Tensor::from_prim(count, Kind::Int, x.shape().to_vec()))
+}
+
+/// Number of set bits: the low bit of each shift.
+fn population_count(x: &Tensor) -> Result<Tensor> {
+    sum_over_bits(x, |s, _| Ok(B::bitwise_and_scalar(s, 1i64.into())))
+}
+
+/// Leading zero bits: the shifts `x >> i` that leave zero; negative signed values have none.
+fn count_leading_zeros(x: &Tensor) -> Result<Tensor> {
+    let bd = x.bool_dtype();
+    sum_over_bits(x, |s, t| {
+        Ok(B::bool_into_int(
+            B::int_equal_elem(s, 0i64.into(), bd),
+            t.int_dtype()?,
+        ))
+    })
 }
 
 /// Reinterprets the bytes as another type of the same width (through host memory).

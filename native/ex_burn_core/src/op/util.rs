@@ -264,3 +264,29 @@ pub(crate) fn extreme(t: DType, max: bool) -> Scalar {
         (_, true) => Scalar::Infinity,
     }
 }
+
+/// The value of a one-element tensor (read back from its device; floats exactly, via f64).
+pub(crate) fn read_scalar(t: &Tensor) -> Result<Scalar> {
+    let t = if t.dtype().is_float() {
+        t.cast(DType::F64)?
+    } else {
+        t.clone()
+    };
+    let dtype = t.dtype();
+    let n = dtype.size();
+    let bytes = t.to_bytes(None)?;
+    let src = bytes
+        .get(..n)
+        .ok_or_else(|| Error::Shape("expected a one-element tensor".into()))?;
+    let mut w = [0u8; 8];
+    w[..n].copy_from_slice(src);
+    let bits = u64::from_le_bytes(w);
+    let shift = 64 - 8 * n as u32;
+    Ok(match dtype {
+        DType::F64 => Scalar::F(f64::from_bits(bits)),
+        DType::U64 => Scalar::U(bits),
+        d if d.is_unsigned_int() => Scalar::I(bits as i64),
+        // sign-extend the narrower two's-complement value
+        _ => Scalar::I(((bits << shift) as i64) >> shift),
+    })
+}

@@ -1,8 +1,10 @@
 //! Window reductions (sum, product, max, min) over windows of every axis, with strides,
 //! low/high padding (by the reduction's identity) and window dilations.
 //!
-//! Each axis is unfolded into its windows with Burn's `unfold` view (the window axis goes to
-//! the end), a dilation is a strided slice of that axis, and the window axes are then reduced.
+//! On the CPU each axis is unfolded into its windows with Burn's `unfold` view (the window
+//! axis goes to the end), a dilation is a strided slice of that axis, and the window axes are
+//! then reduced. GPU backends mishandle overlapping views, so there the result is built from
+//! one strided slice per window offset, combined element-wise.
 
 use super::util;
 use super::Op;
@@ -92,6 +94,9 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     if crate::tensor::numel(&out_shape) == 0 || r == 0 {
         return util::full(&out_shape, x.dtype(), identity, &x.dispatch_device());
     }
+    if !x.device().is_host() {
+        return by_offsets(&x, dims, &strides, &dil, &out_shape, red);
+    }
     // Unfold axis i in place into its windows; Burn appends the window axis at the end, so
     // after all axes the layout is [windows_0.., window_0..].
     let mut t = x.clone();
@@ -134,4 +139,44 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
         };
     }
     Ok(Tensor::from_prim(p, t.kind(), out_shape))
+}
+
+/// The reduction as a fold over window offsets: for each offset, the strided slice of `x`
+/// that offset selects for every output position, combined element-wise.
+fn by_offsets(
+    x: &Tensor,
+    dims: &[usize],
+    strides: &[usize],
+    dil: &[usize],
+    out_shape: &[usize],
+    red: u8,
+) -> Result<Tensor> {
+    use super::binary::{same, Bin};
+    let f = match red {
+        0 => Bin::Add,
+        1 => Bin::Mul,
+        2 => Bin::Max,
+        _ => Bin::Min,
+    };
+    let lengths: Vec<usize> = out_shape
+        .iter()
+        .zip(strides)
+        .map(|(&o, &s)| (o - 1) * s + 1)
+        .collect();
+    let total: usize = dims.iter().product();
+    let mut acc: Option<Tensor> = None;
+    for k in 0..total {
+        let mut rest = k;
+        let mut starts = vec![0; dims.len()];
+        for i in (0..dims.len()).rev() {
+            starts[i] = (rest % dims[i]) * dil[i];
+            rest /= dims[i];
+        }
+        let piece = super::shape::slice_static(x, &starts, &lengths, strides)?;
+        acc = Some(match acc {
+            None => piece,
+            Some(a) => same(f, &a, &piece)?,
+        });
+    }
+    acc.ok_or_else(|| Error::Argument("empty window".into()))
 }

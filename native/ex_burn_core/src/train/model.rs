@@ -230,6 +230,28 @@ impl Model {
         Ok(scalar(loss))
     }
 
+    /// The loss of a batch on the autodiff device, with the value it was computed from and the
+    /// targets.
+    fn training_loss(&self, batch: &Data) -> Result<(burn::tensor::Tensor<B, 1>, Value, Target)> {
+        let net = self.net()?;
+        let inputs = values(&batch.inputs, true, self.options.dtype)?;
+        let t = batch
+            .target
+            .as_ref()
+            .ok_or_else(|| Error::Argument("targets are required".into()))?;
+        let target = target(t, true, self.options.dtype)?;
+        let out = net::forward(
+            &self.spec,
+            net,
+            &self.slots,
+            inputs,
+            true,
+            self.loss_layer(),
+        )?;
+        let loss = loss::compute(self.options.loss, self.head(), &out, &target, true)?;
+        Ok((loss, out, target))
+    }
+
     /// Forward + backward of one (micro-)batch, scaled by `1/scale`; returns the loss tensor
     /// (not synchronised) and the gradients.
     fn grads_of(
@@ -242,24 +264,7 @@ impl Model {
         Option<burn::tensor::Tensor<B, 1, Int>>,
     )> {
         let net = self.net()?;
-        let inputs = values(&batch.inputs, true, self.options.dtype)?;
-        let target = target(
-            batch
-                .target
-                .as_ref()
-                .ok_or_else(|| Error::Argument("targets are required".into()))?,
-            true,
-            self.options.dtype,
-        )?;
-        let out = net::forward(
-            &self.spec,
-            net,
-            &self.slots,
-            inputs,
-            true,
-            self.loss_layer(),
-        )?;
-        let loss = loss::compute(self.options.loss, self.head(), &out, &target, true)?;
+        let (loss, out, target) = self.training_loss(batch)?;
         let correct = if self.options.loss == Loss::Mse {
             None
         } else {
@@ -452,21 +457,7 @@ impl Model {
     pub fn compute_gradients(&self, batch: &Data) -> Result<Vec<(String, Tensor)>> {
         self.check_data(batch, true)?;
         let net = self.net()?;
-        let inputs = values(&batch.inputs, true, self.options.dtype)?;
-        let t = target(
-            batch.target.as_ref().expect("checked"),
-            true,
-            self.options.dtype,
-        )?;
-        let out = net::forward(
-            &self.spec,
-            net,
-            &self.slots,
-            inputs,
-            true,
-            self.loss_layer(),
-        )?;
-        let loss = loss::compute(self.options.loss, self.head(), &out, &t, true)?;
+        let (loss, _, _) = self.training_loss(batch)?;
         let grads = loss.backward();
         let mut res = Vec::new();
         for (name, p) in self.param_refs(net) {
@@ -486,21 +477,7 @@ impl Model {
         sync()?;
         let t0 = Instant::now();
         let net = self.net()?;
-        let inputs = values(&batch.inputs, true, self.options.dtype)?;
-        let t = target(
-            batch.target.as_ref().expect("checked"),
-            true,
-            self.options.dtype,
-        )?;
-        let out = net::forward(
-            &self.spec,
-            net,
-            &self.slots,
-            inputs,
-            true,
-            self.loss_layer(),
-        )?;
-        let loss = loss::compute(self.options.loss, self.head(), &out, &t, true)?;
+        let (loss, _, _) = self.training_loss(batch)?;
         sync()?;
         let t1 = Instant::now();
         let grads = GradientsParams::from_grads::<B, Net<B>>(loss.backward(), net);

@@ -9,7 +9,9 @@ use crate::{Error, Result};
 use burn::module::{Module, Param};
 use burn::nn::{BatchNorm, BatchNormConfig, Embedding, LayerNorm, LayerNormConfig};
 use burn::tensor::activation;
-use burn::tensor::module::{avg_pool1d, avg_pool2d, conv1d, conv2d, max_pool1d, max_pool2d};
+use burn::tensor::module::{
+    avg_pool1d, avg_pool2d, conv1d, conv2d, linear, max_pool1d, max_pool2d,
+};
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Int, Shape, Tensor, TensorData};
 use burn::DispatchDevice;
@@ -361,10 +363,12 @@ pub fn forward(
                 let s = x.shape();
                 let fan_in = *s.last().unwrap_or(&0);
                 let rows = s[..s.len() - 1].iter().product();
-                let mut y = x.reshaped([rows, fan_in])?.matmul(p.kernel.val());
-                if let Some(b) = &p.bias {
-                    y = y.add(b.val().unsqueeze());
-                }
+                // Burn's fused linear op (dedicated backward) rather than matmul + add.
+                let y = linear(
+                    x.reshaped([rows, fan_in])?,
+                    p.kernel.val(),
+                    p.bias.as_ref().map(|b| b.val()),
+                );
                 let mut out_shape = s.clone();
                 *out_shape.last_mut().expect("rank >= 1") = *units;
                 Value::Float(y.into_primitive(), vec![rows, *units]).reshape_to(out_shape)?

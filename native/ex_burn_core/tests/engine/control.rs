@@ -21,7 +21,12 @@ fn scalar(v: f64) -> Op {
 
 /// state (i, acc), invariant step: while i < 5 do (i + 1, acc + step)
 fn counting_loop() -> Op {
-    let cond = Program::new(3, vec![ins(scalar(5.), &[]), ins(Op::Less, &[0, 3])], vec![4]).unwrap();
+    let cond = Program::new(
+        3,
+        vec![ins(scalar(5.), &[]), ins(Op::Less, &[0, 3])],
+        vec![4],
+    )
+    .unwrap();
     let body = Program::new(
         3,
         vec![
@@ -75,7 +80,8 @@ fn cond_runs_the_first_true_branch_or_the_last() {
     assert_eq!(run(&yes, &yes), vec![2.]);
     assert_eq!(run(&no, &yes), vec![2.]);
     close(
-        &p.run(vec![no.clone(), no.clone(), x.clone()], dev()).unwrap()[0],
+        &p.run(vec![no.clone(), no.clone(), x.clone()], dev())
+            .unwrap()[0],
         &[(-2f64).exp()],
         1e-6,
     );
@@ -103,7 +109,8 @@ fn multi_result_instructions_number_their_values_in_order() {
 fn constants_are_attached_once_and_read_like_inputs() {
     let raw = Program::new(1, vec![], vec![0]).unwrap();
     assert_eq!(raw.consts, 0);
-    let mut p: Program = Program::new(1, vec![ins(Op::Add { out: None }, &[0, 0])], vec![1]).unwrap();
+    let mut p: Program =
+        Program::new(1, vec![ins(Op::Add { out: None }, &[0, 0])], vec![1]).unwrap();
     p.consts = 1;
     p.instrs[0].args = vec![0, 1];
     p.outputs = vec![2];

@@ -19,7 +19,9 @@ fn eval<'a>(
     reply::run(env, || {
         let op: Op = decode::op(op)?;
         let device = decode::device(device)?;
-        let out = ex_burn_core::eval(&op, &inputs(&args)?, device)?;
+        let inputs = inputs(&args)?;
+        let on = inputs.first().map(|t| t.device()).unwrap_or(device);
+        let out = ex_burn_core::guard::exclusive(on, || ex_burn_core::eval(&op, &inputs, device))?;
         Ok(reply::tensors(env, out))
     })
 }
@@ -35,7 +37,10 @@ fn run<'a>(
 ) -> Term<'a> {
     reply::run(env, || {
         let device = decode::device(device)?;
-        Ok(reply::tensors(env, p.program.run(inputs(&args)?, device)?))
+        let inputs = inputs(&args)?;
+        let on = inputs.first().map(|t| t.device()).unwrap_or(device);
+        let out = ex_burn_core::guard::exclusive(on, || p.program.run(inputs, device))?;
+        Ok(reply::tensors(env, out))
     })
 }
 

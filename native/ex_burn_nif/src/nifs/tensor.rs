@@ -19,7 +19,9 @@ fn from_binary<'a>(
             decode::dtype(dtype)?,
             decode::device(device)?,
         );
-        let t = Tensor::from_bytes(data.as_slice(), &shape, dtype, device)?;
+        let t = ex_burn_core::guard::exclusive(device, || {
+            Tensor::from_bytes(data.as_slice(), &shape, dtype, device)
+        })?;
         Ok(reply::tensor(env, t))
     })
 }
@@ -29,7 +31,8 @@ scheduled!(from_binary, tensor_from_binary, tensor_from_binary_cpu, tensor_from_
 
 fn to_binary<'a>(env: Env<'a>, t: ResourceArc<TensorRes>, limit: Option<usize>) -> Term<'a> {
     reply::run(env, || {
-        let bytes = t.get()?.to_bytes(limit)?;
+        let t = t.get()?;
+        let bytes = ex_burn_core::guard::exclusive(t.device(), || t.to_bytes(limit))?;
         Ok(NewBinary::from_slice(env, &bytes).into())
     })
 }
@@ -58,7 +61,16 @@ fn tensor_info<'a>(env: Env<'a>, t: ResourceArc<TensorRes>) -> Term<'a> {
 fn tensor_to_device<'a>(env: Env<'a>, t: ResourceArc<TensorRes>, device: Term<'a>) -> Term<'a> {
     reply::run(env, || {
         let device = decode::device(device)?;
-        Ok(reply::tensor(env, t.get()?.to_device(device)?))
+        let t = t.get()?;
+        let on = if t.device().is_host() {
+            device
+        } else {
+            t.device()
+        };
+        Ok(reply::tensor(
+            env,
+            ex_burn_core::guard::exclusive(on, || t.to_device(device))?,
+        ))
     })
 }
 

@@ -1,0 +1,151 @@
+# ExBurn.Compiler benchmarks (needs Nx): a 10-op element-wise chain over 16M f32 elements,
+# compiled (one program, one NIF call) against eager per-op `ExBurn.Backend` calls in the same
+# run; and a small MLP forward under Nx.Serving with batch 32 (requests/s, p50/p99 latency).
+# Results: bench/results/defn_<device>.md
+#
+#     mix run bench/defn.exs                              # CPU
+#     EX_BURN_BENCH_DEVICE=cuda mix run bench/defn.exs    # GPU (cuda variant)
+#
+# With Nx on ERL_LIBS instead of a Hex dependency, Elixir >= 1.15 prunes it from the code path:
+# run `mix do compile --no-prune-code-paths + run bench/defn.exs` instead.
+Code.require_file("support/bench.exs", __DIR__)
+Application.ensure_all_started(:nx)
+
+device = ExBurn.Device.normalize!(String.to_atom(System.get_env("EX_BURN_BENCH_DEVICE", "cpu")))
+Nx.default_backend({ExBurn.Backend, device: device})
+
+defmodule Bench.Defn do
+  import Nx.Defn
+
+  @doc "Ten element-wise ops."
+  def chain(x) do
+    x
+    |> Nx.multiply(1.5)
+    |> Nx.add(0.25)
+    |> Nx.sin()
+    |> Nx.multiply(x)
+    |> Nx.abs()
+    |> Nx.add(1.0)
+    |> Nx.sqrt()
+    |> Nx.subtract(0.5)
+    |> Nx.tanh()
+    |> Nx.multiply(2.0)
+  end
+
+
+  defn mlp(params, x) do
+    x
+    |> Nx.dot(params.w1)
+    |> Nx.add(params.b1)
+    |> Nx.max(0)
+    |> Nx.dot(params.w2)
+    |> Nx.add(params.b2)
+    |> Nx.max(0)
+    |> Nx.dot(params.w3)
+    |> Nx.add(params.b3)
+    |> Nx.exp()
+    |> then(&(&1 / Nx.sum(&1, axes: [1], keep_axes: true)))
+  end
+end
+
+sync = fn t -> Nx.to_binary(t, limit: 1) end
+n = 16 * 1024 * 1024
+x = Nx.iota({n}, type: :f32) |> Nx.divide(n)
+compiled = Nx.Defn.jit(&Bench.Defn.chain/1, compiler: ExBurn.Compiler, device: device)
+
+eager_us = Bench.median_us(fn -> sync.(Bench.Defn.chain(x)) end, 7)
+compiled_us = Bench.median_us(fn -> sync.(compiled.(x)) end, 7)
+diff = Nx.subtract(Bench.Defn.chain(x), compiled.(x)) |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
+
+chain_rows = [
+  ["eager, one NIF call per op (`ExBurn.Backend`)", "#{Float.round(eager_us / 1000, 1)} ms", "1.0x"],
+  [
+    "compiled, one NIF call (`ExBurn.Compiler`)",
+    "#{Float.round(compiled_us / 1000, 1)} ms",
+    "#{Float.round(eager_us / compiled_us, 2)}x"
+  ]
+]
+
+# ---- MLP forward under Nx.Serving, batch 32 ----
+
+key = Nx.Random.key(0)
+{w1, key} = Nx.Random.normal(key, shape: {64, 256})
+{w2, key} = Nx.Random.normal(key, shape: {256, 256})
+{w3, _key} = Nx.Random.normal(key, shape: {256, 10})
+params = %{w1: w1, b1: Nx.broadcast(0.0, {256}), w2: w2, b2: Nx.broadcast(0.0, {256}), w3: w3, b3: Nx.broadcast(0.0, {10})}
+
+serving = ExBurn.Serving.build({&Bench.Defn.mlp/2, params}, batch_size: 32, batch_timeout: 2, device: device)
+{:ok, _} = Supervisor.start_link([{Nx.Serving, serving: serving, name: Bench.MLP}], strategy: :one_for_one)
+
+request = Nx.iota({1, 64}, type: :f32) |> Nx.divide(64)
+for _ <- 1..20, do: ExBurn.Serving.run(Bench.MLP, request)
+
+clients = 64
+per_client = 50
+
+{total_us, latencies} =
+  :timer.tc(fn ->
+    1..clients
+    |> Task.async_stream(
+      fn _ ->
+        for _ <- 1..per_client do
+          {us, out} = :timer.tc(fn -> ExBurn.Serving.run(Bench.MLP, request) end)
+          sync.(out)
+          us
+        end
+      end,
+      max_concurrency: clients,
+      timeout: :infinity
+    )
+    |> Enum.flat_map(fn {:ok, us} -> us end)
+  end)
+
+sorted = Enum.sort(latencies)
+pct = fn p -> Enum.at(sorted, min(length(sorted) - 1, round(p * length(sorted)))) / 1000 end
+requests = clients * per_client
+rps = requests / (total_us / 1_000_000)
+
+serving_rows = [
+  ["requests/s", "#{round(rps)}"],
+  ["p50 latency", "#{Float.round(pct.(0.5), 2)} ms"],
+  ["p99 latency", "#{Float.round(pct.(0.99), 2)} ms"]
+]
+
+machine = Bench.machine()
+date = Date.utc_today()
+path = Path.join([__DIR__, "results", "defn_#{ExBurn.Device.family(device)}.md"])
+
+intro = """
+Machine: #{machine}. Device: #{inspect(device)}.
+Run: `#{if device == :cpu, do: "", else: "EX_BURN_BENCH_DEVICE=#{ExBurn.Device.family(device)} "}mix run bench/defn.exs` (#{date}). Medians of 7 runs.
+
+## 10-op element-wise chain over 16M f32 (goal: compiled >= 3x eager on CPU, >= 10x on GPU)
+
+Largest difference between the two results: #{diff}.
+"""
+
+table = fn header, rows ->
+  [
+    "| " <> Enum.join(header, " | ") <> " |",
+    "|" <> String.duplicate(" --- |", length(header))
+    | Enum.map(rows, fn r -> "| " <> Enum.join(r, " | ") <> " |" end)
+  ]
+  |> Enum.join("\n")
+end
+
+body = """
+# ExBurn.Compiler on #{inspect(device)}
+
+#{intro}
+#{table.(["path", "median", "speed-up"], chain_rows)}
+
+## MLP forward (64-256-256-10, f32) under Nx.Serving, batch 32
+
+#{clients} concurrent clients x #{per_client} single-row requests; batch timeout 2 ms.
+
+#{table.(["metric", "value"], serving_rows)}
+"""
+
+File.mkdir_p!(Path.dirname(path))
+File.write!(path, body)
+IO.puts(body)

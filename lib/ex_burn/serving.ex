@@ -1,0 +1,154 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExBurn.Serving do
+    @moduledoc """
+    Batched, concurrent inference with `Nx.Serving` on Burn, for a defn function (compiled by
+    `ExBurn.Compiler`) or a compiled `ExBurn.Model`.
+
+        serving = ExBurn.Serving.build(&MyModel.predict/1, batch_size: 32, batch_timeout: 5)
+
+        children = [{Nx.Serving, serving: serving, name: MyServing}]
+        ExBurn.Serving.run(MyServing, Nx.tensor([[1.0, 2.0]]))
+
+    The result is an `Nx.Serving` struct, so everything of Nx.Serving works unchanged:
+    supervision, `partitions: true` (one partition per `:max_concurrency`), and distribution
+    across nodes (`Nx.Serving.batched_run({:distributed, name}, batch)`).
+
+    ## Options (`new/2` and `build/2`)
+
+      * `:device` - where the computation runs (default `ExBurn.default_device/0`)
+      * `:defn_options` - more options for `ExBurn.Compiler` (for example `max_concurrency: 2`
+        to run two partitions when started with `partitions: true`)
+
+    `build/2` also takes:
+
+      * `:batch_size` - the largest batch run at once (inputs are padded or split to it)
+      * `:batch_timeout` - milliseconds to wait for a batch to fill (Nx's default is 100)
+      * `:partitions` - start one partition per `:max_concurrency` (default `false`)
+    """
+
+    @type target ::
+            (Nx.Tensor.t() -> Nx.Container.t())
+            | {(Nx.Container.t(), Nx.Tensor.t() -> Nx.Container.t()), Nx.Container.t()}
+            | struct()
+    @type name :: atom() | {:local, atom()} | {:distributed, atom()}
+
+    @doc """
+    A serving running `target` on each batch, compiled with `ExBurn.Compiler`:
+
+      * a function of one batch tensor (a `defn` function or any Nx function)
+      * `{fun, params}`: a function of parameters and a batch, with its parameters (moved to
+        the device once, passed as arguments so the program does not embed them)
+      * an `ExBurn.Model` (its `ExBurn.Model.predict/3`)
+
+    Results sent to other nodes are copied to `Nx.BinaryBackend` first (device memory does not
+    cross nodes). Options are listed in the module docs.
+    """
+    @spec new(target(), keyword()) :: Nx.Serving.t()
+    def new(target, opts \\ []) do
+      opts = Keyword.validate!(opts, [:device, defn_options: []])
+      device = ExBurn.Device.normalize!(opts[:device] || ExBurn.default_device())
+      defn_options = [compiler: ExBurn.Compiler, device: device] ++ opts[:defn_options]
+
+      target
+      |> serving(defn_options)
+      |> Nx.Serving.distributed_postprocessing(&to_binary_backend/1)
+    end
+
+    defp to_binary_backend(output),
+      do: Nx.Defn.Composite.traverse(output, &Nx.backend_transfer(&1, Nx.BinaryBackend))
+
+    defp serving(fun, defn_options) when is_function(fun, 1), do: Nx.Serving.jit(fun, defn_options)
+
+    defp serving({fun, params}, defn_options) when is_function(fun, 2) do
+      Nx.Serving.new(
+        fn opts ->
+          device = opts[:device]
+          params = Nx.Defn.Composite.traverse(params, &Nx.backend_copy(&1, {ExBurn.Backend, device: device}))
+          jitted = Nx.Defn.jit(fun, opts)
+          &jitted.(params, &1)
+        end,
+        defn_options
+      )
+    end
+
+    defp serving(%ExBurn.Model{} = model, defn_options) do
+      Nx.Serving.new(fn opts -> &predict(model, &1, opts) end, defn_options)
+    end
+
+    defp serving(other, _opts) do
+      raise ExBurn.Error.new(
+              kind: :argument,
+              op: :serving,
+              message: "expected a function of one batch or an ExBurn.Model, got #{inspect(other)}"
+            )
+    end
+
+    # Realises the batch on the model's device, runs the model, returns an Nx tensor.
+    defp predict(model, batch, opts) do
+      input = Nx.Defn.jit_apply(&Function.identity/1, [batch], opts)
+
+      case ExBurn.Model.predict(model, ExBurn.Backend.burn_tensor(input)) do
+        {:ok, out} -> ExBurn.Backend.nx_tensor(out)
+        {:error, error} -> raise error
+      end
+    end
+
+    @doc """
+    `new/2` plus the batching options `:batch_size`, `:batch_timeout` and `:partitions`:
+    a serving ready for `{Nx.Serving, serving: serving, name: name}`.
+    """
+    @spec build(target(), keyword()) :: Nx.Serving.t()
+    def build(target, opts \\ []) do
+      {batching, opts} = Keyword.split(opts, [:batch_size, :batch_timeout, :partitions])
+      serving = new(target, opts)
+      serving = if n = batching[:batch_size], do: with_batch_size(serving, n), else: serving
+      serving = if ms = batching[:batch_timeout], do: with_timeout(serving, ms), else: serving
+
+      case Keyword.fetch(batching, :partitions) do
+        {:ok, p} -> put_process_option(serving, :partitions, p)
+        :error -> serving
+      end
+    end
+
+    @doc "Sets the largest batch the serving runs at once."
+    @spec with_batch_size(Nx.Serving.t(), pos_integer()) :: Nx.Serving.t()
+    def with_batch_size(%Nx.Serving{} = serving, size), do: Nx.Serving.batch_size(serving, size)
+
+    @doc "Sets how long (milliseconds) a started serving waits for a batch to fill."
+    @spec with_timeout(Nx.Serving.t(), non_neg_integer()) :: Nx.Serving.t()
+    def with_timeout(%Nx.Serving{} = serving, ms) when is_integer(ms) and ms >= 0,
+      do: put_process_option(serving, :batch_timeout, ms)
+
+    defp put_process_option(serving, key, value),
+      do: Nx.Serving.process_options(serving, Keyword.put(serving.process_options, key, value))
+
+    @doc """
+    Runs `input` (a tensor whose first axis is the batch, or an `Nx.Batch`): inline for a
+    serving struct, through the started serving for a name (`{:distributed, name}` picks a
+    serving on any connected node).
+    """
+    @spec run(Nx.Serving.t() | name(), Nx.Tensor.t() | Nx.Batch.t()) :: Nx.Container.t()
+    def run(%Nx.Serving{} = serving, input), do: Nx.Serving.run(serving, batch(input))
+
+    # Device memory does not cross nodes: inputs for other nodes go as binaries.
+    def run({:distributed, _} = name, %Nx.Tensor{} = input),
+      do: Nx.Serving.batched_run(name, batch(Nx.backend_copy(input, Nx.BinaryBackend)))
+
+    def run(name, input), do: Nx.Serving.batched_run(name, batch(input))
+
+    defp batch(%Nx.Batch{} = batch), do: batch
+    defp batch(%Nx.Tensor{} = tensor), do: Nx.Batch.concatenate([tensor])
+
+    @doc """
+    Where the serving `name` runs: `%{name: name, running: boolean, local: pid | nil,
+    nodes: %{node => processes}}` (processes are counted with their partition weight).
+    """
+    @spec status(atom()) :: map()
+    def status(name) when is_atom(name) do
+      members = if Process.whereis(Nx.Serving.PG), do: :pg.get_members(Nx.Serving.PG, name), else: []
+      local = Enum.find(members, &(node(&1) == node()))
+      nodes = Enum.frequencies_by(members, &node/1)
+      %{name: name, running: members != [], local: local, nodes: nodes}
+    end
+  end
+end

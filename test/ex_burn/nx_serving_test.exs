@@ -1,0 +1,140 @@
+defmodule ExBurn.NxServingTest do
+  @moduledoc "`ExBurn.Serving`: inline, supervised, partitioned, a model, and two BEAM nodes."
+  use ExUnit.Case, async: false
+
+  @moduletag :nx
+
+  if Code.ensure_loaded?(Nx) do
+    import Nx.Defn
+
+    setup do
+      Application.ensure_all_started(:nx)
+      Nx.default_backend(ExBurn.Backend)
+      :ok
+    end
+
+    defn scale(x), do: x * 2 + 1
+    defn affine(params, x), do: Nx.dot(x, params.w) + params.b
+
+    defp params, do: %{w: Nx.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]), b: Nx.tensor([0.5, -0.5])}
+
+    test "runs a defn function inline, on ExBurn tensors" do
+      serving = ExBurn.Serving.new(&scale/1)
+      out = ExBurn.Serving.run(serving, Nx.tensor([[1.0, 2.0], [3.0, 4.0]]))
+      assert %ExBurn.Backend{} = out.data
+      assert Nx.to_list(out) == [[3.0, 5.0], [7.0, 9.0]]
+    end
+
+    test "a function with parameters gets them as arguments" do
+      serving = ExBurn.Serving.new({&affine/2, params()})
+      out = ExBurn.Serving.run(serving, Nx.tensor([[1.0, 1.0, 1.0]]))
+      assert Nx.to_list(out) == [[2.5, 2.5]]
+    end
+
+    test "build sets batch size and process options" do
+      serving = ExBurn.Serving.build(&scale/1, batch_size: 4, batch_timeout: 7, partitions: true)
+      assert serving.batch_size == 4
+      assert serving.process_options[:batch_timeout] == 7
+      assert serving.process_options[:partitions] == true
+      assert ExBurn.Serving.with_timeout(serving, 3).process_options[:batch_timeout] == 3
+    end
+
+    test "supervised: concurrent requests are batched and answered" do
+      serving = ExBurn.Serving.build({&affine/2, params()}, batch_size: 8, batch_timeout: 20)
+      start_supervised!({Nx.Serving, serving: serving, name: ExBurn.TestServing})
+
+      results =
+        1..12
+        |> Task.async_stream(fn i -> ExBurn.Serving.run(ExBurn.TestServing, Nx.tensor([[i * 1.0, 0.0, 1.0]])) end)
+        |> Enum.map(fn {:ok, out} -> Nx.to_list(out) end)
+
+      assert results == for(i <- 1..12, do: [[i + 1.5, 0.5]])
+      status = ExBurn.Serving.status(ExBurn.TestServing)
+      assert status.running and status.local != nil
+      assert status.nodes == %{node() => 1}
+    end
+
+    test "partitions: one serving process per max_concurrency" do
+      serving = ExBurn.Serving.build(&scale/1, batch_size: 2, partitions: true, defn_options: [max_concurrency: 2])
+      start_supervised!({Nx.Serving, serving: serving, name: ExBurn.TestPartitions})
+      assert ExBurn.Serving.status(ExBurn.TestPartitions).nodes == %{node() => 2}
+      assert Nx.to_list(ExBurn.Serving.run(ExBurn.TestPartitions, Nx.tensor([[0.0], [1.0], [2.0]]))) == [[1.0], [3.0], [5.0]]
+    end
+
+    test "a compiled ExBurn.Model serves its predictions" do
+      layers = ExBurn.Layers.input("x", shape: {nil, 3}) |> ExBurn.Layers.dense(2, name: "out")
+      model = ExBurn.Model.compile(layers, seed: 1)
+      x = Nx.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
+      {:ok, want} = ExBurn.Model.predict(model, ExBurn.Backend.burn_tensor(x))
+      out = ExBurn.Serving.run(ExBurn.Serving.new(model), x)
+      assert Nx.to_list(out) == ExBurn.Tensor.to_list(want)
+    end
+
+    test "status of a serving that is not running" do
+      assert %{running: false, local: nil, nodes: nodes} = ExBurn.Serving.status(ExBurn.NotStarted)
+      assert nodes == %{}
+    end
+
+    @remote_serving """
+    {:ok, _} = Application.ensure_all_started(:nx)
+    serving = ExBurn.Serving.build(&Nx.negate/1, batch_size: 4, batch_timeout: 5)
+    spawn(fn ->
+      {:ok, _} = Nx.Serving.start_link(serving: serving, name: ExBurn.RemoteServing)
+      Process.sleep(:infinity)
+    end)
+    """
+
+    @tag :distributed
+    test "a serving on another BEAM node answers {:distributed, name} requests" do
+      case start_peer() do
+        {:ok, peer, node} ->
+          try do
+            # Test modules live only in this node's memory: the serving is built over there.
+            :erpc.call(node, Code, :eval_string, [@remote_serving])
+            assert_eventually(fn -> ExBurn.Serving.status(ExBurn.RemoteServing).nodes == %{node => 1} end)
+            out = ExBurn.Serving.run({:distributed, ExBurn.RemoteServing}, Nx.tensor([[1.0], [2.0]]))
+            assert %Nx.BinaryBackend{} = out.data
+            assert Nx.to_list(out) == [[-1.0], [-2.0]]
+          after
+            :peer.stop(peer)
+          end
+
+        {:skip, reason} ->
+          IO.puts("\n  [distributed] skipped: #{reason}")
+      end
+    end
+
+    # A peer node with this node's code paths (needs `epmd`; the test is skipped without it).
+    defp start_peer do
+      with :ok <- ensure_distributed() do
+        args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
+        {:ok, peer, node} = :peer.start_link(%{name: :"exburn_peer_#{System.unique_integer([:positive])}", args: args})
+        :ok = :erpc.call(node, :code, :add_pathsa, [:code.get_path()])
+        {:ok, peer, node}
+      end
+    end
+
+    defp ensure_distributed do
+      if Node.alive?() do
+        :ok
+      else
+        System.cmd("epmd", ["-daemon"], stderr_to_stdout: true)
+
+        case Node.start(:"exburn_test_#{System.unique_integer([:positive])}", :shortnames) do
+          {:ok, _} -> :ok
+          {:error, reason} -> {:skip, "cannot start distribution: #{inspect(reason)}"}
+        end
+      end
+    rescue
+      e in ErlangError -> {:skip, Exception.message(e)}
+    end
+
+    defp assert_eventually(fun, tries \\ 50) do
+      cond do
+        fun.() -> :ok
+        tries == 0 -> flunk("condition not met")
+        true -> Process.sleep(20) && assert_eventually(fun, tries - 1)
+      end
+    end
+  end
+end
