@@ -25,19 +25,24 @@ defmodule ExBurn.MixProject do
   # Hex packages are declared for real users. On a machine without Hex (no registry, no
   # archive) Mix aborts on any Hex dependency, so the list is empty there and the optional
   # integrations compile only when their modules are loadable (e.g. from ERL_LIBS).
-  defp deps do
-    if hex_available?() do
-      [
-        {:rustler_precompiled, "~> 0.8.4 or ~> 0.9.1 or ~> 0.10"},
-        {:rustler, "~> 0.37", optional: true},
-        {:nx, "~> 0.13"},
-        {:axon, "~> 0.8", optional: true},
-        {:telemetry, "~> 1.0", optional: true},
-        {:ex_doc, "~> 0.34", only: :dev, runtime: false}
-      ]
-    else
-      []
-    end
+  defp deps, do: if(hex_available?(), do: hex_deps(), else: [])
+
+  @doc false
+  # Public so that test/ex_burn/package_test.exs can check it without Hex. RELEASE.md,
+  # "Dependencies", explains each requirement.
+  def hex_deps do
+    [
+      # Downloads and verifies the artifact at compile time. Not 0.9.0; minors are capped
+      # because rustler_precompiled's 0.x minors change its options and target lists.
+      {:rustler_precompiled, "~> 0.8.4 or ~> 0.9.1 or ~> 0.10.0"},
+      # Source builds only (EX_BURN_BUILD=1, unreleased versions, other targets). Optional: a
+      # user who wants source builds adds it; nothing of it runs after compilation.
+      {:rustler, "~> 0.37", optional: true, runtime: false},
+      {:nx, "~> 0.13"},
+      {:axon, "~> 0.8", optional: true},
+      {:telemetry, "~> 1.0", optional: true},
+      {:ex_doc, "~> 0.34", only: :dev, runtime: false}
+    ]
   end
 
   defp hex_available? do

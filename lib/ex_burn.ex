@@ -31,13 +31,24 @@ defmodule ExBurn do
       backend on that device (default `true`)
     * `:defn_compiler` - when Nx is loaded, also make `ExBurn.Compiler` the global default
       `Nx.Defn` compiler (default `false`)
+    * `:dot_precision` - `:default` (the fastest f32 path: TF32 tensor cores on recent NVIDIA
+      GPUs) or `:highest` (full f32 accuracy at about 4x the GPU cost; no change on the CPU)
+      for f32 dots and matmuls; see `dot_precision/0`
 
   Returns the resulting settings.
   """
   @spec configure!(keyword()) :: map()
   def configure!(opts \\ []) do
-    opts = Keyword.validate!(opts, default_device: :cpu, nx_backend: true, defn_compiler: false)
+    opts =
+      Keyword.validate!(opts,
+        default_device: :cpu,
+        nx_backend: true,
+        defn_compiler: false,
+        dot_precision: :default
+      )
+
     device = Device.normalize!(opts[:default_device])
+    precision = check_precision!(opts[:dot_precision])
 
     unless available?(device) do
       raise ExBurn.Error.new(
@@ -48,6 +59,7 @@ defmodule ExBurn do
     end
 
     :persistent_term.put({__MODULE__, :default_device}, device)
+    :persistent_term.put({__MODULE__, :dot_precision}, precision)
 
     nx? = Code.ensure_loaded?(Nx) and Code.ensure_loaded?(ExBurn.Backend)
 
@@ -62,8 +74,32 @@ defmodule ExBurn do
     %{
       default_device: device,
       nx_backend: nx? and opts[:nx_backend],
-      defn_compiler: nx? and opts[:defn_compiler]
+      defn_compiler: nx? and opts[:defn_compiler],
+      dot_precision: precision
     }
+  end
+
+  @doc """
+  Precision of f32 dots and matmuls (`ExBurn.BurnBridge.dot/7`, `Nx.dot` on `ExBurn.Backend`
+  and in programs compiled by `ExBurn.Compiler` afterwards): set by `configure!/1`, else
+  `config :ex_burn, dot_precision: :highest`, else `:default`.
+  """
+  @spec dot_precision() :: :default | :highest
+  def dot_precision do
+    case :persistent_term.get({__MODULE__, :dot_precision}, nil) do
+      nil -> check_precision!(Application.get_env(:ex_burn, :dot_precision, :default))
+      p -> p
+    end
+  end
+
+  defp check_precision!(p) when p in [:default, :highest], do: p
+
+  defp check_precision!(p) do
+    raise ExBurn.Error.new(
+            kind: :argument,
+            op: :configure!,
+            message: "dot_precision must be :default or :highest, got #{inspect(p)}"
+          )
   end
 
   @doc """
@@ -199,5 +235,30 @@ defmodule ExBurn do
     {:ok, fun.()}
   rescue
     e -> {:error, e}
+  end
+
+  if Code.ensure_loaded?(Nx) do
+    # `Nx.Defn.default_options(compiler: ExBurn)`: the module is also the Defn compiler.
+    @behaviour Nx.Defn.Compiler
+
+    @impl true
+    @doc "`compiler: ExBurn` in `Nx.Defn` options; see `ExBurn.Compiler.__jit__/5`."
+    defdelegate __jit__(key, vars, fun, args_list, opts), to: ExBurn.Compiler
+
+    @impl true
+    @doc "See `ExBurn.Compiler.__compile__/4`."
+    defdelegate __compile__(key, vars, fun, opts), to: ExBurn.Compiler
+
+    @impl true
+    @doc "See `ExBurn.Compiler.__partitions_options__/1`."
+    defdelegate __partitions_options__(opts), to: ExBurn.Compiler
+
+    @impl true
+    @doc "See `ExBurn.Compiler.__to_backend__/1`."
+    defdelegate __to_backend__(opts), to: ExBurn.Compiler
+
+    @impl true
+    @doc "See `ExBurn.Compiler.__shard_jit__/6`."
+    defdelegate __shard_jit__(key, mesh, vars, fun, args_list, opts), to: ExBurn.Compiler
   end
 end

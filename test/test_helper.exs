@@ -11,4 +11,9 @@ exclude =
   |> Enum.filter(fn {_tag, skip?} -> skip? end)
   |> Enum.map(fn {tag, _} -> tag end)
 
+# Optional libraries put on the code path through ERL_LIBS are loadable but not started.
+for app <- [:nx, :axon], Application.load(app) in [:ok, {:error, {:already_loaded, app}}] do
+  {:ok, _} = Application.ensure_all_started(app)
+end
+
 ExUnit.start(exclude: exclude)

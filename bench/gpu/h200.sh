@@ -1,40 +1,62 @@
 #!/usr/bin/env bash
-# Runs on the device machine (bench/gpu/bundle.sh made .device/): unpacks the runtime and the
-# cuda build, runs the engine tests on CUDA, checks the missing-headers error, then the
-# benchmarks named in $EX_BURN_GPU_STEPS (default: engine core). Logs and results go to $OUT.
+# Runs on the device machine (bench/gpu/bundle.sh made .device/): unpacks the runtime and, for
+# each build variant in $VARIANTS (default: fusion nofusion), runs the steps in
+# $EX_BURN_GPU_STEPS (default: engine core training classifier). Logs and results go to $OUT,
+# prefixed by the variant.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export CUDA_PATH=${CUDA_PATH:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$CUDA_PATH/lib64:${LD_LIBRARY_PATH:-}"
 mkdir -p /tmp/exb priv/native "$OUT"
-xz -dc .device/engine.xz > /tmp/exb/engine && chmod +x /tmp/exb/engine
-xz -dc .device/nif.so.xz > priv/native/libex_burn_nif.so
-xz -dc .device/burn_mlp_bench.xz > /tmp/exb/burn_mlp_bench && chmod +x /tmp/exb/burn_mlp_bench
 tar -C / -xJf .device/beam.tar.xz
 export PATH=/usr/lib/erlang/bin:/usr/lib/elixir/bin:$PATH LANG=C.UTF-8 MIX_ENV=${MIX_ENV:-dev}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 ls "$CUDA_PATH/lib64" | grep -i nvrtc | head -3 | tee -a "$OUT/gpu.txt"
-steps=${EX_BURN_GPU_STEPS:-"engine core training classifier"}
-for step in $steps; do
-  case $step in
-    engine)
-      echo "== engine tests on cuda"
-      EX_BURN_TEST_DEVICE=cuda /tmp/exb/engine --nocapture --test-threads=4 2>&1 | tee "$OUT/engine_cuda.log" | grep -E 'agreement|precision|test result|FAILED|panicked' ;
-      echo "== missing CUDA headers"
-      EX_BURN_TEST_DEVICE=cuda CUDA_PATH=/nonexistent /tmp/exb/engine tensor::transfer --nocapture 2>&1 | grep -E 'CUDA|panicked|test result' | head -5 | tee "$OUT/missing_headers.log" ;;
-    core)
-      echo "== bench/core.exs on cuda"
-      mix compile 2>&1 | tail -1
-      EX_BURN_BENCH_DEVICE=cuda mix run bench/core.exs 2>&1 | tail -25
-      cp bench/results/core_cuda*.md "$OUT/" 2>/dev/null ;;
-    training)
-      echo "== bench/training.exs on cuda"
-      mix compile 2>&1 | tail -1
-      EX_BURN_BENCH_DEVICE=cuda EX_BURN_BURN_BENCH=/tmp/exb/burn_mlp_bench mix run bench/training.exs 2>&1 | tail -12
-      cp bench/results/training_cuda.md "$OUT/" 2>/dev/null ;;
-    classifier)
-      echo "== examples/train_classifier.exs on cuda"
-      EX_BURN_DEFAULT_DEVICE=cuda mix run examples/train_classifier.exs 2>&1 | grep -E "Epoch|accuracy|training|Reloaded|finished|Error" | tee "$OUT/classifier_cuda.log" ;;
-    *) echo "unknown step $step" ;;
-  esac
+mix compile 2>&1 | tail -1
+# Elixir >= 1.17 with Nx/Axon built for it, for the Nx steps: packed by the caller as
+# .device/ex118.tar.xz from builds outside the repository (never committed).
+elixir118() {
+  [ -f .device/ex118.tar.xz ] || { echo "no .device/ex118.tar.xz"; return 1; }
+  [ -d /opt/exburn-tools/erl_libs ] || { mkdir -p /opt/exburn-tools && tar -C /opt/exburn-tools -xJf .device/ex118.tar.xz; }
+  export PATH=/opt/exburn-tools/elixir-1.18/bin:$PATH ERL_LIBS=/opt/exburn-tools/erl_libs
+}
+for v in ${VARIANTS:-fusion nofusion}; do
+  [ -d ".device/$v" ] || continue
+  echo "######## variant $v"
+  xz -dc ".device/$v/engine.xz" > /tmp/exb/engine && chmod +x /tmp/exb/engine
+  xz -dc ".device/$v/burn_mlp_bench.xz" > /tmp/exb/burn_mlp_bench && chmod +x /tmp/exb/burn_mlp_bench
+  xz -dc ".device/$v/nif.so.xz" > priv/native/libex_burn_nif.so
+  for step in ${EX_BURN_GPU_STEPS:-engine core training classifier}; do
+    case $step in
+      engine)
+        echo "== engine tests on cuda ($v)"
+        EX_BURN_TEST_DEVICE=cuda timeout "${ENGINE_TIMEOUT:-180}" /tmp/exb/engine --nocapture --test-threads=${ENGINE_THREADS:-4} > "$OUT/${v}_engine.log" 2>&1
+        grep -E 'agreement|precision|test result|FAILED' "$OUT/${v}_engine.log" | grep -v '^agreement' | head -30
+        grep -E '^agreement' "$OUT/${v}_engine.log" | awk '$NF+0 > 1e-4 || /e-[0-3]$/' | head -10
+        echo "== missing CUDA headers ($v)"
+        EX_BURN_TEST_DEVICE=cuda CUDA_PATH=/nonexistent /tmp/exb/engine tensor::transfer --nocapture 2>&1 | grep -E 'CUDA' | head -2 ;;
+      core)
+        echo "== bench/core.exs on cuda ($v)"
+        EX_BURN_BENCH_DEVICE=cuda timeout 150 mix run bench/core.exs 2>&1 | grep -E '^\|' | tail -6
+        for f in bench/results/core_cuda*.md; do cp "$f" "$OUT/${v}_$(basename "$f")"; done ;;
+      training)
+        echo "== bench/training.exs on cuda ($v)"
+        EX_BURN_BENCH_DEVICE=cuda EX_BURN_BURN_BENCH=/tmp/exb/burn_mlp_bench timeout 220 mix run bench/training.exs 2>&1 | grep -E '^\||100K' | tail -5
+        cp bench/results/training_cuda.md "$OUT/${v}_training_cuda.md" ;;
+      classifier)
+        echo "== examples/train_classifier.exs on cuda ($v)"
+        EX_BURN_DEFAULT_DEVICE=cuda timeout 150 mix run examples/train_classifier.exs 2>&1 | grep -E "Epoch|accuracy|training|Reloaded|finished|Error" | tee "$OUT/${v}_classifier.log" ;;
+      nx)
+        echo "== Nx tests on cuda ($v)"
+        elixir118 && EX_BURN_TEST_DEVICE=cuda MIX_ENV=test MIX_BUILD_PATH=/tmp/exb_build_118 timeout "${NX_TIMEOUT:-300}" \
+          mix do compile --no-prune-code-paths + test ${NX_TESTS:-test/ex_burn/nx_doctest_test.exs} > "$OUT/${v}_nx.log" 2>&1
+        grep -E "doctests?, .*tests?, .*failures?" "$OUT/${v}_nx.log" | tail -2 ;;
+      defn)
+        echo "== bench/defn.exs on cuda ($v)"
+        elixir118 && EX_BURN_BENCH_DEVICE=cuda MIX_ENV=test MIX_BUILD_PATH=/tmp/exb_build_118 timeout 200 \
+          mix do compile --no-prune-code-paths + run bench/defn.exs 2>&1 | grep -E '^\|' | tail -8
+        cp bench/results/defn_cuda.md "$OUT/${v}_defn_cuda.md" ;;
+      *) echo "unknown step $step" ;;
+    esac
+  done
 done

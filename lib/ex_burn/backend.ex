@@ -20,13 +20,14 @@ if Code.ensure_loaded?(Nx) do
 
     Callbacks the engine cannot do are listed by `unsupported_callbacks/0` (computed as
     `Nx.Backend.behaviour_info(:callbacks)` minus the defined ones); they raise `ExBurn.Error`
-    of kind `:unsupported` naming the op. Types Burn lacks (complex, f8, 2/4-bit integers) raise
-    kind `:unsupported_dtype`.
+    of kind `:unsupported` naming the op. Complex tensors are stored as pairs of floats (see
+    `ExBurn.Defn.Complex` for the ops they support); types Burn lacks (f8, 2/4-bit integers)
+    raise kind `:unsupported_dtype`.
     """
 
     @behaviour Nx.Backend
 
-    alias ExBurn.Defn.Lower
+    alias ExBurn.Defn.{Complex, Lower}
     alias ExBurn.{Native, Op, Tensor}
     alias Nx.Tensor, as: T
 
@@ -38,7 +39,7 @@ if Code.ensure_loaded?(Nx) do
 
     @doc "Wraps an `ExBurn.Tensor` as an `Nx.Tensor` of this backend (no copy)."
     @spec nx_tensor(Tensor.t()) :: Nx.Tensor.t()
-    def nx_tensor(%Tensor{shape: shape, type: type} = t), do: wrap(t, %{shape: shape, type: type})
+    def nx_tensor(%Tensor{shape: shape, type: type} = t), do: wrap_as(t, %{shape: shape, type: type})
 
     @doc "The `ExBurn.Tensor` of an `Nx.Tensor` (copied onto the default device when it lives on another backend)."
     @spec burn_tensor(Nx.Tensor.t()) :: Tensor.t()
@@ -55,10 +56,13 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def from_binary(%T{} = out, binary, opts) do
       check_type!(:from_binary, out.type)
-      out.shape |> then(&Tensor.from_binary(binary, &1, out.type, device: opts[:device])) |> wrap(out)
+      {type, shape} = Complex.storage(out.type, out.shape)
+      binary |> Tensor.from_binary(shape, type, device: opts[:device]) |> wrap(out)
     end
 
+    # Complex tensors hold two floats per element.
     @impl true
+    def to_binary(%T{type: {:c, _}} = t, limit), do: Tensor.to_binary(burn(t), limit: 2 * limit)
     def to_binary(%T{} = t, limit), do: Tensor.to_binary(burn(t), limit: limit)
 
     @impl true
@@ -232,41 +236,44 @@ if Code.ensure_loaded?(Nx) do
 
     defp to_device(%T{} = t, device) do
       check_type!(:backend_transfer, t.type)
-      Tensor.from_binary(Nx.to_binary(t), t.shape, t.type, device: device)
+      {type, shape} = Complex.storage(t.type, t.shape)
+      Tensor.from_binary(Nx.to_binary(t), shape, type, device: device)
     end
 
     defp burn(%T{data: %__MODULE__{tensor: t}}), do: t
 
-    # Wraps an engine result in Nx's output template; converts when the engine's type differs.
-    defp wrap(%Tensor{shape: shape} = t, %{shape: want}) when shape != want do
-      raise ExBurn.Error.new(
-              kind: :shape,
-              op: :wrap,
-              message:
-                "engine result has shape #{inspect(shape)}, Nx expects #{inspect(want)} (#{inspect(t.type)})"
-            )
+    # Wraps an engine result in Nx's output template (complex: its storage); converts when the
+    # engine's type differs.
+    defp wrap(%Tensor{} = t, %{shape: _, type: _} = out) do
+      case Complex.storage(out.type, out.shape) do
+        {_type, shape} when shape != t.shape ->
+          raise ExBurn.Error.new(
+                  kind: :shape,
+                  op: :wrap,
+                  message: "engine result has shape #{inspect(t.shape)}, Nx expects #{inspect(shape)}"
+                )
+
+        {type, _shape} when type != t.type ->
+          wrap(Op.eval1(:as_type, [t], dtype: type), out)
+
+        _ ->
+          wrap_as(t, out)
+      end
     end
 
-    defp wrap(%Tensor{type: type} = t, %{type: want} = out) when type != want,
-      do: wrap(Op.eval1(:as_type, [t], dtype: want), out)
+    defp wrap_as(t, %T{} = out), do: %{out | data: %__MODULE__{tensor: t}}
 
-    defp wrap(%Tensor{} = t, %T{} = out), do: %{out | data: %__MODULE__{tensor: t}}
-
-    defp wrap(%Tensor{} = t, %{shape: shape, type: type}),
-      do: %T{
-        data: %__MODULE__{tensor: t},
-        shape: shape,
-        type: type,
-        names: List.duplicate(nil, tuple_size(shape))
-      }
+    defp wrap_as(t, %{shape: shape, type: type}) do
+      names = List.duplicate(nil, tuple_size(shape))
+      %T{data: %__MODULE__{tensor: t}, shape: shape, type: type, names: names}
+    end
 
     defp check_type!(op, type) do
-      unless type in ExBurn.Type.supported() do
+      unless type in ExBurn.Type.supported() or Complex.complex?(type) do
         raise ExBurn.Error.new(
                 kind: :unsupported_dtype,
                 op: op,
-                message:
-                  "type #{inspect(type)} is not supported by Burn (complex, f8 and sub-byte integers are not)"
+                message: "type #{inspect(type)} is not supported by Burn (f8 and sub-byte integers are not)"
               )
       end
     end

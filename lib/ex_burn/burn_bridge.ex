@@ -234,27 +234,47 @@ defmodule ExBurn.BurnBridge do
   @doc """
   Matrix product: `a`'s last axis with `b`'s first (rank 2) or second-to-last axis; leading
   axes of rank >= 3 operands are batch axes and must agree.
-  """
-  @spec matmul(tensor(), tensor()) :: tensor()
-  def matmul(%Tensor{shape: sa} = a, %Tensor{shape: sb} = b) do
-    {ra, rb} = {tuple_size(sa), tuple_size(sb)}
-    batch = Kernel.min(Kernel.max(ra - 2, 0), Kernel.max(rb - 2, 0))
-    contract_b = if rb >= 2, do: rb - 2, else: 0
 
-    Op.eval1(:dot, [a, b],
-      contract_a: [ra - 1],
-      batch_a: Enum.to_list(0..(batch - 1)//1),
-      contract_b: [contract_b],
-      batch_b: Enum.to_list(0..(batch - 1)//1)
-    )
+  ## Options
+
+    * `:precision` - `:default` or `:highest` for f32 (default `ExBurn.dot_precision/0`)
+  """
+  @spec matmul(tensor(), tensor(), keyword()) :: tensor()
+  def matmul(%Tensor{shape: sa} = a, %Tensor{shape: sb} = b, opts \\ []) do
+    {ra, rb} = {tuple_size(sa), tuple_size(sb)}
+    batch = Enum.to_list(0..(Kernel.min(Kernel.max(ra - 2, 0), Kernel.max(rb - 2, 0)) - 1)//1)
+    contract_b = if rb >= 2, do: rb - 2, else: 0
+    dot(a, [ra - 1], batch, b, [contract_b], batch, opts)
   end
 
-  @doc "General contraction of `a`'s `contract_a` axes with `b`'s `contract_b` axes, batching over `batch_a`/`batch_b`."
-  @spec dot(tensor(), [non_neg_integer()], [non_neg_integer()], tensor(), [non_neg_integer()], [
-          non_neg_integer()
-        ]) :: tensor()
-  def dot(%Tensor{} = a, contract_a, batch_a, %Tensor{} = b, contract_b, batch_b) do
-    Op.eval1(:dot, [a, b], contract_a: contract_a, batch_a: batch_a, contract_b: contract_b, batch_b: batch_b)
+  @doc """
+  General contraction of `a`'s `contract_a` axes with `b`'s `contract_b` axes, batching over
+  `batch_a`/`batch_b`.
+
+  ## Options
+
+    * `:precision` - `:default` (TF32 tensor cores for f32 on recent NVIDIA GPUs) or
+      `:highest` (full f32 accuracy); default `ExBurn.dot_precision/0`
+  """
+  @spec dot(
+          tensor(),
+          [non_neg_integer()],
+          [non_neg_integer()],
+          tensor(),
+          [non_neg_integer()],
+          [non_neg_integer()],
+          keyword()
+        ) :: tensor()
+  def dot(%Tensor{} = a, contract_a, batch_a, %Tensor{} = b, contract_b, batch_b, opts \\ []) do
+    opts = Keyword.validate!(opts, precision: ExBurn.dot_precision())
+
+    Op.eval1(:dot, [a, b],
+      contract_a: contract_a,
+      batch_a: batch_a,
+      contract_b: contract_b,
+      batch_b: batch_b,
+      precision: opts[:precision]
+    )
   end
 
   @doc "Softmax along `axis` (default the last)."

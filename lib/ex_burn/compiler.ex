@@ -24,9 +24,10 @@ if Code.ensure_loaded?(Nx) do
         `Nx.Defn.Kernel.hook/3` (as in `Nx.Defn.Evaluator`)
       * `:max_concurrency` - the number of `Nx.Serving` partitions (default 1)
 
-    Expressions the engine cannot run (functions given to `Nx.reduce/4` and
-    `Nx.window_reduce/5`, runtime calls, complex numbers, hooks inside `while`/`cond`) raise
-    `ExBurn.Error` of kind `:unsupported` naming the op when the function is compiled.
+    Expressions the engine cannot run (runtime calls, functions given to `Nx.reduce/4` or
+    `Nx.window_reduce/5` that are not element-wise, hooks inside `while`/`cond`, complex ops
+    without a lowering) raise `ExBurn.Error` of kind `:unsupported` naming the op when the
+    function is compiled.
     """
 
     @behaviour Nx.Defn.Compiler
@@ -146,7 +147,8 @@ if Code.ensure_loaded?(Nx) do
 
     defp to_device(%Nx.Tensor{} = t, device) do
       t = Nx.devectorize(t, keep_names: false)
-      Tensor.from_binary(Nx.to_binary(t), t.shape, t.type, device: device)
+      {type, shape} = ExBurn.Defn.Complex.storage(t.type, t.shape)
+      Tensor.from_binary(Nx.to_binary(t), shape, type, device: device)
     end
 
     defp to_device(number, device) when is_number(number), do: to_device(Nx.tensor(number), device)

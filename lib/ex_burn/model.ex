@@ -131,8 +131,12 @@ defmodule ExBurn.Model do
   defp to_spec(%{layers: _, output: _} = spec), do: spec
 
   defp to_spec(%{__struct__: Axon} = axon) do
-    if Code.ensure_loaded?(ExBurn.Axon) do
-      axon |> ExBurn.Axon.to_layers() |> ExBurn.Layers.to_spec()
+    # ExBurn.Axon exists only when Axon was loadable at compile time; called through a
+    # variable so builds without Axon do not warn.
+    converter = ExBurn.Axon
+
+    if Code.ensure_loaded?(converter) do
+      axon |> converter.to_layers() |> ExBurn.Layers.to_spec()
     else
       raise ExBurn.Error.new(kind: :unsupported, op: :compile, message: "Axon models need Axon loaded")
     end
@@ -306,14 +310,15 @@ defmodule ExBurn.Model do
 
   @doc """
   The model's output for `input` in inference mode (dropout off, batch-norm running
-  statistics). `input` is an `ExBurn.Tensor` (or a list for several inputs, or an Nx tensor
-  when Nx is loaded).
+  statistics), computed natively in one NIF call. `input` is an `ExBurn.Tensor` (or a list
+  for several inputs); when Nx is loaded it may be an Nx tensor, and the output is then an Nx
+  tensor on `ExBurn.Backend` (usable directly in `defn` code compiled by `ExBurn.Compiler`).
 
   ## Options
 
     * `:batch_size` - evaluate in batches of this size (default: all at once)
   """
-  @spec predict(t(), term(), keyword()) :: {:ok, Tensor.t()} | {:error, ExBurn.Error.t()}
+  @spec predict(t(), term(), keyword()) :: {:ok, Tensor.t() | struct()} | {:error, ExBurn.Error.t()}
   def predict(%__MODULE__{} = model, input, opts \\ []) do
     {:ok, ExBurn.Training.predict(model, input, opts)}
   rescue
@@ -321,7 +326,7 @@ defmodule ExBurn.Model do
   end
 
   @doc "Same as `predict/3`: the forward pass in inference mode."
-  @spec forward(t(), term(), keyword()) :: {:ok, Tensor.t()} | {:error, ExBurn.Error.t()}
+  @spec forward(t(), term(), keyword()) :: {:ok, Tensor.t() | struct()} | {:error, ExBurn.Error.t()}
   def forward(model, input, opts \\ []), do: predict(model, input, opts)
 
   @doc """

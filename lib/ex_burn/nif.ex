@@ -1,9 +1,10 @@
 defmodule ExBurn.Nif do
   @moduledoc false
   # NIF stubs, generated from one list, and the loader. With rustler_precompiled loaded (a hex
-  # install) the artifact for this target and variant is downloaded and checksum-verified, or
-  # built with cargo when ExBurn.Nif.Config decides so. Otherwise, and in a checkout where
-  # bin/setup built priv/native/libex_burn_nif, that local library is loaded.
+  # install) the artifact for this target and variant is downloaded from EX_BURN_BASE_URL (default:
+  # the GitHub release) and checksum-verified, or built with cargo when ExBurn.Nif.Config decides
+  # so. Otherwise, and in a checkout where bin/setup built priv/native/libex_burn_nif, that local
+  # library is loaded.
 
   alias ExBurn.Nif.Config
 
@@ -58,14 +59,23 @@ defmodule ExBurn.Nif do
   local? = Enum.any?(local_files, &File.exists?/1)
 
   if Config.loader(Code.ensure_loaded?(RustlerPrecompiled), local?) == :precompiled do
+    # The plan depends on which artifacts the checksum file lists (unlisted ones are built).
+    @external_resource Config.checksum_path()
     version = Mix.Project.config()[:version]
     plan = Config.plan(Config.inputs(version, Application.compile_env(:ex_burn, :variant)))
     if plan.error, do: Mix.raise(plan.error)
 
     opts = Config.rustler_precompiled_options(plan, version)
     # Evaluated, not written as `use`: a `use` in either branch would be expanded even when
-    # RustlerPrecompiled does not exist (Nx-free, Hex-free builds).
-    Code.eval_quoted(quote(do: use(RustlerPrecompiled, var!(opts))), [opts: opts], __ENV__)
+    # RustlerPrecompiled does not exist (Nx-free, Hex-free builds). A failed download or
+    # checksum is re-raised with what to do about it (and a bad tarball leaves the cache).
+    try do
+      Code.eval_quoted(quote(do: use(RustlerPrecompiled, var!(opts))), [opts: opts], __ENV__)
+    rescue
+      e in RuntimeError ->
+        if plan.force_build?, do: reraise(e, __STACKTRACE__)
+        Mix.raise(Config.download_error(Exception.message(e), plan, version))
+    end
   else
     @on_load :load_local
     @doc false

@@ -222,8 +222,16 @@ defmodule ExBurn.Training do
     if opts[:accuracy], do: {s.loss, Map.get(s, :accuracy)}, else: s.loss
   end
 
-  @doc "The model's output in inference mode. Options: `:batch_size` (default: all at once)."
-  @spec predict(Model.t(), term(), keyword()) :: Tensor.t()
+  @doc """
+  The model's output in inference mode, one NIF call. `inputs` are `ExBurn.Tensor`s or, when
+  Nx is loaded, Nx tensors: then the output is an Nx tensor on `ExBurn.Backend` (on the
+  model's device), and inputs already on `ExBurn.Backend` are used without a copy.
+
+  ## Options
+
+    * `:batch_size` - evaluate in batches of this size (default: all at once)
+  """
+  @spec predict(Model.t(), term(), keyword()) :: Tensor.t() | struct()
   def predict(%Model{} = model, inputs, opts \\ []) do
     opts = Keyword.validate!(opts, batch_size: nil)
     d = device_data(model, inputs, nil)
@@ -232,7 +240,15 @@ defmodule ExBurn.Training do
     model.ref
     |> then(&Native.call(:model_predict, [&1, d.inputs, bs], :predict, flavour(model)))
     |> Tensor.wrap()
+    |> like_input(inputs)
   end
+
+  if Code.ensure_loaded?(Nx) do
+    defp like_input(out, [first | _]), do: like_input(out, first)
+    defp like_input(out, %Nx.Tensor{}), do: ExBurn.Backend.nx_tensor(out)
+  end
+
+  defp like_input(out, _inputs), do: out
 
   @doc "Same as `predict/3`."
   @spec forward(Model.t(), term(), keyword()) :: Tensor.t()
@@ -282,11 +298,16 @@ defmodule ExBurn.Training do
   @doc false
   def device_data(model, inputs, targets) do
     inputs = if is_list(inputs), do: inputs, else: [inputs]
+    tensors = Enum.map(inputs, &to_tensor(&1, model.device))
 
     %{
-      inputs: Enum.map(inputs, &(&1 |> to_tensor(model.device) |> Map.fetch!(:ref))),
+      inputs: Enum.map(tensors, & &1.ref),
       target: targets && to_tensor(targets, model.device).ref,
-      n: inputs |> List.first() |> to_tensor(model.device) |> then(&elem(&1.shape, 0))
+      n:
+        case tensors do
+          [%Tensor{shape: shape} | _] when tuple_size(shape) > 0 -> elem(shape, 0)
+          _ -> 0
+        end
     }
   end
 
@@ -295,6 +316,10 @@ defmodule ExBurn.Training do
   defp to_tensor(%Tensor{} = t, device), do: Tensor.to_device(t, device)
 
   if Code.ensure_loaded?(Nx) do
+    # Nx tensors on ExBurn.Backend are used in place; others are copied once.
+    defp to_tensor(%Nx.Tensor{data: %{__struct__: ExBurn.Backend}} = t, device),
+      do: t |> ExBurn.Backend.burn_tensor() |> Tensor.to_device(device)
+
     defp to_tensor(%Nx.Tensor{} = t, device),
       do: Tensor.from_binary(Nx.to_binary(t), Nx.shape(t), Nx.type(t), device: device)
   end

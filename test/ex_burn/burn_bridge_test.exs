@@ -29,6 +29,15 @@ defmodule ExBurn.BurnBridgeTest do
     assert to_list(BurnBridge.round(Tensor.new([2.5, -2.5]))) == [3.0, -3.0]
   end
 
+  test "matmul precision: :highest is accepted, :default is the default, others are refused" do
+    x = Tensor.new([[1.1, 2.2, 3.3], [4.4, 5.5, 6.6]])
+    y = BurnBridge.transpose(x)
+    assert ExBurn.dot_precision() == :default
+    assert to_list(BurnBridge.matmul(x, y, precision: :highest)) == to_list(BurnBridge.matmul(x, y))
+    assert_raise ExBurn.Error, fn -> BurnBridge.matmul(x, y, precision: :fast) end
+    assert_raise ExBurn.Error, ~r/dot_precision/, fn -> ExBurn.configure!(dot_precision: :fast) end
+  end
+
   test "reductions, matmul and shape ops" do
     x = Tensor.new([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     assert to_list(BurnBridge.sum(x, axes: [0])) == [5.0, 7.0, 9.0]

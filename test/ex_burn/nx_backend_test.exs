@@ -1,14 +1,15 @@
-defmodule ExBurn.NxBackendTest do
-  @moduledoc """
-  Table-driven agreement of `ExBurn.Backend` with `Nx.BinaryBackend`: every op of the tables
-  below, on every type it accepts, on several shapes. Inputs are deterministic and kept in each
-  op's domain (and away from x/0, which raises on the BinaryBackend built with complex 0.6).
-  """
-  use ExUnit.Case, async: true
+# Compiled only when Nx is loadable (the Nx-free build has no Nx modules to refer to).
+if Code.ensure_loaded?(Nx) do
+  defmodule ExBurn.NxBackendTest do
+    @moduledoc """
+    Table-driven agreement of `ExBurn.Backend` with `Nx.BinaryBackend`: every op of the tables
+    below, on every type it accepts, on several shapes. Inputs are deterministic and kept in each
+    op's domain (and away from x/0, which raises on the BinaryBackend built with complex 0.6).
+    """
+    use ExUnit.Case, async: true
 
-  @moduletag :nx
+    @moduletag :nx
 
-  if Code.ensure_loaded?(Nx) do
     @floats [{:f, 16}, {:bf, 16}, {:f, 32}, {:f, 64}]
     @signed [{:s, 8}, {:s, 16}, {:s, 32}, {:s, 64}]
     @unsigned [{:u, 8}, {:u, 16}, {:u, 32}, {:u, 64}]
@@ -195,6 +196,93 @@ defmodule ExBurn.NxBackendTest do
       end
     end
 
+    # (quoted: closures cannot be escaped into test bodies)
+    @complex_ops [
+      {:add, quote(do: &Nx.add/2)},
+      {:subtract, quote(do: &Nx.subtract/2)},
+      {:multiply, quote(do: &Nx.multiply/2)},
+      {:divide, quote(do: &Nx.divide/2)},
+      {:equal, quote(do: &Nx.equal/2)},
+      {:dot, quote(do: &Nx.dot(&1, Nx.transpose(&2)))},
+      {:abs, quote(do: &Nx.abs/1)},
+      {:conjugate, quote(do: &Nx.conjugate/1)},
+      {:real, quote(do: &Nx.real/1)},
+      {:imag, quote(do: &Nx.imag/1)},
+      {:exp, quote(do: &Nx.exp/1)},
+      {:sqrt, quote(do: &Nx.sqrt/1)},
+      {:phase, quote(do: &Nx.phase/1)},
+      {:sum, quote(do: &Nx.sum(&1, axes: [1]))},
+      {:transpose, quote(do: &Nx.transpose/1)},
+      {:concatenate, quote(do: &Nx.concatenate([&1, &2], axis: 1))},
+      {:take, quote(do: &Nx.take(&1, Nx.tensor([2, 0]), axis: 1))},
+      {:fft, quote(do: &Nx.fft/1)},
+      {:ifft, quote(do: &Nx.ifft(&1, length: 4))},
+      {:as_type_f32, quote(do: &Nx.as_type(&1, :f32))}
+    ]
+
+    for {name, fun} <- @complex_ops, type <- [{:c, 64}, {:c, 128}] do
+      test "complex #{name} on #{inspect(type)}" do
+        fun = unquote(fun)
+        a = complex({2, 3}, unquote(type), 0)
+        b = complex({2, 3}, unquote(type), 1)
+        args = if is_function(fun, 1), do: [a], else: [a, b]
+        compare(fun, args, "complex")
+      end
+    end
+
+    test "real and complex operands mix" do
+      compare(&Nx.multiply/2, [complex({3}, {:c, 64}, 0), input({3}, {:s, 32}, :positive, 0)], "c64 * s32")
+      compare(&Nx.add/2, [input({3}, {:f, 64}, :any, 0), complex({3}, {:c, 64}, 1)], "f64 + c64")
+    end
+
+    test "unsupported callbacks are derived from the behaviour and pinned" do
+      assert ExBurn.Backend.unsupported_callbacks() == [from_pointer: 5, to_pointer: 2]
+
+      error =
+        assert_raise ExBurn.Error, fn ->
+          Nx.to_pointer(Nx.tensor([1], backend: ExBurn.Backend), mode: :local)
+        end
+
+      assert error.kind == :unsupported and error.op == :to_pointer
+    end
+
+    test "types Burn lacks are refused, naming the op and type" do
+      for type <- [{:f, 8}, {:u, 2}, {:s, 4}] do
+        error = assert_raise ExBurn.Error, fn -> Nx.tensor([1], type: type, backend: ExBurn.Backend) end
+        assert error.kind == :unsupported_dtype
+        assert error.message =~ inspect(type)
+      end
+    end
+
+    test "copy, transfer and deallocate really move and free" do
+      t = Nx.tensor([1.0, 2.0, 3.0], backend: {ExBurn.Backend, device: :cpu})
+      copy = Nx.backend_copy(t, ExBurn.Backend)
+      assert copy.data.tensor.ref != t.data.tensor.ref
+      assert Nx.backend_deallocate(copy) == :ok
+      assert Nx.backend_deallocate(copy) == :already_deallocated
+      assert Nx.to_list(t) == [1.0, 2.0, 3.0]
+
+      binary = Nx.backend_transfer(t, Nx.BinaryBackend)
+      assert %Nx.BinaryBackend{} = binary.data
+      assert_raise ExBurn.Error, ~r/deallocated/, fn -> Nx.to_list(t) end
+      assert Nx.to_list(binary) == [1.0, 2.0, 3.0]
+    end
+
+    test "to_binary honours limit and inspect shows values" do
+      t = Nx.iota({4}, type: :s16, backend: ExBurn.Backend)
+      assert Nx.to_binary(t, limit: 2) == <<0::16-little, 1::16-little>>
+      assert inspect(t) =~ "[0, 1, 2, 3]"
+      c = Nx.tensor([Complex.new(1, 2), Complex.new(3, -4)], backend: ExBurn.Backend)
+      assert inspect(c) =~ "[1.0+2.0i, 3.0-4.0i]"
+    end
+
+    test "to_batched slices along the first axis, repeating or discarding the leftover" do
+      t = Nx.iota({5, 2}, backend: ExBurn.Backend)
+      repeat = t |> Nx.to_batched(2, leftover: :repeat) |> Enum.map(&Nx.to_list/1)
+      assert repeat == [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], [0, 1]]]
+      assert t |> Nx.to_batched(2, leftover: :discard) |> Enum.count() == 2
+    end
+
     test "mixed input types follow Nx's promotion" do
       for a <- [{:u, 8}, {:s, 16}, {:f, 16}, {:bf, 16}], b <- [{:s, 8}, {:u, 32}, {:f, 32}] do
         compare(
@@ -228,6 +316,9 @@ defmodule ExBurn.NxBackendTest do
       end)
     end
 
+    defp close?(%Complex{} = a, %Complex{} = b, {:c, bits}, rtol),
+      do: close?(a.re, b.re, {:f, div(bits, 2)}, rtol) and close?(a.im, b.im, {:f, div(bits, 2)}, rtol)
+
     defp close?(a, a, _type, _rtol), do: true
     defp close?(a, b, _type, _rtol) when is_atom(a) or is_atom(b), do: false
 
@@ -239,6 +330,12 @@ defmodule ExBurn.NxBackendTest do
       else
         false
       end
+    end
+
+    defp complex(shape, type, salt) do
+      n = Nx.size(shape)
+      values = for i <- 0..(n - 1)//1, do: Complex.new(rem(i * 3 + salt, 5) - 1.5, rem(i + 2 * salt, 4) - 0.5)
+      values |> Nx.tensor(type: type, backend: Nx.BinaryBackend) |> Nx.reshape(shape)
     end
 
     # Deterministic inputs of `shape` and `type` in a domain; `salt` varies the second operand.

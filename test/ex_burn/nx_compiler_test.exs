@@ -1,13 +1,14 @@
-defmodule ExBurn.NxCompilerTest do
-  @moduledoc """
-  `ExBurn.Compiler`: lowering (pure Elixir), one NIF call per run, caching, control flow,
-  containers, hooks, blocks, and gradients against `Nx.Defn.Evaluator` on `Nx.BinaryBackend`.
-  """
-  use ExUnit.Case, async: false
+# Compiled only when Nx is loadable (the Nx-free build has no Nx modules to refer to).
+if Code.ensure_loaded?(Nx) do
+  defmodule ExBurn.NxCompilerTest do
+    @moduledoc """
+    `ExBurn.Compiler`: lowering (pure Elixir), one NIF call per run, caching, control flow,
+    containers, hooks, blocks, and gradients against `Nx.Defn.Evaluator` on `Nx.BinaryBackend`.
+    """
+    use ExUnit.Case, async: false
 
-  @moduletag :nx
+    @moduletag :nx
 
-  if Code.ensure_loaded?(Nx) do
     import Nx.Defn
     alias Nx.Defn.Composite
 
@@ -17,7 +18,8 @@ defmodule ExBurn.NxCompilerTest do
       :ok
     end
 
-    defp burn_jit(fun, args, opts \\ []), do: Nx.Defn.jit_apply(fun, args, [compiler: ExBurn.Compiler] ++ opts)
+    defp burn_jit(fun, args, opts \\ []),
+      do: Nx.Defn.jit_apply(fun, args, [compiler: ExBurn.Compiler] ++ opts)
 
     defp reference(fun, args) do
       args = Enum.map(args, &to_binary_backend/1)
@@ -95,8 +97,7 @@ defmodule ExBurn.NxCompilerTest do
     end
 
     test "while lowers to one instruction with condition and body sub-programs" do
-      lowered =
-        ExBurn.Compiler.lower(&count_to/2, [Nx.template({}, :s32), Nx.template({}, :s32)])
+      lowered = ExBurn.Compiler.lower(&count_to/2, [Nx.template({}, :s32), Nx.template({}, :s32)])
 
       assert [%{op: {:while, %{cond: c, body: b, state: 2}}, args: [0, 1]}] = lowered.term.instrs
       assert c.inputs == 2 and length(c.outputs) == 1
@@ -111,7 +112,7 @@ defmodule ExBurn.NxCompilerTest do
       assert Enum.all?(branches, &(&1.inputs == 1))
     end
 
-    defn with_constant(x), do: x * Nx.tensor([1.0, 2.0, 3.0])
+    defn(with_constant(x), do: x * Nx.tensor([1.0, 2.0, 3.0]))
 
     test "tensors inside the function become program constants" do
       lowered = ExBurn.Compiler.lower(&with_constant/1, [Nx.template({3}, :f32)])
@@ -121,7 +122,7 @@ defmodule ExBurn.NxCompilerTest do
     end
 
     test "unsupported expressions fail when compiled, naming the op" do
-      fun = fn x -> Nx.reduce(x, 0, &Nx.add/2) end
+      fun = fn x -> Nx.reduce(x, 0, fn a, acc -> Nx.add(Nx.sum(a), acc) end) end
       error = assert_raise ExBurn.Error, fn -> burn_jit(fun, [Nx.tensor([1, 2])]) end
       assert error.kind == :unsupported and error.op == :reduce
     end
@@ -168,6 +169,22 @@ defmodule ExBurn.NxCompilerTest do
       end
     end
 
+    defn(fold_max(x),
+      do: Nx.reduce(x, Nx.Constants.neg_infinity(), [axes: [1]], fn a, acc -> Nx.max(a, acc) end)
+    )
+
+    defn(fold_window(x),
+      do: Nx.window_reduce(x, 0.0, {2, 2}, [strides: [1, 2]], fn a, acc -> a * 0.5 + acc end)
+    )
+
+    test "functions given to reduce and window_reduce become sub-programs" do
+      lowered = ExBurn.Compiler.lower(&fold_max/1, [Nx.template({3, 4}, :f32)])
+      assert %{op: {:reduce, %{body: %{inputs: 2, outputs: [_]}}}} = List.last(lowered.term.instrs)
+      x = Nx.iota({3, 4}, type: :f32) |> Nx.subtract(5) |> Nx.abs()
+      assert_all_close(burn_jit(&fold_max/1, [x]), reference(&fold_max/1, [x]))
+      assert_all_close(burn_jit(&fold_window/1, [x]), reference(&fold_window/1, [x]))
+    end
+
     test "results agree with the evaluator" do
       x = Nx.iota({3, 4}, type: :f32) |> Nx.subtract(5)
 
@@ -200,9 +217,33 @@ defmodule ExBurn.NxCompilerTest do
       assert Nx.to_list(value) == [2, 4]
     end
 
-    test "ExBurn.Defn.Compiler is an alias" do
-      assert Nx.to_list(Nx.Defn.jit_apply(&chain/1, [Nx.tensor([0.0])], compiler: ExBurn.Defn.Compiler)) ==
-               Nx.to_list(burn_jit(&chain/1, [Nx.tensor([0.0])]))
+    test "ExBurn.Defn.Compiler and ExBurn are aliases" do
+      want = Nx.to_list(burn_jit(&chain/1, [Nx.tensor([0.0])]))
+
+      for compiler <- [ExBurn.Defn.Compiler, ExBurn] do
+        result = Nx.Defn.jit_apply(&chain/1, [Nx.tensor([0.0])], compiler: compiler)
+        assert Nx.to_list(result) == want
+        assert %ExBurn.Backend{} = result.data
+      end
+    end
+
+    test "a model predicts Nx tensors in place and returns one on ExBurn.Backend" do
+      model =
+        ExBurn.Layers.input("x", shape: {nil, 3})
+        |> ExBurn.Layers.dense(2, name: "out")
+        |> ExBurn.Model.compile(seed: 3)
+
+      x = Nx.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]])
+      {:ok, from_binary} = ExBurn.Model.predict(model, x)
+      {:ok, in_place} = ExBurn.Model.predict(model, Nx.backend_transfer(x, ExBurn.Backend))
+      assert %ExBurn.Backend{} = from_binary.data
+      assert Nx.shape(in_place) == {2, 2}
+      assert Nx.to_list(in_place) == Nx.to_list(from_binary)
+      # the same as the ExBurn.Tensor path
+      {:ok, t} =
+        ExBurn.Model.predict(model, ExBurn.Backend.burn_tensor(Nx.backend_transfer(x, ExBurn.Backend)))
+
+      assert ExBurn.Tensor.to_list(t) == Nx.to_list(in_place)
     end
 
     # ---- gradients ----

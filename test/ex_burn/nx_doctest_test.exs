@@ -26,13 +26,21 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @doc false
-    # `exclusions` maps a reason to entries: `:moduledoc`, `{fun, arity}` or a test name
-    # ("Nx.tensor/2 (17)").
+    # `exclusions` maps a reason to entries: `:moduledoc`, `{fun, arity}`, or
+    # `{"Nx.tensor/2", [17, 18]}` for single examples.
     def reason(module, name, exclusions) do
       key = key(inspect(module), name)
+      exclusions = if System.get_env("EX_BURN_DOCTEST_ALL") in [nil, "", "0"], do: exclusions, else: %{}
 
-      Enum.find_value(exclusions, fn {reason, entries} -> if key in entries or name in entries, do: reason end)
+      Enum.find_value(exclusions, fn {reason, entries} ->
+        if Enum.any?(entries, &matches?(&1, key, name)), do: reason
+      end)
     end
+
+    defp matches?({fun, examples}, _key, name) when is_binary(fun),
+      do: Enum.any?(examples, &(name == "#{fun} (#{&1})"))
+
+    defp matches?(entry, key, _name), do: entry == key
 
     defp key(mod, "module " <> _), do: mod && :moduledoc
 
@@ -57,19 +65,26 @@ if Code.ensure_loaded?(Nx) do
   end
 end
 
-defmodule ExBurn.NxDoctestTest do
-  @moduledoc """
-  Nx 0.13.1's own doctests, run with `ExBurn.Backend` as the default backend and
-  `ExBurn.Compiler` as the default `defn` compiler.
+if Code.ensure_loaded?(Nx) do
+  defmodule ExBurn.NxDoctestTest do
+    @moduledoc """
+    Nx 0.13.1's own doctests, run with `ExBurn.Backend` as the default backend and
+    `ExBurn.Compiler` as the default `defn` compiler.
 
-  `EX_BURN_TEST_DEVICE=cuda` runs them on `{:cuda, 0}`. Excluded examples are registered as
-  skipped with their reason (below), so `mix test` reports run / passing / skipped.
-  """
-  use ExUnit.Case, async: false
+    Counts on the CPU (flex), Nx 0.13.1 (run / passing / excluded): 1378 / 1340 / 38 (Nx 978 / 966 / 12,
+    Nx.LinAlg 112 / 100 / 12, Nx.Random 31 / 26 / 5, Nx.Constants 58 / 50 / 8, Nx.Defn.Composite
+    3 / 2 / 1; Nx.Shape, Nx.Type, Nx.Floating, Nx.Batch, Nx.Defn, Nx.Defn.Kernel all passing).
+    By reason: f8/sub-byte types 12, rounding 20 (f32 accumulation 15, f64 special functions 5),
+    complex ops without a lowering 4, opaque-tensor equality 1, singular-matrix raise 1.
 
-  @moduletag :nx
+    `EX_BURN_TEST_DEVICE=cuda` runs them on `{:cuda, 0}`. Excluded examples are registered as
+    skipped with their reason (below), so `mix test` reports run / passing / skipped;
+    `EX_BURN_DOCTEST_ALL=1` runs the excluded ones too (to see which still fail, and how).
+    """
+    use ExUnit.Case, async: false
 
-  if Code.ensure_loaded?(Nx) do
+    @moduletag :nx
+
     import ExBurn.NxDoctests
 
     setup do
@@ -79,7 +94,63 @@ defmodule ExBurn.NxDoctestTest do
       :ok
     end
 
-    @exclusions %{}
+    # Every exclusion, by reason: `{"Module.fun/arity", [example numbers]}` (numbered as ExUnit
+    # names doctests; `{fun, arity}` would exclude all of a function's examples).
+    # Where the behaviour is covered elsewhere, the comment says where.
+    @exclusions %{
+      # Complex tensors are pairs of floats (ExBurn.Defn.Complex); these ops have no complex
+      # lowering: products over axes (determinant), triangular solves and convolutions.
+      "to be done: complex ops without a lowering" => [
+        {"Nx.conv/3", [781]},
+        {"Nx.LinAlg.triangular_solve/3", [35]},
+        {"Nx.LinAlg.determinant/1", [99, 100]}
+      ],
+      # Burn has no 8-bit floats nor 2/4-bit integers: creating one raises ExBurn.Error
+      # :unsupported_dtype (pinned in test/ex_burn/nx_backend_test.exs).
+      "inherently unsupported: f8 and sub-byte integer types" => [
+        {"Nx.tensor/2", [42, 43, 44]},
+        {"Nx.bit_size/1", [254]},
+        {"Nx.Constants.nan/2", [1]},
+        {"Nx.Constants.infinity/2", [6]},
+        {"Nx.Constants.neg_infinity/2", [11]},
+        {"Nx.Constants.smallest_positive_normal/2", [33]},
+        {"Nx.Constants.epsilon/2", [39]},
+        {"Nx.Constants.pi/2", [45]},
+        {"Nx.Constants.e/2", [51]},
+        {"Nx.Constants.euler_gamma/2", [57]}
+      ],
+      # The example compares tensors with ===, true only for BinaryBackend's binaries.
+      "inherently unsupported: structural equality of opaque tensors" => [
+        {"Nx.Defn.Composite.flatten_list/2", [3]}
+      ],
+      # Raising on a zero pivot needs a device-to-host read per solve; the result holds Inf/NaN
+      # instead, as on EXLA (solves: native/ex_burn_core/tests/engine/linalg.rs).
+      "inherently unsupported: raising on singular matrices" => [
+        {"Nx.LinAlg.triangular_solve/3", [40]}
+      ],
+      # Nx.BinaryBackend computes f32 math in f64 and rounds once (sums, dots, and the LinAlg
+      # algorithms built on them); ExBurn accumulates in the tensor's type. Values agree to the
+      # last digit or two (tolerance checks: test/ex_burn/nx_backend_test.exs).
+      "rounding: f32 accumulation" => [
+        {"Nx.logsumexp/2", [976, 977]},
+        {"Nx.LinAlg.cholesky/1", [5]},
+        {"Nx.LinAlg.pinv/2", [67]},
+        {"Nx.LinAlg.svd/2", [75]},
+        {"Nx.LinAlg.lu/1", [79]},
+        {"Nx.LinAlg.matrix_power/2", [87]},
+        {"Nx.LinAlg.least_squares/3", [106, 107, 108]},
+        {"Nx.Random.normal/4", [16, 18, 19]},
+        {"Nx.Random.multivariate_normal/4", [21, 23]}
+      ],
+      # f64 special functions differ from the reference in the last bits: ExBurn's erf_inv is
+      # accurate to ~1e-16 (the reference's approximation to ~1e-8), erfc is 1 - erf, and log1p
+      # is Rust's ln_1p (1 ulp from :math.log(1 + x) at x = 2).
+      "rounding: f64 special functions" => [
+        {"Nx.erf_inv/1", [453, 476]},
+        {"Nx.erfc/1", [454, 477]},
+        {"Nx.log1p/1", [480]}
+      ]
+    }
 
     doctests(Nx, @exclusions)
     doctests(Nx.LinAlg, @exclusions)
@@ -94,15 +165,13 @@ defmodule ExBurn.NxDoctestTest do
     doctests(Nx.Defn.Tree, @exclusions)
     doctests(Nx.Defn.Expr, @exclusions)
   end
-end
 
-defmodule ExBurn.NxKernelDoctestTest do
-  @moduledoc "Nx.Defn.Kernel's doctests (they need the kernel's operators imported)."
-  use ExUnit.Case, async: false
+  defmodule ExBurn.NxKernelDoctestTest do
+    @moduledoc "Nx.Defn.Kernel's doctests (they need the kernel's operators imported)."
+    use ExUnit.Case, async: false
 
-  @moduletag :nx
+    @moduletag :nx
 
-  if Code.ensure_loaded?(Nx) do
     import ExBurn.NxDoctests
     use Nx.Defn.Kernel
 

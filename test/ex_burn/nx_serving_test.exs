@@ -1,10 +1,11 @@
-defmodule ExBurn.NxServingTest do
-  @moduledoc "`ExBurn.Serving`: inline, supervised, partitioned, a model, and two BEAM nodes."
-  use ExUnit.Case, async: false
+# Compiled only when Nx is loadable (the Nx-free build has no Nx modules to refer to).
+if Code.ensure_loaded?(Nx) do
+  defmodule ExBurn.NxServingTest do
+    @moduledoc "`ExBurn.Serving`: inline, supervised, partitioned, a model, and two BEAM nodes."
+    use ExUnit.Case, async: false
 
-  @moduletag :nx
+    @moduletag :nx
 
-  if Code.ensure_loaded?(Nx) do
     import Nx.Defn
 
     setup do
@@ -13,8 +14,8 @@ defmodule ExBurn.NxServingTest do
       :ok
     end
 
-    defn scale(x), do: x * 2 + 1
-    defn affine(params, x), do: Nx.dot(x, params.w) + params.b
+    defn(scale(x), do: x * 2 + 1)
+    defn(affine(params, x), do: Nx.dot(x, params.w) + params.b)
 
     defp params, do: %{w: Nx.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]), b: Nx.tensor([0.5, -0.5])}
 
@@ -45,7 +46,9 @@ defmodule ExBurn.NxServingTest do
 
       results =
         1..12
-        |> Task.async_stream(fn i -> ExBurn.Serving.run(ExBurn.TestServing, Nx.tensor([[i * 1.0, 0.0, 1.0]])) end)
+        |> Task.async_stream(fn i ->
+          ExBurn.Serving.run(ExBurn.TestServing, Nx.tensor([[i * 1.0, 0.0, 1.0]]))
+        end)
         |> Enum.map(fn {:ok, out} -> Nx.to_list(out) end)
 
       assert results == for(i <- 1..12, do: [[i + 1.5, 0.5]])
@@ -55,10 +58,17 @@ defmodule ExBurn.NxServingTest do
     end
 
     test "partitions: one serving process per max_concurrency" do
-      serving = ExBurn.Serving.build(&scale/1, batch_size: 2, partitions: true, defn_options: [max_concurrency: 2])
+      serving =
+        ExBurn.Serving.build(&scale/1, batch_size: 2, partitions: true, defn_options: [max_concurrency: 2])
+
       start_supervised!({Nx.Serving, serving: serving, name: ExBurn.TestPartitions})
       assert ExBurn.Serving.status(ExBurn.TestPartitions).nodes == %{node() => 2}
-      assert Nx.to_list(ExBurn.Serving.run(ExBurn.TestPartitions, Nx.tensor([[0.0], [1.0], [2.0]]))) == [[1.0], [3.0], [5.0]]
+
+      assert Nx.to_list(ExBurn.Serving.run(ExBurn.TestPartitions, Nx.tensor([[0.0], [1.0], [2.0]]))) == [
+               [1.0],
+               [3.0],
+               [5.0]
+             ]
     end
 
     test "a compiled ExBurn.Model serves its predictions" do
@@ -108,7 +118,10 @@ defmodule ExBurn.NxServingTest do
     defp start_peer do
       with :ok <- ensure_distributed() do
         args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
-        {:ok, peer, node} = :peer.start_link(%{name: :"exburn_peer_#{System.unique_integer([:positive])}", args: args})
+
+        {:ok, peer, node} =
+          :peer.start_link(%{name: :"exburn_peer_#{System.unique_integer([:positive])}", args: args})
+
         :ok = :erpc.call(node, :code, :add_pathsa, [:code.get_path()])
         {:ok, peer, node}
       end

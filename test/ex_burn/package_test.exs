@@ -69,6 +69,28 @@ defmodule ExBurn.PackageTest do
     end
   end
 
+  test "hex deps: rustler_precompiled never 0.9.0, rustler optional and compile-time only" do
+    deps = ExBurn.MixProject.hex_deps()
+
+    {:rustler_precompiled, precompiled} = List.keyfind(deps, :rustler_precompiled, 0)
+    for v <- ~w(0.8.4 0.8.9 0.9.1 0.9.7 0.10.0 0.10.4), do: assert(Version.match?(v, precompiled), v)
+    for v <- ~w(0.8.3 0.9.0 0.11.0 1.0.0), do: refute(Version.match?(v, precompiled), v)
+
+    {:rustler, rustler, opts} = List.keyfind(deps, :rustler, 0)
+    assert opts[:optional] == true and opts[:runtime] == false
+    assert Version.match?("0.38.0", rustler)
+
+    # What the error messages and the installation guide tell users to add is the same line.
+    line = ~s({:rustler, "#{rustler}", runtime: false})
+    assert File.read!(Path.join(@root, "guides/installation.md")) =~ line
+    assert File.read!(Path.join(@root, "lib/ex_burn/nif/config.ex")) =~ line
+    refute File.read!(Path.join(@root, "lib/ex_burn/nif/config.ex")) =~ ~s({:rustler, ">)
+
+    for {name, _req, opts} <- Enum.filter(deps, &(tuple_size(&1) == 3)), opts[:only] do
+      assert opts[:runtime] == false, "#{name} is a tool, not a runtime dependency"
+    end
+  end
+
   test "the checksum file lists exactly a release's artifacts, or nothing for a -dev version" do
     version = Mix.Project.config()[:version]
     {map, _} = Code.eval_file(Path.join(@root, "checksum-Elixir.ExBurn.Nif.exs"))

@@ -75,9 +75,12 @@ defmodule ExBurn.ResourcesTest do
     )
 
     assert op_ms >= 1_000, "the op must be long for this test to mean anything"
-    assert length(lat) > 50
-    # A normal scheduler blocked by the op would show the whole op time (seconds).
-    assert p99 < 50_000
+    # A normal scheduler blocked by the op would answer one late ping carrying the
+    # whole op time; a responsive one answers many, none of them late by more than a
+    # fraction of the op (generous bounds: CI machines may be busy).
+    assert length(lat) > 10
+    assert max < op_ms * 1000 / 4
+    assert p99 < 250_000
   end
 
   defp ping_loop(acc) do

@@ -10,7 +10,8 @@ if Code.ensure_loaded?(Nx) do
     the enclosing scope and runs one branch sub-program; values a branch needs from the
     enclosing scope (and tensors captured by the function) are passed to sub-programs as inputs.
     `block`s with a native lowering become engine ops, the others are inlined from their default
-    implementation. Hooks are extra outputs, called after the run.
+    implementation. Functions given to `reduce`/`window_reduce` become sub-programs (see
+    `fold_body/1`). Hooks are extra outputs, called after the run.
 
     Unsupported expressions raise `ExBurn.Error` of kind `:unsupported` naming the op, at
     compile time.
@@ -45,7 +46,7 @@ if Code.ensure_loaded?(Nx) do
             outputs: non_neg_integer()
           }
 
-    @unsupported [:fun, :runtime_call, :fft, :ifft, :conjugate, :real, :imag]
+    @unsupported [:fun, :runtime_call]
 
     @doc """
     Lowers the expression container `outputs` (whose `:parameter` nodes are the `inputs`

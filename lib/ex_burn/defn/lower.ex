@@ -62,6 +62,8 @@ defmodule ExBurn.Defn.Lower do
   @index_ops ~w(gather indexed_add indexed_put take take_along_axis)a
   @creation ~w(constant eye iota)a
   @folds ~w(reduce window_reduce)a
+  # Ops on complex tensors only (lowered by ExBurn.Defn.Complex).
+  @complex_only ~w(conjugate real imag fft ifft)a
   @other ~w(as_type bitcast select clip dot conv argmax argmin sort argsort triangular_solve)a
 
   @ops Map.keys(@unary) ++
@@ -70,7 +72,8 @@ defmodule ExBurn.Defn.Lower do
          @binary_pred ++
          @reductions ++
          @windows ++
-         @window_scatters ++ @cumulative ++ @shape_ops ++ @index_ops ++ @creation ++ @folds ++ @other
+         @window_scatters ++
+         @cumulative ++ @shape_ops ++ @index_ops ++ @creation ++ @folds ++ @complex_only ++ @other
 
   # Engine ops that map elements independently (allowed in the bodies of reduce folds).
   @elementwise Map.values(@unary) ++
@@ -153,8 +156,25 @@ defmodule ExBurn.Defn.Lower do
   """
   @spec lower(atom(), tensor(), list()) :: recipe()
   def lower(name, out, args) do
+    if Enum.any?([out | tensors(args)], &ExBurn.Defn.Complex.complex?(&1.type)) do
+      ExBurn.Defn.Complex.lower(name, out, args)
+    else
+      lower_real(name, out, args)
+    end
+  end
+
+  @doc """
+  Lowers an op whose inputs and output are all real (`lower/3` without the complex dispatch;
+  `ExBurn.Defn.Complex` lowers each part of a complex op with it).
+  """
+  @spec lower_real(atom(), tensor(), list()) :: recipe()
+  def lower_real(name, out, args) do
     check_type!(name, out.type)
     do_lower(name, out, args)
+  end
+
+  defp tensors(args) do
+    args |> Enum.flat_map(&List.wrap/1) |> Enum.filter(&match?(%{shape: _, type: _}, &1))
   end
 
   defp check_type!(name, type) do
@@ -244,7 +264,15 @@ defmodule ExBurn.Defn.Lower do
   # ---- linear algebra, nn ----
 
   defp do_lower(:dot, out, [a, ca, ba, b, cb, bb]) do
-    attrs = [contract_a: ca, batch_a: ba, contract_b: cb, batch_b: bb, out: out.type]
+    attrs = [
+      contract_a: ca,
+      batch_a: ba,
+      contract_b: cb,
+      batch_b: bb,
+      out: out.type,
+      precision: ExBurn.dot_precision()
+    ]
+
     one([a, b], {:dot, attrs, [0, 1]})
   end
 
@@ -375,7 +403,7 @@ defmodule ExBurn.Defn.Lower do
     raise ExBurn.Error.new(
             kind: :unsupported_dtype,
             op: op,
-            message: "#{inspect(other)} is not a real number; complex numbers are not supported by Burn"
+            message: "#{inspect(other)} is not a number for a real tensor"
           )
   end
 end

@@ -11,10 +11,13 @@ defmodule ExBurn.Nif.Config do
     * `EX_BURN_VARIANT` - the same values as strings; unset or `auto` = detect a CUDA driver.
     * `EX_BURN_BUILD` - any value but `0`/`false` forces a source build (needs cargo and rustler).
     * `RUSTLER_PRECOMPILED_FORCE_BUILD_ALL` - rustler_precompiled's own switch; also forces.
-    * `EX_BURN_BASE_URL` - where the tarballs are downloaded from (mirrors).
+    * `EX_BURN_BASE_URL` - where the tarballs are downloaded from (mirrors, a local test server).
+    * `checksum-Elixir.ExBurn.Nif.exs` - only an artifact it lists can be downloaded.
 
-  A `-dev` version always builds from source. A target that is not in the matrix, or a variant
-  the matrix does not offer for it, builds from source when cargo and rustler are available.
+  An artifact that the checksum file does not list cannot be verified, so it is built from
+  source: every `-dev` version (its checksum file is empty) and any other unreleased commit. So
+  is a target that is not in the matrix, or a variant the matrix does not offer for it. A
+  source build needs cargo and rustler; without them the plan carries an error that explains.
   """
 
   alias ExBurn.Nif.Matrix
@@ -22,6 +25,7 @@ defmodule ExBurn.Nif.Config do
   @external_resource Matrix.path()
   @matrix Matrix.parse(File.read!(Matrix.path()))
   @crate "ex_burn_nif"
+  @checksum_path Path.expand("../../../checksum-Elixir.ExBurn.Nif.exs", __DIR__)
   @source_url "https://github.com/ex-burn/ex_burn"
 
   @typedoc "What the user asked for (`:cpu` is the default artifact)."
@@ -34,7 +38,8 @@ defmodule ExBurn.Nif.Config do
           variant_source: :config | :env | :auto | nil,
           artifact_variant: atom() | nil,
           force_build?: boolean(),
-          reason: nil | :requested | :dev_version | :unsupported_target | :unavailable_variant,
+          reason: nil | :requested | :dev_version | :unlisted | :unsupported_target | :unavailable_variant,
+          artifact: String.t() | nil,
           features: [String.t()],
           error: nil | String.t()
         }
@@ -70,11 +75,41 @@ defmodule ExBurn.Nif.Config do
   """
   @spec artifact_names(String.t()) :: [String.t()]
   def artifact_names(version) do
-    for nif <- nif_versions(), %{target: t, variant: v} <- @matrix.entries do
-      windows? = String.contains?(t, "windows")
-      suffix = if v, do: "--#{v}", else: ""
-      prefix = if windows?, do: "", else: "lib"
-      "#{prefix}#{@crate}-v#{version}-nif-#{nif}-#{t}#{suffix}.#{if windows?, do: "dll", else: "so"}.tar.gz"
+    for nif <- nif_versions(),
+        %{target: t, variant: v} <- @matrix.entries,
+        do: artifact_name(version, nif, t, v)
+  end
+
+  @doc "The tarball name of one artifact (`variant` `nil` for the default artifact)."
+  @spec artifact_name(String.t(), String.t(), String.t(), atom() | nil) :: String.t()
+  def artifact_name(version, nif, target, variant) do
+    windows? = String.contains?(target, "windows")
+    suffix = if variant, do: "--#{variant}", else: ""
+    prefix = if windows?, do: "", else: "lib"
+
+    "#{prefix}#{@crate}-v#{version}-nif-#{nif}-#{target}#{suffix}.#{if windows?, do: "dll", else: "so"}.tar.gz"
+  end
+
+  @doc """
+  Where the checksum file is: the project root, where rustler_precompiled reads it (the root
+  of the ex_burn dependency when ExBurn compiles).
+  """
+  @spec checksum_path() :: Path.t()
+  def checksum_path, do: @checksum_path
+
+  @doc """
+  The artifact names listed in a checksum file (`%{}` when the file is missing). Only names
+  matter here; rustler_precompiled verifies the hash of what it downloads.
+  """
+  @spec listed_artifacts(Path.t()) :: [String.t()]
+  def listed_artifacts(path \\ @checksum_path) do
+    case File.read(path) do
+      {:ok, text} ->
+        {map, _binding} = Code.eval_string(text, [], file: path)
+        map |> Map.keys() |> Enum.sort()
+
+      {:error, :enoent} ->
+        []
     end
   end
 
@@ -285,7 +320,7 @@ defmodule ExBurn.Nif.Config do
 
   @doc """
   Gathers the real inputs of `plan/1`: env vars, cargo and rustler availability, the CUDA probe
-  (only run when no variant is given) and the host target.
+  (only run when no variant is given), the host target and the artifacts the checksum file lists.
   """
   @spec inputs(String.t(), term()) :: map()
   def inputs(version, config_variant) do
@@ -296,6 +331,7 @@ defmodule ExBurn.Nif.Config do
       target: host_target(),
       config_variant: config_variant,
       env: env,
+      listed: listed_artifacts(),
       cargo?: System.find_executable("cargo") != nil,
       rustler?: Code.ensure_loaded?(Rustler),
       cuda_driver?: fn -> cuda_driver?(env: env) end
@@ -304,8 +340,9 @@ defmodule ExBurn.Nif.Config do
 
   @doc """
   Decides variant, artifact, forced build and features from `inputs` (see `inputs/2`; keys
-  `:version`, `:target`, `:config_variant`, `:env`, `:cargo?`, `:rustler?`, `:cuda_driver?`,
-  the last a boolean or a zero-arity function). `error` is set when nothing fits.
+  `:version`, `:target`, `:config_variant`, `:env`, `:listed` (artifact names in the checksum
+  file; missing = none), `:cargo?`, `:rustler?`, `:cuda_driver?`, the last a boolean or a
+  zero-arity function). `error` is set when nothing fits.
   """
   @spec plan(map()) :: plan()
   def plan(inputs) do
@@ -332,14 +369,20 @@ defmodule ExBurn.Nif.Config do
       end
 
     env = inputs.env
+    artifact_variant = with({:ok, v} <- availability, do: v, else: (_ -> nil))
+
+    # rustler_precompiled picks one of the NIF versions at compile time; a release lists all.
+    names =
+      if availability == :unavailable,
+        do: [],
+        else: for(nif <- nif_versions(), do: artifact_name(inputs.version, nif, target, artifact_variant))
+
+    listed = Map.get(inputs, :listed, [])
 
     reason =
       cond do
         truthy?(env["EX_BURN_BUILD"]) or env["RUSTLER_PRECOMPILED_FORCE_BUILD_ALL"] in ["1", "true"] ->
           :requested
-
-        "dev" in Version.parse!(inputs.version).pre ->
-          :dev_version
 
         target not in targets() ->
           :unsupported_target
@@ -347,17 +390,24 @@ defmodule ExBurn.Nif.Config do
         availability == :unavailable ->
           :unavailable_variant
 
-        true ->
+        Enum.all?(names, &(&1 in listed)) ->
           nil
+
+        "dev" in Version.parse!(inputs.version).pre ->
+          :dev_version
+
+        true ->
+          :unlisted
       end
 
     plan = %{
       target: target,
       variant: variant,
       variant_source: source,
-      artifact_variant: with({:ok, v} <- availability, do: v, else: (_ -> nil)),
+      artifact_variant: artifact_variant,
       force_build?: reason != nil,
       reason: reason,
+      artifact: List.first(names),
       features: features(target, variant),
       error: nil
     }
@@ -375,6 +425,7 @@ defmodule ExBurn.Nif.Config do
       artifact_variant: nil,
       force_build?: false,
       reason: nil,
+      artifact: nil,
       features: [],
       error: message <> "\n\n" <> env_help()
     }
@@ -389,14 +440,15 @@ defmodule ExBurn.Nif.Config do
       case plan.reason do
         :unsupported_target -> "no precompiled ExBurn library exists for target #{plan.target}"
         :unavailable_variant -> "no precompiled #{plan.variant} variant exists for #{plan.target}"
-        :dev_version -> "ExBurn #{inputs.version} is a development version, which always builds from source"
+        :dev_version -> "ExBurn #{inputs.version} is a development version, which builds from source"
+        :unlisted -> "#{plan.artifact} is not listed in ExBurn's checksum file (an unreleased commit?)"
         :requested -> "a source build was requested (EX_BURN_BUILD / RUSTLER_PRECOMPILED_FORCE_BUILD_ALL)"
       end
 
     missing =
       [
         !inputs.cargo? && "cargo (install Rust from https://rustup.rs)",
-        !inputs.rustler? && ~s({:rustler, "~> 0.37", optional: true} in your deps)
+        !inputs.rustler? && ~s({:rustler, "~> 0.37", runtime: false} in your deps)
       ]
       |> Enum.filter(& &1)
       |> Enum.join(" and ")
@@ -450,6 +502,65 @@ defmodule ExBurn.Nif.Config do
       features: plan.features,
       default_features: false
     ] ++ if(plan.force_build?, do: [force_build: true], else: [])
+  end
+
+  @doc """
+  Where rustler_precompiled keeps a downloaded tarball: `RUSTLER_PRECOMPILED_GLOBAL_CACHE_PATH`,
+  else its user cache directory (`~/.cache/rustler_precompiled/precompiled_nifs` on Linux).
+  """
+  @spec cached_tarball(String.t(), map()) :: Path.t()
+  def cached_tarball(artifact, env \\ System.get_env()) do
+    dir =
+      if global = env["RUSTLER_PRECOMPILED_GLOBAL_CACHE_PATH"] do
+        global
+      else
+        opts = if env["MIX_XDG"], do: %{os: :linux}, else: %{}
+        :filename.basedir(:user_cache, "rustler_precompiled/precompiled_nifs", opts)
+      end
+
+    Path.join(dir, artifact)
+  end
+
+  @doc """
+  The error raised when rustler_precompiled cannot provide the artifact of `plan` (`reason` is
+  its message). An artifact that fails the checksum is removed from the cache (rustler_precompiled
+  stores a download before it checks it, and would otherwise fail on that same file forever);
+  `remove` does that, and is replaced in tests.
+  """
+  @spec download_error(String.t(), plan(), String.t(), map(), (Path.t() -> term())) :: String.t()
+  def download_error(reason, plan, version, env \\ System.get_env(), remove \\ &File.rm/1) do
+    cached = cached_tarball(plan.artifact, env)
+    url = String.trim_trailing(base_url(version, env), "/") <> "/" <> plan.artifact
+
+    detail =
+      if reason =~ "integrity check failed" do
+        remove.(cached)
+
+        """
+        Its sha256 is not the one #{Path.basename(checksum_path())} lists for it: the file is
+        not the one that was released. Usual causes: a truncated download, a proxy or mirror
+        (EX_BURN_BASE_URL) that serves different bytes, a file copied into the cache by hand.
+        The file was removed from the cache (#{cached}), so the next compile downloads it again.
+        Fix the source; never edit the checksum file to make this go away.
+        """
+      else
+        """
+        Check that the URL is reachable from this machine (proxies: HTTP_PROXY/HTTPS_PROXY), or
+        put the tarball into #{Path.dirname(cached)} (offline installs).
+        """
+      end
+
+    """
+    ExBurn could not use the precompiled library #{plan.artifact}
+    (target #{plan.target}, variant #{plan.variant}; from #{url}).
+
+    #{String.trim(reason)}
+
+    #{detail}
+    To build from source instead, set EX_BURN_BUILD=1 (needs cargo and {:rustler, "~> 0.37", runtime: false} in your deps).
+
+    #{env_help()}
+    """
   end
 
   @doc """

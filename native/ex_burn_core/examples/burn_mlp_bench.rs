@@ -67,8 +67,8 @@ fn main() {
     .int();
     let mut step = |k: usize, model: Mlp<B>| -> Mlp<B> {
         let lo = (k % 8) * batch;
-        let x = Tensor::from_inner(x_all.clone().slice([lo..lo + batch]));
-        let y = Tensor::from_inner(y_all.clone().slice([lo..lo + batch]));
+        let x = Tensor::from_inner(x_all.clone().narrow(0, lo, batch));
+        let y = Tensor::from_inner(y_all.clone().narrow(0, lo, batch));
         let loss = loss_fn.forward(model.forward(x), y);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         optim.step(1e-3, model, grads)

@@ -35,8 +35,37 @@ impl PartialEq for Constants {
     }
 }
 
-/// A program as sent by the compiler.
+/// A program as decoded, before validation.
+#[derive(Deserialize)]
+struct Spec {
+    inputs: usize,
+    #[serde(default)]
+    consts: usize,
+    instrs: Vec<Instr>,
+    outputs: Vec<usize>,
+}
+
+impl TryFrom<Spec> for Program {
+    type Error = Error;
+
+    fn try_from(s: Spec) -> Result<Program> {
+        let mut p = Program {
+            inputs: s.inputs,
+            consts: s.consts,
+            instrs: s.instrs,
+            outputs: s.outputs,
+            constants: Constants::default(),
+            last_use: vec![],
+            runs: vec![],
+        };
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+/// A program as sent by the compiler; decoding validates it (sub-programs included).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "Spec")]
 pub struct Program {
     /// Number of input tensors.
     pub inputs: usize,

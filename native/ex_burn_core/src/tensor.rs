@@ -121,6 +121,13 @@ impl Tensor {
         device: Device,
     ) -> Result<Tensor> {
         let dev = device.to_dispatch()?;
+        // GPU backends refuse to upload an empty buffer with a zero-size axis inside its shape
+        // (its strides look non-contiguous): upload it flat, the reshape is metadata only.
+        let data = if data.num_elements() == 0 && !device.is_host() && data.shape.num_dims() > 1 {
+            TensorData::from_bytes_vec(vec![], vec![0], data.dtype)
+        } else {
+            data
+        };
         let (prim, kind) = match dtype.kind() {
             Kind::Float => (B::float_from_data(data, &dev), Kind::Float),
             _ => (B::int_from_data(data, &dev), Kind::Int),

@@ -4,6 +4,10 @@
 
 use std::fmt;
 
+/// The newest glibc a `-linux-gnu` artifact may need (Ubuntu 20.04, Debian 11): release jobs
+/// link against it (`bin/release-build`, zigbuild) and check it (`glibc --max`).
+pub const GLIBC_FLOOR: &str = "2.31";
+
 const SHT_GNU_VERNEED: u32 = 0x6fff_fffe;
 /// Upper bound on list walks, so a corrupt file cannot loop forever.
 const MAX_ITEMS: usize = 1 << 16;

@@ -12,6 +12,8 @@ defmodule ExBurn.Nif.ConfigTest do
         target: @gnu,
         config_variant: nil,
         env: %{},
+        # A released version whose checksum file lists every artifact of the matrix.
+        listed: Config.artifact_names("1.0.0"),
         cargo?: false,
         rustler?: false,
         cuda_driver?: false
@@ -99,13 +101,53 @@ defmodule ExBurn.Nif.ConfigTest do
                :requested
     end
 
-    test "a -dev version always builds" do
+    test "a -dev version builds, because its checksum file lists nothing" do
       assert %{force_build?: true, reason: :dev_version, error: nil} =
-               plan(version: "0.4.0-dev", cargo?: true, rustler?: true)
+               plan(version: "0.4.0-dev", listed: [], cargo?: true, rustler?: true)
 
-      assert plan(version: "0.4.0-dev.2", cargo?: true, rustler?: true).reason == :dev_version
-      refute plan(version: "0.4.0-rc.1").force_build?
-      assert plan(version: "0.4.0-dev").error =~ "development version"
+      assert plan(version: "0.4.0-dev.2", listed: [], cargo?: true, rustler?: true).reason == :dev_version
+      assert plan(version: "0.4.0-dev", listed: []).error =~ "development version"
+      assert plan(version: "0.4.0-dev").reason == :dev_version, "names of another version do not count"
+
+      rc = "0.4.0-rc.1"
+      refute plan(version: rc, listed: Config.artifact_names(rc)).force_build?
+    end
+
+    test "an artifact the checksum file lists is downloaded, whatever the version (mirrors, CI)" do
+      dev = "0.4.0-dev"
+      name = "libex_burn_nif-v#{dev}-nif-2.15-#{@gnu}--cuda.so.tar.gz"
+
+      assert %{force_build?: false, reason: nil, artifact: ^name, artifact_variant: :cuda, error: nil} =
+               plan(version: dev, listed: [name], env: %{"EX_BURN_VARIANT" => "cuda"})
+
+      # The default artifact is not listed there: the CPU variant builds from source.
+      assert plan(version: dev, listed: [name], cargo?: true, rustler?: true).reason == :dev_version
+    end
+
+    test "a release version whose checksum file lacks the artifact builds from source" do
+      name = "libex_burn_nif-v1.0.0-nif-2.15-#{@gnu}.so.tar.gz"
+      p = plan(listed: Config.artifact_names("1.0.0") -- [name], cargo?: true, rustler?: true)
+      assert %{force_build?: true, reason: :unlisted, artifact: ^name, error: nil} = p
+
+      p = plan(listed: [], rustler?: true)
+      assert p.error =~ "#{name} is not listed in ExBurn's checksum file"
+      assert p.error =~ "needs cargo"
+    end
+
+    test "listed_artifacts/1 reads the names of a checksum file" do
+      dir = Path.join(System.tmp_dir!(), "ex_burn_listed_#{System.unique_integer([:positive])}")
+      File.mkdir_p!(dir)
+      file = Path.join(dir, "checksum.exs")
+      hash = "sha256:" <> String.duplicate("0", 64)
+      File.write!(file, ~s(%{\n  "b.tar.gz" => "#{hash}",\n  "a.tar.gz" => "#{hash}",\n}\n))
+      assert Config.listed_artifacts(file) == ["a.tar.gz", "b.tar.gz"]
+      assert Config.listed_artifacts(Path.join(dir, "missing.exs")) == []
+      File.rm_rf!(dir)
+
+      assert Path.basename(Config.checksum_path()) == "checksum-Elixir.ExBurn.Nif.exs"
+      assert File.exists?(Config.checksum_path())
+      version = Mix.Project.config()[:version]
+      assert Config.listed_artifacts() in [[], Enum.sort(Config.artifact_names(version))]
     end
 
     test "a target outside the matrix builds from source when cargo and rustler are there" do
@@ -170,8 +212,53 @@ defmodule ExBurn.Nif.ConfigTest do
       assert Config.base_url("1", %{"EX_BURN_BASE_URL" => "https://m.example/nifs"}) ==
                "https://m.example/nifs"
 
-      forced = plan(version: "2.0.0-dev", cargo?: true, rustler?: true)
+      forced = plan(version: "2.0.0-dev", listed: [], cargo?: true, rustler?: true)
       assert Config.rustler_precompiled_options(forced, "2.0.0-dev", %{})[:force_build] == true
+    end
+  end
+
+  describe "download failures" do
+    test "cached_tarball/2 follows rustler_precompiled's cache location" do
+      assert Config.cached_tarball("a.tar.gz", %{"RUSTLER_PRECOMPILED_GLOBAL_CACHE_PATH" => "/opt/nifs"}) ==
+               "/opt/nifs/a.tar.gz"
+
+      assert Config.cached_tarball("a.tar.gz", %{"MIX_XDG" => "1", "XDG_CACHE_HOME" => "/x"}) =~
+               ~r{rustler_precompiled/precompiled_nifs/a\.tar\.gz$}
+    end
+
+    test "a checksum mismatch names the artifact and URL and removes the bad tarball from the cache" do
+      p = plan(env: %{"EX_BURN_VARIANT" => "cuda"})
+      env = %{"EX_BURN_BASE_URL" => "http://127.0.0.1:8765", "RUSTLER_PRECOMPILED_GLOBAL_CACHE_PATH" => "/c"}
+
+      reason =
+        "Error while downloading precompiled NIF: the integrity check failed because the checksum of files does not match."
+
+      me = self()
+      message = Config.download_error(reason, p, "1.0.0", env, &send(me, {:removed, &1}))
+
+      file = "libex_burn_nif-v1.0.0-nif-2.15-#{@gnu}--cuda.so.tar.gz"
+      assert_received {:removed, "/c/" <> ^file}
+      assert message =~ "ExBurn could not use the precompiled library #{file}"
+      assert message =~ "from http://127.0.0.1:8765/#{file}"
+      assert message =~ "integrity check failed"
+      assert message =~ "removed from the cache (/c/#{file})"
+      assert message =~ "never edit the checksum file"
+      assert message =~ "EX_BURN_BUILD=1"
+    end
+
+    test "other failures keep the cache and say where a tarball can be put" do
+      me = self()
+
+      message =
+        Config.download_error("couldn't fetch NIF: 404", plan([]), "1.0.0", %{}, &send(me, {:removed, &1}))
+
+      refute_received {:removed, _}
+      assert message =~ "couldn't fetch NIF: 404"
+
+      assert message =~
+               "https://github.com/ex-burn/ex_burn/releases/download/v1.0.0/libex_burn_nif-v1.0.0-nif-2.15-#{@gnu}.so.tar.gz"
+
+      assert message =~ "offline installs"
     end
   end
 

@@ -28,7 +28,14 @@ defmodule ExBurn.Nif.MatrixTest do
 
     assert Config.variants() == expected_variants
 
-    inputs = %{version: "1.0.0", target: "x86_64-unknown-linux-gnu", config_variant: nil, env: %{}}
+    inputs = %{
+      version: "1.0.0",
+      target: "x86_64-unknown-linux-gnu",
+      config_variant: nil,
+      env: %{},
+      listed: []
+    }
+
     plan = Config.plan(Map.merge(inputs, %{cargo?: false, rustler?: false, cuda_driver?: false}))
     opts = Config.rustler_precompiled_options(plan, "1.0.0", %{})
     assert opts[:targets] == Config.targets()

@@ -189,17 +189,19 @@ pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(Tensor::same_shape_as(prim, kind, a))
 }
 
-/// Remainder with the dividend's sign (C `fmod` / Rust `%`), from Burn's divisor-signed one.
+/// Remainder with the dividend's sign (C `fmod` / Rust `%`). Integers: `a - b * (a / b)` with
+/// the truncating quotient (Burn's integer remainder does not compile for s64 on CUDA);
+/// floats: from Burn's divisor-signed remainder.
 fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let shape = a.shape().to_vec();
-    let (r, kind) = match a.kind() {
-        Kind::Float => (B::float_remainder(a.prim(), b.prim()), Kind::Float),
-        _ => (B::int_remainder(a.int_prim()?, b.int_prim()?), Kind::Int),
-    };
-    let r = Tensor::from_prim(r, kind, shape);
-    if a.dtype().is_unsigned_int() {
-        return Ok(r);
+    if a.kind() != Kind::Float {
+        let q = same(Bin::Quot, a, b)?;
+        return same(Bin::Sub, a, &same(Bin::Mul, b, &q)?);
     }
+    let r = Tensor::from_prim(
+        B::float_remainder(a.prim(), b.prim()),
+        Kind::Float,
+        a.shape().to_vec(),
+    );
     // r has b's sign; where r != 0 and sign(a) != sign(b), the C remainder is r - b.
     let zero = util::broadcast_to(&util::scalar_like(a, 0.0)?, a.shape())?;
     let a_neg = compare_same(Cmp::Lt, a, &zero);

@@ -88,11 +88,24 @@ pub(crate) fn dot(
     if nb * m * n == 0 || k == 0 {
         return util::full(&shape, out, Scalar::I(0), &a.dispatch_device());
     }
+    let on_gpu = !a.device().is_host();
+    if on_gpu && !out.is_float() {
+        // GPU matmuls take floats only, and integer products through broadcast sums gave
+        // wrong batched results on CUDA: integer dots run on the host, exactly.
+        let host = crate::Device::Cpu;
+        let r = dot(
+            &a.to_device(host)?,
+            &b.to_device(host)?,
+            spec,
+            Some(out),
+            precision,
+        )?;
+        return r.to_device(a.device());
+    }
     let perm_a: Vec<usize> = [ba, &fa, ca].concat();
     let perm_b: Vec<usize> = [bb, cb, &fb].concat();
     let a3 = util::permute(&a.cast(out)?, &perm_a)?.reshape(vec![nb, m, k])?;
     let b3 = util::permute(&b.cast(out)?, &perm_b)?.reshape(vec![nb, k, n])?;
-    let on_gpu = !a.device().is_host();
     let res = if on_gpu && !matches!(out, DType::F16 | DType::BF16 | DType::F32) {
         broadcast_product(&a3, &b3)?
     } else if on_gpu && out == DType::F32 && precision == Precision::Highest {

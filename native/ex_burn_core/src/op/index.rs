@@ -200,14 +200,51 @@ fn scatter(
     }
     let idx = clamp(idx, &xp.shape()[..k])?;
     let u = upd.cast(out)?;
-    let prim = match xp.kind() {
-        Kind::Float => B::float_scatter_nd(xp.prim(), idx.prim(), u.prim(), how),
-        _ => B::int_scatter_nd(xp.prim(), idx.prim(), u.prim(), how),
+    let res = if matches!(how, IndexingUpdateOp::Add) {
+        add_rows(&xp, &idx, &u, k)?
+    } else {
+        let prim = match xp.kind() {
+            Kind::Float => B::float_scatter_nd(xp.prim(), idx.prim(), u.prim(), how),
+            _ => B::int_scatter_nd(xp.prim(), idx.prim(), u.prim(), how),
+        };
+        Tensor::from_prim(prim, xp.kind(), xp.shape().to_vec())
     };
-    let res = Tensor::from_prim(prim, xp.kind(), xp.shape().to_vec());
     let mut inverse = vec![0; perm.len()];
     for (i, &p) in perm.iter().enumerate() {
         inverse[p] = i;
     }
     util::permute(&res, &inverse)
+}
+
+/// Scatter-add, on every device: Burn's GPU `scatter_nd` adds without atomics, so repeated
+/// indices lose updates (measured on CUDA). `select_add` along a flattened leading axis walks
+/// the updates in order within one thread per slice element, so repeats accumulate.
+fn add_rows(xp: &Tensor, idx: &Tensor, u: &Tensor, k: usize) -> Result<Tensor> {
+    let lead = &xp.shape()[..k];
+    let rest = &xp.shape()[k..];
+    let m = crate::tensor::numel(&idx.shape()[..idx.rank() - 1]);
+    let idx2 = idx.reshape(vec![m, k])?;
+    let mut flat: Option<Prim> = None;
+    let mut stride = 1i64;
+    for j in (0..k).rev() {
+        let col = crate::op::shape::slice_static(&idx2, &[0, j], &[m, 1], &[1, 1])?
+            .reshape(vec![m])?
+            .prim();
+        let term = B::int_mul_scalar(col, stride.into());
+        flat = Some(match flat {
+            Some(f) => B::int_add(f, term),
+            None => term,
+        });
+        stride *= lead[j] as i64;
+    }
+    let flat =
+        flat.ok_or_else(|| Error::Shape("scatter needs at least one indexed axis".into()))?;
+    let rows: usize = lead.iter().product();
+    let x2 = xp.reshape([&[rows], rest].concat())?;
+    let u2 = u.reshape([&[m], rest].concat())?;
+    let prim = match xp.kind() {
+        Kind::Float => B::float_select_add(x2.prim(), 0, flat, u2.prim()),
+        _ => B::int_select_add(x2.int_prim()?, 0, flat, u2.int_prim()?),
+    };
+    Ok(Tensor::from_prim(prim, x2.kind(), xp.shape().to_vec()))
 }

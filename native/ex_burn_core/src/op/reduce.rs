@@ -7,6 +7,7 @@ use crate::dtype::Kind;
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn::tensor::IntDType;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Red {
@@ -195,19 +196,28 @@ fn arg(
     } else {
         t
     };
+    // Indices are computed in s64 (flipping them needs a signed type) and cast at the end.
+    let s64 = IntDType::I64;
     let p = t.prim();
-    let idx = match (t.kind(), max) {
-        (Kind::Float, true) => B::float_argmax(p, axis, out.int_dtype()?),
-        (Kind::Float, false) => B::float_argmin(p, axis, out.int_dtype()?),
-        (_, true) => B::int_cast(B::int_argmax(p, axis), out.int_dtype()?),
-        (_, false) => B::int_cast(B::int_argmin(p, axis), out.int_dtype()?),
+    let mut idx = match (t.kind(), max) {
+        (Kind::Float, true) => B::float_argmax(p, axis, s64),
+        (Kind::Float, false) => B::float_argmin(p, axis, s64),
+        (_, true) => B::int_cast(B::int_argmax(p, axis), s64),
+        (_, false) => B::int_cast(B::int_argmin(p, axis), s64),
     };
-    let idx = if tie == TieBreak::High {
+    if t.kind() == Kind::Float && !t.device().is_host() {
+        // GPU kernels skip NaN; Nx answers the first NaN (the CPU backend does too).
+        let bd = t.bool_dtype();
+        let nan = B::bool_into_int(B::float_is_nan(t.prim(), bd), s64);
+        let first_nan = B::int_cast(B::int_argmax(nan.clone(), axis), s64);
+        let any = B::int_greater_elem(B::int_max_dim(nan, axis), 0i64.into(), bd);
+        idx = B::int_mask_where(idx, any, first_nan);
+    }
+    if tie == TieBreak::High {
         // index in the original order = len - 1 - index in the flipped order
-        B::int_add_scalar(B::int_neg(idx), ((len - 1) as i64).into())
-    } else {
-        idx
-    };
+        idx = B::int_add_scalar(B::int_neg(idx), ((len - 1) as i64).into());
+    }
+    let idx = B::int_cast(idx, out.int_dtype()?);
     Ok(Tensor::from_prim(idx, Kind::Int, shape))
 }
 

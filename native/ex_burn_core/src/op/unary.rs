@@ -15,6 +15,11 @@ use burn::tensor::TensorMetadata;
 pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     use Op::*;
     match op {
+        // Unsigned negation wraps (0 - x); GPU backends cannot multiply unsigned by -1.
+        Neg if x.dtype().is_unsigned_int() => {
+            let zero = util::full_like(x, Scalar::I(0))?;
+            binary::same(Bin::Sub, &zero, &x.cast(x.dtype())?)
+        }
         Neg => int_or_float(x, B::int_neg, B::float_neg),
         Abs => {
             if x.dtype().is_unsigned_int() {
@@ -62,6 +67,14 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
         Erf => float(x, B::float_erf),
         Erfc => float(x, |p| {
             B::float_add_scalar(B::float_neg(B::float_erf(p)), 1.0f64.into())
+        }),
+        // Burn's default sigmoid computes in f32 (GPU backends keep that default): f64 input
+        // computes 1 / (1 + exp(-x)) in f64.
+        Sigmoid if x.dtype() == DType::F64 => float(x, |p| {
+            B::float_recip(B::float_add_scalar(
+                B::float_exp(B::float_neg(p)),
+                1.0f64.into(),
+            ))
         }),
         Sigmoid => float(x, B::sigmoid),
         Relu => match x.kind() {

@@ -88,12 +88,12 @@ pub fn tensors_to_bytes(
         .map_err(|e| Error::Execution(format!("cannot serialize: {e}")))
 }
 
+/// Named tensors and the string metadata of a safetensors file.
+pub type NamedTensors = (Vec<(String, Tensor)>, HashMap<String, String>);
+
 /// Parses safetensors bytes into named tensors on `device` and the metadata, checking the
 /// CRC when present.
-pub fn tensors_from_bytes(
-    bytes: &[u8],
-    device: Device,
-) -> Result<(Vec<(String, Tensor)>, HashMap<String, String>)> {
+pub fn tensors_from_bytes(bytes: &[u8], device: Device) -> Result<NamedTensors> {
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| Error::Corrupt(format!("not a readable safetensors file: {e}")))?;
     let (_, meta) = SafeTensors::read_metadata(bytes)

@@ -7,7 +7,7 @@ use super::spec::{Activation, LayerOp, ModelSpec};
 use crate::tensor::B;
 use crate::{Error, Result};
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{DType, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// A training loss.
@@ -109,9 +109,7 @@ pub fn compute(
                 Target::Classes(ids) => {
                     // A one-hot mask in the model's float type (a gather's backward pass would
                     // produce gradients in the default float type).
-                    let dtype = logp.dtype();
-                    let onehot: Tensor<B, 2> =
-                        lift(ids.clone().one_hot::<2>(c).float().cast(dtype), ad);
+                    let onehot = lift(one_hot(ids, c, logp.dtype()), ad);
                     Ok(logp.mul(onehot).sum_dim(1).mean().neg())
                 }
                 Target::Values(t) => Ok(logp.mul(as2(t)?).sum_dim(1).mean().neg()),
@@ -150,6 +148,26 @@ pub fn compute(
             }
         }
     }
+}
+
+/// `[n, classes]` rows with 1 at each class id, built on the device. Burn's `one_hot` reads
+/// the ids back to the host (two device syncs per batch); callers check ids beforehand
+/// (`Model::check_classes`), an id outside `0..classes` gives a row of zeros.
+fn one_hot(ids: &Tensor<B, 1, Int>, classes: usize, dtype: DType) -> Tensor<B, 2> {
+    let [n] = ids.dims();
+    let device = ids.device();
+    let ids = ids
+        .clone()
+        .float()
+        .cast(dtype)
+        .reshape([n, 1])
+        .expand([n, classes]);
+    let range = Tensor::<B, 1, Int>::arange(0..classes as i64, &device)
+        .float()
+        .cast(dtype)
+        .reshape([1, classes])
+        .expand([n, classes]);
+    ids.equal(range).float().cast(dtype)
 }
 
 fn flat(v: &Value) -> Result<Tensor<B, 1>> {

@@ -19,6 +19,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::time::Instant;
 
+/// A batch's loss (not synchronised), its gradients and, for classification, the number of
+/// correct predictions.
+type BatchGrads = (
+    burn::tensor::Tensor<B, 1>,
+    GradientsParams,
+    Option<burn::tensor::Tensor<B, 1, Int>>,
+);
+
 /// How a model trains.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct CompileOptions {
@@ -220,7 +228,46 @@ impl Model {
         if with_target && data.target.is_none() {
             return Err(Error::Argument("targets are required".into()));
         }
+        if with_target {
+            self.check_classes(data)?;
+        }
         Ok(n)
+    }
+
+    /// Checks that integer class ids are valid for the loss: one device read per call, so the
+    /// batches of an epoch never wait for the device.
+    fn check_classes(&self, data: &Data) -> Result<()> {
+        let Some(t) = data.target.as_ref() else {
+            return Ok(());
+        };
+        if t.dtype().is_float() || t.numel() == 0 {
+            return Ok(());
+        }
+        let classes = match self.options.loss {
+            Loss::CrossEntropy => {
+                let shapes = self.spec.infer_shapes()?;
+                shapes[self.spec.output].last().copied().unwrap_or(1)
+            }
+            Loss::BinaryCrossEntropy => 2,
+            Loss::Mse => return Ok(()),
+        };
+        let ids: burn::tensor::Tensor<B, 1, Int> = burn::tensor::Tensor::from_primitive(
+            t.cast(DType::S64)?.reshape(vec![t.numel()])?.prim(),
+        );
+        let bounds = burn::tensor::Tensor::cat(vec![ids.clone().min(), ids.max()], 0).into_data();
+        let b: Vec<i64> = bounds.iter::<i64>().collect();
+        let (lo, hi) = (
+            b.first().copied().unwrap_or(0),
+            b.last().copied().unwrap_or(0),
+        );
+        if lo < 0 || hi >= classes as i64 {
+            return Err(Error::Argument(format!(
+                "class ids must be in 0..{} for {:?} loss with {classes} outputs, got ids from {lo} to {hi}",
+                classes - 1,
+                self.options.loss
+            )));
+        }
+        Ok(())
     }
 
     /// One optimizer step on a batch; returns the loss.
@@ -254,15 +301,7 @@ impl Model {
 
     /// Forward + backward of one (micro-)batch, scaled by `1/scale`; returns the loss tensor
     /// (not synchronised) and the gradients.
-    fn grads_of(
-        &self,
-        batch: &Data,
-        scale: usize,
-    ) -> Result<(
-        burn::tensor::Tensor<B, 1>,
-        GradientsParams,
-        Option<burn::tensor::Tensor<B, 1, Int>>,
-    )> {
+    fn grads_of(&self, batch: &Data, scale: usize) -> Result<BatchGrads> {
         let net = self.net()?;
         let (loss, out, target) = self.training_loss(batch)?;
         let correct = if self.options.loss == Loss::Mse {
@@ -320,6 +359,7 @@ impl Model {
             return Err(Error::Argument("batch_size must be positive".into()));
         }
         let t0 = Instant::now();
+        let data = &ids_as_s32(data)?;
         let order = opts
             .shuffle
             .map(|seed| permutation(n, seed, self.device))
@@ -382,8 +422,10 @@ impl Model {
         let n = self.check_data(data, true)?;
         let t0 = Instant::now();
         let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
-        let mut loss_sum = 0.0;
-        let mut correct = 0i64;
+        let data = &ids_as_s32(data)?;
+        // Sums stay on the device; they are read once at the end.
+        let mut loss_sum: Option<burn::tensor::Tensor<B, 1>> = None;
+        let mut correct_sum: Option<burn::tensor::Tensor<B, 1, Int>> = None;
         let bs = batch_size.max(1);
         for lo in (0..n).step_by(bs) {
             let hi = (lo + bs).min(n);
@@ -401,18 +443,22 @@ impl Model {
                 false,
                 self.options.dtype,
             )?;
-            loss_sum += scalar(loss::compute(
-                self.options.loss,
-                self.head(),
-                &out,
-                &t,
-                false,
-            )?) * (hi - lo) as f64;
+            let l = loss::compute(self.options.loss, self.head(), &out, &t, false)?
+                .mul_scalar((hi - lo) as f64);
+            loss_sum = Some(match loss_sum {
+                Some(s) => s.add(l),
+                None => l,
+            });
             if self.options.loss != Loss::Mse {
-                correct += loss::correct(self.options.loss, self.head(), &out, &t, false)?
-                    .into_scalar() as i64;
+                let c = loss::correct(self.options.loss, self.head(), &out, &t, false)?;
+                correct_sum = Some(match correct_sum {
+                    Some(s) => s.add(c),
+                    None => c,
+                });
             }
         }
+        let loss_sum = loss_sum.map(scalar).unwrap_or(0.0);
+        let correct = correct_sum.map(|c| c.into_scalar() as i64).unwrap_or(0);
         let accuracy = (self.options.loss != Loss::Mse).then(|| correct as f64 / n.max(1) as f64);
         Ok(Stats {
             loss: loss_sum / n.max(1) as f64,
@@ -920,6 +966,25 @@ fn permutation(n: usize, seed: u64, device: Device) -> Result<Tensor> {
         idx.swap(i, j.min(i));
     }
     Tensor::from_data(TensorData::new(idx, [n]), DType::S64, vec![n], device)
+}
+
+/// `data` with integer targets in the type the losses read, converted once per call rather
+/// than per batch.
+fn ids_as_s32(data: &Data) -> Result<Data> {
+    Ok(Data {
+        inputs: data.inputs.clone(),
+        target: data
+            .target
+            .as_ref()
+            .map(|t| {
+                if t.dtype().is_float() {
+                    Ok(t.clone())
+                } else {
+                    t.cast(DType::S32)
+                }
+            })
+            .transpose()?,
+    })
 }
 
 /// Rows `lo..hi` (of the permuted order when given) of every tensor, on the device.

@@ -250,10 +250,20 @@ trait AnyRank {
 
 struct Act(Activation, f64);
 
+/// `1 / (1 + exp(-x))` in the tensor's own type.
+fn f64_sigmoid<const D: usize>(t: Tensor<Db, D>) -> Tensor<Db, D> {
+    t.neg().exp().add_scalar(1.0).recip()
+}
+
 impl AnyRank for Act {
     fn apply<const D: usize>(&self, t: Tensor<Db, D>) -> Tensor<Db, D> {
         match self.0 {
             Activation::Relu => activation::relu(t),
+            // Burn's sigmoid computes in f32; f64 models compute it in f64.
+            Activation::Sigmoid if t.dtype() == burn::tensor::DType::F64 => f64_sigmoid(t),
+            Activation::Silu if t.dtype() == burn::tensor::DType::F64 => {
+                t.clone().mul(f64_sigmoid(t))
+            }
             Activation::Sigmoid => activation::sigmoid(t),
             Activation::Tanh => activation::tanh(t),
             Activation::Softmax => activation::softmax(t, D - 1),

@@ -1,5 +1,5 @@
 use crate::common::*;
-use ex_burn_core::{DType, Op};
+use ex_burn_core::{DType, Op, Tensor};
 
 fn add(out: Option<DType>) -> Op {
     Op::Add { out }
@@ -18,6 +18,27 @@ fn broadcasting_of_size_one_axes_and_ranks() {
     let s0 = f(&[100.], &[]);
     check(&ev(add(None), &[&s0, &b]), &[2], DType::F32, &[110., 120.]);
     assert_eq!(ev_err(add(None), &[&f(&[1., 2., 3.], &[3]), &b]), "shape");
+}
+
+#[test]
+fn broadcasting_after_chained_reshapes() {
+    // Nx's vectorized outer product: reshapes of reshapes, then a two-sided broadcast
+    let reshape = |x: &Tensor, shape: Vec<usize>| ev(Op::Reshape { shape }, &[x]);
+    for dtype in [DType::S32, DType::F32] {
+        let x = t(&[1., 2., 3., 0., -1., -2.], &[2, 3], dtype);
+        let y = t(&[10., 20., -10., -20.], &[2, 2], dtype);
+        let xr = reshape(&reshape(&x, vec![2, 3, 1]), vec![2, 1, 3, 1]);
+        let yr = reshape(&reshape(&y, vec![2, 1, 2]), vec![1, 2, 1, 2]);
+        check(
+            &ev(Op::Multiply { out: None }, &[&xr, &yr]),
+            &[2, 2, 3, 2],
+            dtype,
+            &[
+                10., 20., 20., 40., 30., 60., -10., -20., -20., -40., -30., -60., 0., 0., -10.,
+                -20., -20., -40., 0., 0., 10., 20., 20., 40.,
+            ],
+        );
+    }
 }
 
 #[test]

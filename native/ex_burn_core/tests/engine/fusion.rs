@@ -78,7 +78,9 @@ fn scalar_operands_on_either_side_give_broadcast_results() {
     let x = big(n);
     let xv = v(&x);
     let s = f(&[0.75], &[]);
-    let cases: [(Op, bool, fn(f32, f32) -> f32); 5] = [
+    // (op, scalar on the left, reference)
+    type Case = (Op, bool, fn(f32, f32) -> f32);
+    let cases: [Case; 5] = [
         (Op::Add { out: None }, false, |a, b| a + b),
         (Op::Subtract { out: None }, false, |a, b| a - b),
         (Op::Subtract { out: None }, true, |a, b| b - a),

@@ -84,6 +84,19 @@ fn indexed_add_and_put() {
         DType::S64,
         &[0., 6., 0., 0., 0., 7.],
     );
+    // repeated indices accumulate in floats too
+    check(
+        &ev(
+            Op::IndexedAdd {
+                axes: vec![0, 1],
+                out: None,
+            },
+            &[&f(&[0.; 6], &[2, 3]), &idx, &f(&[5., 7., 1.5], &[3])],
+        ),
+        &[2, 3],
+        DType::F32,
+        &[0., 6.5, 0., 0., 0., 7.],
+    );
     let put = ev(
         Op::IndexedPut {
             axes: vec![0, 1],

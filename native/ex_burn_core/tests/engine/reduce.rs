@@ -243,6 +243,29 @@ fn argmax_argmin_with_ties() {
         &[1.],
     );
     assert_eq!(ev_err(am(None, TieBreak::Low), &[&f(&[], &[0])]), "shape");
+    // unsigned index types with tie_break: :high (the flip is done in a signed type)
+    let hi_u32 = Op::Argmax {
+        axis: Some(1),
+        keep_axis: false,
+        tie_break: TieBreak::High,
+        out: Some(DType::U32),
+    };
+    check(&ev(hi_u32, &[&x]), &[2], DType::U32, &[2., 2.]);
+    // the first NaN wins, on every device
+    let nan = f(&[2., f64::NAN, f64::INFINITY, f64::NAN], &[4]);
+    check(
+        &ev(am(None, TieBreak::Low), &[&nan]),
+        &[],
+        DType::S64,
+        &[1.],
+    );
+    let amin_nan = Op::Argmin {
+        axis: None,
+        keep_axis: false,
+        tie_break: TieBreak::Low,
+        out: None,
+    };
+    check(&ev(amin_nan, &[&nan]), &[], DType::S64, &[1.]);
 }
 
 #[test]

@@ -137,6 +137,43 @@ fn a_model_trains_and_evaluates() {
 }
 
 #[test]
+fn class_ids_out_of_range_are_rejected_before_training() {
+    let (x, _) = blobs(8);
+    let mut m = Model::new(
+        mlp(4, 8, 2, true),
+        opts(Kind::Sgd, Loss::CrossEntropy),
+        dev(),
+    )
+    .unwrap();
+    let before = m.parameters().unwrap();
+    for bad in [
+        [0.0, 1.0, 2.0, 1.0, 0.0, 1.0, 0.0, 1.0],
+        [0.0, -1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0],
+    ] {
+        let data = Data {
+            inputs: vec![x.clone()],
+            target: Some(t(&bad, &[8], DType::S64)),
+        };
+        let err = m.train_step(&data, 0.1).unwrap_err().to_string();
+        assert!(err.contains("class ids must be in 0..1"), "{err}");
+        let epoch = EpochOptions {
+            batch_size: 4,
+            shuffle: None,
+            lrs: vec![0.1],
+            accumulate: 1,
+            progress_every: 0,
+        };
+        assert!(m.train_epoch(&data, &epoch, &mut |_, _, _| {}).is_err());
+        assert!(m.evaluate(&data, 4).is_err());
+    }
+    assert_eq!(m.steps(), 0);
+    let after = m.parameters().unwrap();
+    for ((_, a), (_, b)) in before.iter().zip(&after) {
+        assert_eq!(v(a), v(b), "no step was applied");
+    }
+}
+
+#[test]
 fn checkpoints_round_trip_and_reject_corruption() {
     let (x, y) = blobs(32);
     let data = Data {
@@ -153,15 +190,15 @@ fn checkpoints_round_trip_and_reject_corruption() {
     let bytes = checkpoint::to_bytes(&m).unwrap();
     let mut back = checkpoint::from_bytes(&bytes, dev()).unwrap();
     assert_eq!(
-        v(&m.predict(&[x.clone()], 32).unwrap()),
-        v(&back.predict(&[x.clone()], 32).unwrap())
+        v(&m.predict(std::slice::from_ref(&x), 32).unwrap()),
+        v(&back.predict(std::slice::from_ref(&x), 32).unwrap())
     );
     // continued training is identical (optimizer state restored)
     let l1 = m.train_step(&data, 0.05).unwrap();
     let l2 = back.train_step(&data, 0.05).unwrap();
     assert_eq!(l1, l2);
     assert_eq!(
-        v(&m.predict(&[x.clone()], 32).unwrap()),
+        v(&m.predict(std::slice::from_ref(&x), 32).unwrap()),
         v(&back.predict(&[x], 32).unwrap())
     );
     // truncation and bit flips are corrupt

@@ -53,6 +53,16 @@ fn float_functions_match_libm() {
         1e-6,
     );
     close_to(run(Op::Cbrt, &[-27.0, 8.0]), &[-3.0, 2.0], 1e-5);
+    // f64 keeps f64 precision (Burn's default sigmoid goes through f32)
+    let xs = [1.0, -3.0, 0.25];
+    let sig = v(&ev(Op::Sigmoid, &[&t(&xs, &[3], DType::F64)]));
+    for (got, x) in sig.iter().zip(xs) {
+        let want = 1.0 / (1.0 + (-x).exp());
+        assert!(
+            (got - want).abs() < 1e-14,
+            "sigmoid({x}) = {got}, want {want}"
+        );
+    }
 }
 
 #[test]

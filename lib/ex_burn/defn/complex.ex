@@ -1,0 +1,470 @@
+defmodule ExBurn.Defn.Complex do
+  @moduledoc """
+  Complex numbers on an engine without complex types: a `{:c, 64}` (`{:c, 128}`) tensor of
+  shape `s` is stored as an `{:f, 32}` (`{:f, 64}`) tensor of shape `s ++ {2}` holding the real
+  and imaginary parts side by side, which is exactly Nx's binary layout (data moves in and out
+  unchanged).
+
+  `ExBurn.Defn.Lower` sends every op with a complex input or output here. Ops that act on each
+  part alone (shape and indexing ops, `add`, `subtract`, `negate`, `sum`, ...) reuse the real
+  lowering once per part; arithmetic, `dot`, `abs`, `exp`, `sqrt`, comparisons and `fft`/`ifft`
+  (a DFT as real matrix products in f64, rounded once, like Nx's binary backend) are written
+  out on the parts. Other ops on complex tensors raise `ExBurn.Error` of kind `:unsupported`.
+  """
+
+  alias ExBurn.Defn.{Lower, Recipe}
+
+  @complex [{:c, 64}, {:c, 128}]
+
+  # Ops that apply to the real and imaginary parts independently.
+  @per_part ~w(reshape squeeze broadcast transpose reverse pad slice put_slice concatenate stack
+               gather take take_along_axis select indexed_add indexed_put add subtract negate sum
+               cumulative_sum window_sum)a
+
+  # Argument positions of per-part ops that are shared by both parts (indices, predicates,
+  # dynamic slice starts) rather than complex values.
+  @shared %{gather: [1], take: [1], take_along_axis: [1], select: [0], indexed_add: [1], indexed_put: [1]}
+  @shared_starts %{slice: 1, put_slice: 1}
+
+  @doc "Whether `type` is complex."
+  @spec complex?(term()) :: boolean()
+  def complex?(type), do: type in @complex
+
+  @doc """
+  The engine type and shape holding a tensor of Nx `type` and `shape` (complex: the float part
+  type and a trailing axis of 2; other types unchanged).
+
+  ## Examples
+
+      iex> ExBurn.Defn.Complex.storage({:c, 64}, {3})
+      {{:f, 32}, {3, 2}}
+      iex> ExBurn.Defn.Complex.storage({:s, 8}, {3})
+      {{:s, 8}, {3}}
+  """
+  @spec storage(tuple(), tuple()) :: {tuple(), tuple()}
+  def storage({:c, bits}, shape), do: {{:f, div(bits, 2)}, Tuple.insert_at(shape, tuple_size(shape), 2)}
+  def storage(type, shape), do: {type, shape}
+
+  @doc "Lowers Nx op `name` with complex inputs or output into a recipe of real engine ops."
+  @spec lower(atom(), Lower.tensor(), list()) :: Lower.recipe()
+  def lower(name, out, args) do
+    inputs = args |> Enum.flat_map(&List.wrap/1) |> Enum.filter(&tensor?/1)
+    r = Recipe.new(inputs)
+    {values, {r, _}} = Enum.map_reduce(args, {r, 0}, &value/2)
+    {result, r} = op(name, out, values, r)
+    r |> result(result) |> Recipe.finish()
+  end
+
+  # ---- values: {:c, re, im, shape, part_type} (im may be :zero) or {:r, ref, shape, type} ----
+
+  defp tensor?(%{shape: _, type: _}), do: true
+  defp tensor?(_), do: false
+
+  defp value(list, acc) when is_list(list) do
+    if Enum.any?(list, &tensor?/1), do: Enum.map_reduce(list, acc, &value/2), else: {list, acc}
+  end
+
+  defp value(%{shape: shape, type: {:c, bits}}, {r, i}) do
+    ft = {:f, div(bits, 2)}
+    {re, r} = part(r, i, shape, 0)
+    {im, r} = part(r, i, shape, 1)
+    {{:c, re, im, shape, ft}, {r, i + 1}}
+  end
+
+  defp value(%{shape: shape, type: type}, {r, i}), do: {{:r, i, shape, type}, {r, i + 1}}
+  defp value(other, acc), do: {other, acc}
+
+  defp part(r, ref, shape, k) do
+    dims = Tuple.to_list(shape)
+    zeros = List.duplicate(0, length(dims))
+    attrs = [starts: zeros ++ [k], lengths: dims ++ [1], strides: nil, dynamic: []]
+    {s, r} = Recipe.emit(r, :slice, attrs, [ref])
+    Recipe.emit(r, :reshape, [shape: dims], [s])
+  end
+
+  defp result(r, {:c, re, im, shape, ft}) do
+    {re, r} = materialize(r, re, shape, ft)
+    {im, r} = materialize(r, im, shape, ft)
+    r |> Recipe.emit(:stack, [axis: tuple_size(shape)], [re, im]) |> elem(1)
+  end
+
+  defp result(r, {:r, _ref, _shape, _type}), do: r
+
+  defp materialize(r, :zero, shape, ft), do: full(r, shape, ft, 0.0)
+  defp materialize(r, ref, _shape, _ft), do: {ref, r}
+
+  defp full(r, shape, type, value),
+    do: Recipe.emit(r, :full, [shape: Tuple.to_list(shape), dtype: type, value: value], [])
+
+  # ---- ops ----
+
+  defp op(name, out, values, r) when name in @per_part do
+    {ft, _} = storage(out.type, out.shape)
+    shared = Map.get(@shared, name, [])
+    starts = Map.get(@shared_starts, name)
+
+    {values, r} =
+      values
+      |> Enum.with_index()
+      |> Enum.map_reduce(r, fn {v, i}, r ->
+        if i in shared or i == starts, do: {{:shared, v}, r}, else: as_complex(r, v, ft)
+      end)
+
+    {[re, im], r} =
+      Enum.map_reduce([:re, :im], r, fn which, r ->
+        args = Enum.map(values, &pick(&1, which))
+        refs = args |> Enum.flat_map(&List.wrap/1) |> Enum.filter(&tensor?/1) |> Enum.map(& &1.ref)
+        Recipe.embed(r, Lower.lower_real(name, %{out | type: ft}, args), refs)
+      end)
+
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  defp op(:constant, out, [number], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {re_v, im_v} = number_parts(number)
+    {re, r} = full(r, out.shape, ft, re_v)
+    {im, r} = full(r, out.shape, ft, im_v)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  defp op(name, out, args, r) when name in [:eye, :iota] do
+    {ft, _} = storage(out.type, out.shape)
+    {re, r} = Recipe.embed(r, Lower.lower_real(name, %{out | type: ft}, args), [])
+    {{:c, re, :zero, out.shape, ft}, r}
+  end
+
+  defp op(:as_type, %{type: {:c, _}} = out, [x], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {re, im, r} = parts(r, x, ft)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  # complex to real keeps the real part
+  defp op(:as_type, out, [{:c, re, _im, _shape, _ft}], r), do: real(r, re, out)
+
+  defp op(:multiply, out, [a, b], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {ar, ai, r} = parts(r, a, ft)
+    {br, bi, r} = parts(r, b, ft)
+    {rr, r} = mul(r, ar, br, ft)
+    {ii, r} = mul(r, ai, bi, ft)
+    {ri, r} = mul(r, ar, bi, ft)
+    {ir, r} = mul(r, ai, br, ft)
+    {re, r} = sub(r, rr, ii, ft)
+    {im, r} = add(r, ri, ir, ft)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  defp op(:divide, out, [a, b], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {ar, ai, r} = parts(r, a, ft)
+    {br, bi, r} = parts(r, b, ft)
+    {den, r} = abs2(r, br, bi, ft)
+    {rr, r} = mul(r, ar, br, ft)
+    {ii, r} = mul(r, ai, bi, ft)
+    {ir, r} = mul(r, ai, br, ft)
+    {ri, r} = mul(r, ar, bi, ft)
+    {num_re, r} = add(r, rr, ii, ft)
+    {num_im, r} = sub(r, ir, ri, ft)
+    {num_re, r} = materialize(r, num_re, out.shape, ft)
+    {re, r} = bin(r, :divide, num_re, den, ft)
+    {im, r} = if num_im == :zero, do: {:zero, r}, else: bin(r, :divide, num_im, den, ft)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  defp op(:conjugate, out, [x], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {re, im, r} = parts(r, x, ft)
+    # a zero imaginary part becomes -0.0, as in Nx
+    {im, r} = materialize(r, im, out.shape, ft)
+    {im, r} = Recipe.emit(r, :neg, [], [im])
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  # The principal square root, in the cancellation-free form:
+  # t = sqrt((|z| + |re|) / 2); re >= 0: (t, im / 2t); re < 0: (|im| / 2t, copysign(t, im)).
+  defp op(:sqrt, out, [x], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {re, im, r} = parts(r, x, ft)
+    {im, r} = materialize(r, im, out.shape, ft)
+    {sq, r} = abs2(r, re, im, ft)
+    {mag, r} = Recipe.emit(r, :sqrt, [], [sq])
+    {abs_re, r} = Recipe.emit(r, :abs, [], [re])
+    {sum, r} = add(r, mag, abs_re, ft)
+    {half, r} = full(r, {}, ft, 0.5)
+    {t, r} = mul(r, sum, half, ft)
+    {t, r} = Recipe.emit(r, :sqrt, [], [t])
+    {two_t, r} = add(r, t, t, ft)
+    {zero, r} = full(r, {}, ft, 0.0)
+    {is_zero, r} = Recipe.emit(r, :equal, [], [t, zero])
+    {im_over, r} = bin(r, :divide, im, two_t, ft)
+    {abs_im, r} = Recipe.emit(r, :abs, [], [im])
+    {abs_im_over, r} = bin(r, :divide, abs_im, two_t, ft)
+    {neg_t, r} = Recipe.emit(r, :neg, [], [t])
+    {im_neg, r} = Recipe.emit(r, :less, [], [im, zero])
+    {signed_t, r} = Recipe.emit(r, :select, [out: ft], [im_neg, neg_t, t])
+    {re_pos, r} = Recipe.emit(r, :greater_equal, [], [re, zero])
+    {new_re, r} = Recipe.emit(r, :select, [out: ft], [re_pos, t, abs_im_over])
+    {new_im, r} = Recipe.emit(r, :select, [out: ft], [re_pos, im_over, signed_t])
+    {new_re, r} = Recipe.emit(r, :select, [out: ft], [is_zero, zero, new_re])
+    {new_im, r} = Recipe.emit(r, :select, [out: ft], [is_zero, im, new_im])
+    {{:c, new_re, new_im, out.shape, ft}, r}
+  end
+
+  defp op(:real, out, [x], r) do
+    {re, _im, r} = parts(r, x, out.type)
+    real(r, re, out)
+  end
+
+  defp op(:imag, out, [x], r) do
+    {_re, im, r} = parts(r, x, out.type)
+    {im, r} = materialize(r, im, out.shape, out.type)
+    real(r, im, out)
+  end
+
+  defp op(:abs, out, [x], r) do
+    {re, im, r} = parts(r, x, out.type)
+    {sq, r} = abs2(r, re, im, out.type)
+    {sq, r} = materialize(r, sq, out.shape, out.type)
+    {ref, r} = Recipe.emit(r, :sqrt, [], [sq])
+    real(r, ref, out)
+  end
+
+  defp op(:exp, out, [x], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {re, im, r} = parts(r, x, ft)
+    {im, r} = materialize(r, im, out.shape, ft)
+    {e, r} = Recipe.emit(r, :exp, [], [re])
+    {c, r} = Recipe.emit(r, :cos, [], [im])
+    {s, r} = Recipe.emit(r, :sin, [], [im])
+    {new_re, r} = mul(r, e, c, ft)
+    {new_im, r} = mul(r, e, s, ft)
+    {{:c, new_re, new_im, out.shape, ft}, r}
+  end
+
+  defp op(name, out, [a, b], r) when name in [:equal, :not_equal] do
+    ft = wider(part_type(a), part_type(b))
+    {ar, ai, r} = parts(r, a, ft)
+    {br, bi, r} = parts(r, b, ft)
+    {ai, r} = materialize(r, ai, out.shape, ft)
+    {bi, r} = materialize(r, bi, out.shape, ft)
+    {eq_re, r} = Recipe.emit(r, name, [], [ar, br])
+    {eq_im, r} = Recipe.emit(r, name, [], [ai, bi])
+    join = if name == :equal, do: :logical_and, else: :logical_or
+    {ref, r} = Recipe.emit(r, join, [], [eq_re, eq_im])
+    real(r, ref, out)
+  end
+
+  defp op(name, out, [{:c, re, im, _shape, _ft}], r) when name in [:is_nan, :is_infinity] do
+    {a, r} = Recipe.emit(r, name, [], [re])
+    {b, r} = Recipe.emit(r, name, [], [im])
+    {ref, r} = Recipe.emit(r, :logical_or, [], [a, b])
+    real(r, ref, out)
+  end
+
+  defp op(:dot, out, [a, ca, ba, b, cb, bb], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {ar, ai, r} = parts(r, a, ft)
+    {br, bi, r} = parts(r, b, ft)
+    attrs = [contract_a: ca, batch_a: ba, contract_b: cb, batch_b: bb, out: ft]
+    {rr, r} = dot(r, ar, br, attrs)
+    {ii, r} = dot(r, ai, bi, attrs)
+    {ri, r} = dot(r, ar, bi, attrs)
+    {ir, r} = dot(r, ai, br, attrs)
+    {re, r} = sub(r, rr, ii, ft)
+    {im, r} = add(r, ri, ir, ft)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  defp op(name, out, [x, opts], r) when name in [:fft, :ifft], do: fft(name, out, x, opts, r)
+
+  defp op(name, _out, _values, _r) do
+    raise ExBurn.Error.new(
+            kind: :unsupported,
+            op: name,
+            message: "#{name} on complex tensors is not supported by ExBurn"
+          )
+  end
+
+  # ---- FFT: a DFT along `axis` as real matrix products in f64 ----
+
+  defp fft(name, out, x, opts, r) do
+    {ft, _} = storage(out.type, out.shape)
+    axis = opts[:axis]
+    n = opts[:length]
+    {xr, xi, r} = parts(r, x, {:f, 64})
+    shape = value_shape(x)
+    last = tuple_size(shape) - 1
+
+    perm =
+      Enum.map(0..last, fn
+        ^axis -> last
+        ^last -> axis
+        i -> i
+      end)
+
+    moved = Enum.reduce(Enum.with_index(perm), shape, fn {p, i}, s -> put_elem(s, i, elem(shape, p)) end)
+    {xr, r} = move_and_fit(r, xr, perm, moved, n)
+    {xi, r} = if xi == :zero, do: {:zero, r}, else: move_and_fit(r, xi, perm, moved, n)
+    {c, s, r} = twiddles(r, n, if(name == :fft, do: -1, else: 1))
+    attrs = [contract_a: [last], batch_a: [], contract_b: [0], batch_b: [], out: {:f, 64}]
+    {xr_c, r} = dot(r, xr, c, attrs)
+    {xi_s, r} = dot(r, xi, s, attrs)
+    {xr_s, r} = dot(r, xr, s, attrs)
+    {xi_c, r} = dot(r, xi, c, attrs)
+    {re, r} = sub(r, xr_c, xi_s, {:f, 64})
+    {im, r} = add(r, xr_s, xi_c, {:f, 64})
+    result_shape = put_elem(moved, last, n)
+    {re, r} = finish_part(r, re, name, n, opts[:eps], ft, perm, result_shape)
+    {im, r} = finish_part(r, im, name, n, opts[:eps], ft, perm, result_shape)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  # Puts the transformed axis last and pads (zeros) or crops it to `n`.
+  defp move_and_fit(r, ref, perm, moved, n) do
+    {ref, r} = Recipe.emit(r, :transpose, [axes: perm], [ref])
+    last = tuple_size(moved) - 1
+    len = elem(moved, last)
+
+    cond do
+      len < n ->
+        {zero, r} = full(r, {}, {:f, 64}, 0.0)
+        config = List.duplicate({0, 0, 0}, last) ++ [{0, n - len, 0}]
+        Recipe.emit(r, :pad, [config: config], [ref, zero])
+
+      len > n ->
+        dims = moved |> put_elem(last, n) |> Tuple.to_list()
+        attrs = [starts: List.duplicate(0, last + 1), lengths: dims, strides: nil, dynamic: []]
+        Recipe.emit(r, :slice, attrs, [ref])
+
+      true ->
+        {ref, r}
+    end
+  end
+
+  # cos and sin of sign * 2 pi (j k mod n) / n, an n x n matrix each.
+  defp twiddles(r, n, sign) do
+    {j, r} = Recipe.emit(r, :iota, [shape: [n, n], dtype: {:s, 64}, axis: 0], [])
+    {k, r} = Recipe.emit(r, :iota, [shape: [n, n], dtype: {:s, 64}, axis: 1], [])
+    {jk, r} = Recipe.emit(r, :multiply, [out: {:s, 64}], [j, k])
+    {nn, r} = full(r, {}, {:s, 64}, n)
+    {m, r} = Recipe.emit(r, :remainder, [out: {:s, 64}], [jk, nn])
+    {m, r} = Recipe.emit(r, :as_type, [dtype: {:f, 64}], [m])
+    {step, r} = full(r, {}, {:f, 64}, sign * 2 * :math.pi() / n)
+    {angle, r} = Recipe.emit(r, :multiply, [out: {:f, 64}], [m, step])
+    {c, r} = Recipe.emit(r, :cos, [], [angle])
+    {s, r} = Recipe.emit(r, :sin, [], [angle])
+    {c, s, r}
+  end
+
+  # Scales (inverse), zeroes magnitudes up to eps, rounds to the part type, moves the axis back.
+  defp finish_part(r, :zero, _name, _n, _eps, ft, perm, shape) do
+    {ref, r} = full(r, shape, ft, 0.0)
+    Recipe.emit(r, :transpose, [axes: perm], [ref])
+  end
+
+  defp finish_part(r, ref, name, n, eps, ft, perm, _shape) do
+    {ref, r} =
+      if name == :ifft do
+        {nn, r} = full(r, {}, {:f, 64}, n * 1.0)
+        bin(r, :divide, ref, nn, {:f, 64})
+      else
+        {ref, r}
+      end
+
+    {ref, r} = zero_small(r, ref, eps)
+    {ref, r} = Recipe.emit(r, :as_type, [dtype: ft], [ref])
+    Recipe.emit(r, :transpose, [axes: perm], [ref])
+  end
+
+  defp zero_small(r, ref, nil), do: {ref, r}
+
+  defp zero_small(r, ref, eps) do
+    {mag, r} = Recipe.emit(r, :abs, [], [ref])
+    {limit, r} = full(r, {}, {:f, 64}, eps * 1.0)
+    {small, r} = Recipe.emit(r, :less_equal, [], [mag, limit])
+    {zero, r} = full(r, {}, {:f, 64}, 0.0)
+    Recipe.emit(r, :select, [out: {:f, 64}], [small, zero, ref])
+  end
+
+  # ---- helpers ----
+
+  defp real(r, ref, out) do
+    {ref, r} = Recipe.emit(r, :as_type, [dtype: out.type], [ref])
+    {{:r, ref, out.shape, out.type}, r}
+  end
+
+  # The parts of a value in float type `ft` (real values get a zero imaginary part).
+  defp parts(r, {:c, re, im, _shape, ft}, ft), do: {re, im, r}
+
+  defp parts(r, {:c, re, im, _shape, _other}, ft) do
+    {re, r} = Recipe.emit(r, :as_type, [dtype: ft], [re])
+    {im, r} = if im == :zero, do: {:zero, r}, else: Recipe.emit(r, :as_type, [dtype: ft], [im])
+    {re, im, r}
+  end
+
+  defp parts(r, {:r, ref, _shape, _type}, ft) do
+    {re, r} = Recipe.emit(r, :as_type, [dtype: ft], [ref])
+    {re, :zero, r}
+  end
+
+  # A value as a complex one of part type `ft`, both parts materialised (for per-part ops).
+  defp as_complex(r, list, ft) when is_list(list), do: Enum.map_reduce(list, r, &as_complex(&2, &1, ft))
+
+  defp as_complex(r, value, ft) when is_tuple(value) and elem(value, 0) in [:c, :r] do
+    shape = value_shape(value)
+    {re, im, r} = parts(r, value, ft)
+    {im, r} = materialize(r, im, shape, ft)
+    {{:c, re, im, shape, ft}, r}
+  end
+
+  defp as_complex(r, other, _ft), do: {other, r}
+
+  defp value_shape({:c, _, _, shape, _}), do: shape
+  defp value_shape({:r, _, shape, _}), do: shape
+
+  defp part_type({:c, _, _, _, ft}), do: ft
+  defp part_type({:r, _, _, {:f, _} = t}), do: t
+  defp part_type({:r, _, _, _}), do: {:f, 32}
+
+  defp wider({:f, a}, {:f, b}), do: {:f, max(a, b)}
+
+  # The placeholder tensor of one part (shared arguments as they are) for the real lowering.
+  defp pick({:shared, v}, _which), do: placeholder(v)
+  defp pick({:c, re, _im, shape, ft}, :re), do: %{shape: shape, type: ft, ref: re}
+  defp pick({:c, _re, im, shape, ft}, :im), do: %{shape: shape, type: ft, ref: im}
+  defp pick(list, which) when is_list(list), do: Enum.map(list, &pick(&1, which))
+  defp pick(other, _which), do: other
+
+  defp placeholder({:r, ref, shape, type}), do: %{shape: shape, type: type, ref: ref}
+  defp placeholder(list) when is_list(list), do: Enum.map(list, &placeholder/1)
+  defp placeholder(other), do: other
+
+  defp mul(r, :zero, _b, _ft), do: {:zero, r}
+  defp mul(r, _a, :zero, _ft), do: {:zero, r}
+  defp mul(r, a, b, ft), do: bin(r, :multiply, a, b, ft)
+
+  defp add(r, :zero, b, _ft), do: {b, r}
+  defp add(r, a, :zero, _ft), do: {a, r}
+  defp add(r, a, b, ft), do: bin(r, :add, a, b, ft)
+
+  defp sub(r, a, :zero, _ft), do: {a, r}
+  defp sub(r, :zero, b, _ft), do: Recipe.emit(r, :neg, [], [b])
+  defp sub(r, a, b, ft), do: bin(r, :subtract, a, b, ft)
+
+  defp bin(r, op, a, b, ft), do: Recipe.emit(r, op, [out: ft], [a, b])
+
+  defp abs2(r, re, im, ft) do
+    {rr, r} = mul(r, re, re, ft)
+    {ii, r} = mul(r, im, im, ft)
+    add(r, rr, ii, ft)
+  end
+
+  defp dot(r, :zero, _y, _attrs), do: {:zero, r}
+  defp dot(r, _x, :zero, _attrs), do: {:zero, r}
+  defp dot(r, x, y, attrs), do: Recipe.emit(r, :dot, attrs, [x, y])
+
+  defp number_parts(%{__struct__: Complex, re: re, im: im}), do: {re, im}
+  defp number_parts(n), do: {n, 0.0}
+end
