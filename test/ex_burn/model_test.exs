@@ -143,6 +143,8 @@ defmodule ExBurn.ModelTest do
         :binary,
         :exit_status,
         args: ["run", "--no-compile", script],
+        # The project is compiled for this environment only (a clean clone has no _build/dev).
+        env: [{~c"MIX_ENV", to_charlist(Mix.env())}],
         cd: File.cwd!()
       ])
 
