@@ -1,5 +1,5 @@
 //! The peer for ExBurn's training overhead: the same MLP trained with Burn's high-level API
-//! directly (no ExBurn graph interpreter, no NIF), on the same Dispatch backend.
+//! directly (no ExBurn graph interpreter, no NIF), on the same Dispatch backend and allocator.
 //!
 //!     cargo run --release -p ex_burn_core --example burn_mlp_bench -- <device> <sizes> <batch> <steps>
 //!     e.g. cpu 784,1024,1024,10 512 20     (device: cpu | cuda)
@@ -14,6 +14,10 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
 use burn::{Dispatch, DispatchDevice};
 use std::time::Instant;
+
+/// The allocator the NIF uses (`ex_burn_nif`), so that the comparison is about ExBurn, not malloc.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Module, Debug)]
 struct Mlp<B: Backend> {

@@ -6,6 +6,13 @@
 //! come in three flavours (`name`, `name_cpu`, `name_io`) for normal, dirty-CPU and dirty-IO
 //! schedulers, chosen on the Elixir side by device and size.
 
+/// mimalloc for everything Rust allocates in the NIF. Training allocates and frees
+/// multi-megabyte tensors every step; glibc malloc serves those with fresh mmaps (page faults on
+/// every step) and ran a CPU training step 1.5-2.7x slower inside the BEAM
+/// (bench/results/training_cpu.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod decode;
 mod encode;
 mod nifs;
