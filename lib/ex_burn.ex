@@ -239,26 +239,8 @@ defmodule ExBurn do
 
   if Code.ensure_loaded?(Nx) do
     # `Nx.Defn.default_options(compiler: ExBurn)`: the module is also the Defn compiler.
-    @behaviour Nx.Defn.Compiler
-
-    @impl true
-    @doc "`compiler: ExBurn` in `Nx.Defn` options; see `ExBurn.Compiler.__jit__/5`."
-    defdelegate __jit__(key, vars, fun, args_list, opts), to: ExBurn.Compiler
-
-    @impl true
-    @doc "See `ExBurn.Compiler.__compile__/4`."
-    defdelegate __compile__(key, vars, fun, opts), to: ExBurn.Compiler
-
-    @impl true
-    @doc "See `ExBurn.Compiler.__partitions_options__/1`."
-    defdelegate __partitions_options__(opts), to: ExBurn.Compiler
-
-    @impl true
-    @doc "See `ExBurn.Compiler.__to_backend__/1`."
-    defdelegate __to_backend__(opts), to: ExBurn.Compiler
-
-    @impl true
-    @doc "See `ExBurn.Compiler.__shard_jit__/6`."
-    defdelegate __shard_jit__(key, mesh, vars, fun, args_list, opts), to: ExBurn.Compiler
+    # Evaluated, not written as `use`: a `use` is expanded even when Nx (and so
+    # ExBurn.Compiler) does not exist.
+    Code.eval_quoted(quote(do: use(ExBurn.Compiler)), [], __ENV__)
   end
 end

@@ -165,5 +165,34 @@ if Code.ensure_loaded?(Nx) do
           ExBurn.Device.normalize!(device)
       end
     end
+
+    @doc false
+    # `use ExBurn.Compiler` makes a module another name of this compiler (ExBurn,
+    # ExBurn.Defn.Compiler): the behaviour with every callback delegated here.
+    defmacro __using__(_opts) do
+      quote do
+        @behaviour Nx.Defn.Compiler
+
+        @impl true
+        @doc "See `ExBurn.Compiler.__jit__/5`."
+        defdelegate __jit__(key, vars, fun, args_list, opts), to: ExBurn.Compiler
+
+        @impl true
+        @doc "See `ExBurn.Compiler.__compile__/4`."
+        defdelegate __compile__(key, vars, fun, opts), to: ExBurn.Compiler
+
+        @impl true
+        @doc "See `ExBurn.Compiler.__partitions_options__/1`."
+        defdelegate __partitions_options__(opts), to: ExBurn.Compiler
+
+        @impl true
+        @doc "See `ExBurn.Compiler.__to_backend__/1`."
+        defdelegate __to_backend__(opts), to: ExBurn.Compiler
+
+        @impl true
+        @doc "See `ExBurn.Compiler.__shard_jit__/6`."
+        defdelegate __shard_jit__(key, mesh, vars, fun, args_list, opts), to: ExBurn.Compiler
+      end
+    end
   end
 end

@@ -5,26 +5,6 @@ if Code.ensure_loaded?(Nx) do
     options and behaviour are documented there.
     """
 
-    @behaviour Nx.Defn.Compiler
-
-    @impl true
-    @doc "See `ExBurn.Compiler.__jit__/5`."
-    defdelegate __jit__(key, vars, fun, args_list, opts), to: ExBurn.Compiler
-
-    @impl true
-    @doc "See `ExBurn.Compiler.__compile__/4`."
-    defdelegate __compile__(key, vars, fun, opts), to: ExBurn.Compiler
-
-    @impl true
-    @doc "See `ExBurn.Compiler.__partitions_options__/1`."
-    defdelegate __partitions_options__(opts), to: ExBurn.Compiler
-
-    @impl true
-    @doc "See `ExBurn.Compiler.__to_backend__/1`."
-    defdelegate __to_backend__(opts), to: ExBurn.Compiler
-
-    @impl true
-    @doc "See `ExBurn.Compiler.__shard_jit__/6`."
-    defdelegate __shard_jit__(key, mesh, vars, fun, args_list, opts), to: ExBurn.Compiler
+    use ExBurn.Compiler
   end
 end

@@ -623,7 +623,51 @@ impl Op {
         }
     }
 
-    fn is_binary(&self) -> bool {
+    /// Unary element-wise maps (one output element from one input element).
+    pub(crate) fn is_unary_map(&self) -> bool {
+        use Op::*;
+        matches!(
+            self,
+            Neg | Abs
+                | Sign
+                | Exp
+                | Expm1
+                | Log
+                | Log1p
+                | Sqrt
+                | Rsqrt
+                | Cbrt
+                | Sin
+                | Cos
+                | Tan
+                | Asin
+                | Acos
+                | Atan
+                | Sinh
+                | Cosh
+                | Tanh
+                | Asinh
+                | Acosh
+                | Atanh
+                | Erf
+                | Erfc
+                | ErfInv
+                | Sigmoid
+                | Relu
+                | Floor
+                | Ceil
+                | Round
+                | IsNan
+                | IsInfinity
+                | LogicalNot
+                | BitwiseNot
+                | PopulationCount
+                | CountLeadingZeros
+        )
+    }
+
+    /// Binary element-wise ops with broadcasting.
+    pub(crate) fn is_binary(&self) -> bool {
         use Op::*;
         matches!(
             self,

@@ -30,69 +30,7 @@ pub(super) fn elementwise(op: &Op) -> bool {
 
 /// Unary and binary maps of the op table (not reductions, shapes or indexing).
 fn is_map(op: &Op) -> bool {
-    use Op::*;
-    matches!(
-        op,
-        Neg | Abs
-            | Sign
-            | Exp
-            | Expm1
-            | Log
-            | Log1p
-            | Sqrt
-            | Rsqrt
-            | Cbrt
-            | Sin
-            | Cos
-            | Tan
-            | Asin
-            | Acos
-            | Atan
-            | Sinh
-            | Cosh
-            | Tanh
-            | Asinh
-            | Acosh
-            | Atanh
-            | Erf
-            | Erfc
-            | ErfInv
-            | Sigmoid
-            | Relu
-            | Floor
-            | Ceil
-            | Round
-            | IsNan
-            | IsInfinity
-            | LogicalNot
-            | BitwiseNot
-            | PopulationCount
-            | CountLeadingZeros
-            | Add { .. }
-            | Subtract { .. }
-            | Multiply { .. }
-            | Divide { .. }
-            | Quotient { .. }
-            | Remainder { .. }
-            | Pow { .. }
-            | Atan2 { .. }
-            | Min { .. }
-            | Max { .. }
-            | BitwiseAnd { .. }
-            | BitwiseOr { .. }
-            | BitwiseXor { .. }
-            | LeftShift { .. }
-            | RightShift { .. }
-            | Equal
-            | NotEqual
-            | Less
-            | LessEqual
-            | Greater
-            | GreaterEqual
-            | LogicalAnd
-            | LogicalOr
-            | LogicalXor
-    )
+    op.is_unary_map() || op.is_binary()
 }
 
 /// A run of element-wise instructions: `instrs` start at value number `first`.
