@@ -47,7 +47,8 @@ defmodule ExBurn.ResourcesTest do
 
   @tag timeout: 300_000
   test "a long op on a dirty scheduler leaves normal-scheduler processes responsive" do
-    n = 4096
+    # ~3 s on the 2-core CI machine (the issue asks for an op of at least 2 s).
+    n = 5120
     a = BurnBridge.random_uniform({n, n}, seed: 1)
     b = BurnBridge.random_uniform({n, n}, seed: 2)
     parent = self()
