@@ -102,14 +102,18 @@ defmodule ExBurn.Nif.Config do
   matter here; rustler_precompiled verifies the hash of what it downloads.
   """
   @spec listed_artifacts(Path.t()) :: [String.t()]
-  def listed_artifacts(path \\ @checksum_path) do
+  def listed_artifacts(path \\ @checksum_path), do: path |> checksums() |> Map.keys() |> Enum.sort()
+
+  @doc "The map of a checksum file: artifact name => `\"sha256:<hex>\"` (`%{}` when it is missing)."
+  @spec checksums(Path.t()) :: %{optional(String.t()) => String.t()}
+  def checksums(path \\ @checksum_path) do
     case File.read(path) do
       {:ok, text} ->
         {map, _binding} = Code.eval_string(text, [], file: path)
-        map |> Map.keys() |> Enum.sort()
+        map
 
       {:error, :enoent} ->
-        []
+        %{}
     end
   end
 
@@ -523,25 +527,40 @@ defmodule ExBurn.Nif.Config do
 
   @doc """
   The error raised when rustler_precompiled cannot provide the artifact of `plan` (`reason` is
-  its message). An artifact that fails the checksum is removed from the cache (rustler_precompiled
-  stores a download before it checks it, and would otherwise fail on that same file forever);
-  `remove` does that, and is replaced in tests.
+  its message, whose advice about its own `force_build` setting is left out: ExBurn's settings
+  follow). An artifact that fails the checksum is removed from the cache (rustler_precompiled
+  stores a download before it checks it, and would otherwise fail on that same file forever),
+  and the message shows the expected and the received sha256.
+
+  Options (tests): `:remove` (default `File.rm/1`), `:checksum_path` (default `checksum_path/0`).
   """
-  @spec download_error(String.t(), plan(), String.t(), map(), (Path.t() -> term())) :: String.t()
-  def download_error(reason, plan, version, env \\ System.get_env(), remove \\ &File.rm/1) do
+  @spec download_error(String.t(), plan(), String.t(), map(), keyword()) :: String.t()
+  def download_error(reason, plan, version, env \\ System.get_env(), opts \\ []) do
+    remove = Keyword.get(opts, :remove, &File.rm/1)
+    checksum_file = Keyword.get(opts, :checksum_path, @checksum_path)
     cached = cached_tarball(plan.artifact, env)
     url = String.trim_trailing(base_url(version, env), "/") <> "/" <> plan.artifact
+    [reason | _] = String.split(reason, "\n\nYou can force the project to build from scratch", parts: 2)
 
     detail =
       if reason =~ "integrity check failed" do
+        received =
+          case File.read(cached) do
+            {:ok, bytes} -> "sha256:" <> Base.encode16(:crypto.hash(:sha256, bytes), case: :lower)
+            {:error, _} -> "(unreadable)"
+          end
+
         remove.(cached)
+        expected = Map.get(checksums(checksum_file), plan.artifact, "(not listed)")
 
         """
-        Its sha256 is not the one #{Path.basename(checksum_path())} lists for it: the file is
-        not the one that was released. Usual causes: a truncated download, a proxy or mirror
-        (EX_BURN_BASE_URL) that serves different bytes, a file copied into the cache by hand.
-        The file was removed from the cache (#{cached}), so the next compile downloads it again.
-        Fix the source; never edit the checksum file to make this go away.
+        Its sha256 is not the one #{Path.basename(checksum_file)} lists for it:
+          expected #{expected}
+          received #{received}
+        The file is not the one that was released. Usual causes: a truncated download, a proxy
+        or mirror (EX_BURN_BASE_URL) that serves different bytes, a file copied into the cache by
+        hand. The file was removed from the cache (#{cached}), so the next compile downloads it
+        again. Fix the source; never edit the checksum file to make this go away.
         """
       else
         """

@@ -226,31 +226,65 @@ defmodule ExBurn.Nif.ConfigTest do
                ~r{rustler_precompiled/precompiled_nifs/a\.tar\.gz$}
     end
 
-    test "a checksum mismatch names the artifact and URL and removes the bad tarball from the cache" do
-      p = plan(env: %{"EX_BURN_VARIANT" => "cuda"})
-      env = %{"EX_BURN_BASE_URL" => "http://127.0.0.1:8765", "RUSTLER_PRECOMPILED_GLOBAL_CACHE_PATH" => "/c"}
+    test "a checksum mismatch names the artifact, URL and both hashes, and removes the bad tarball" do
+      dir = Path.join(System.tmp_dir!(), "ex_burn_mismatch_#{System.unique_integer([:positive])}")
+      File.mkdir_p!(dir)
+      file = "libex_burn_nif-v1.0.0-nif-2.15-#{@gnu}--cuda.so.tar.gz"
+      File.write!(Path.join(dir, file), "tampered")
+      received = "sha256:" <> Base.encode16(:crypto.hash(:sha256, "tampered"), case: :lower)
+      expected = "sha256:" <> String.duplicate("ab", 32)
+      checksum_path = Path.join(dir, "checksum-Elixir.ExBurn.Nif.exs")
+      File.write!(checksum_path, ~s(%{\n  "#{file}" => "#{expected}",\n}\n))
 
-      reason =
-        "Error while downloading precompiled NIF: the integrity check failed because the checksum of files does not match."
+      p = plan(env: %{"EX_BURN_VARIANT" => "cuda"})
+      env = %{"EX_BURN_BASE_URL" => "http://127.0.0.1:8765", "RUSTLER_PRECOMPILED_GLOBAL_CACHE_PATH" => dir}
+
+      # rustler_precompiled 0.8's message: its advice on its own force_build setting is left out.
+      reason = """
+      Error while downloading precompiled NIF: the integrity check failed because the checksum of files does not match.
+
+      You can force the project to build from scratch with:
+
+          config :rustler_precompiled, :force_build, ex_burn: true
+
+      In order to force the build, you also need to add Rustler as a dependency in your `mix.exs`:
+
+          {:rustler, ">= 0.0.0", optional: true}
+      """
 
       me = self()
-      message = Config.download_error(reason, p, "1.0.0", env, &send(me, {:removed, &1}))
+      opts = [remove: &send(me, {:removed, &1}), checksum_path: checksum_path]
+      message = Config.download_error(reason, p, "1.0.0", env, opts)
 
-      file = "libex_burn_nif-v1.0.0-nif-2.15-#{@gnu}--cuda.so.tar.gz"
-      assert_received {:removed, "/c/" <> ^file}
+      cached = Path.join(dir, file)
+      assert_received {:removed, ^cached}
       assert message =~ "ExBurn could not use the precompiled library #{file}"
       assert message =~ "from http://127.0.0.1:8765/#{file}"
       assert message =~ "integrity check failed"
-      assert message =~ "removed from the cache (/c/#{file})"
+      assert message =~ "expected #{expected}\n  received #{received}"
+      assert message =~ "removed from the cache (#{cached})"
       assert message =~ "never edit the checksum file"
       assert message =~ "EX_BURN_BUILD=1"
+      refute message =~ ":force_build"
+      refute message =~ ~s(">= 0.0.0")
+
+      # The default remover deletes the file, and a file that cannot be read is said so.
+      Config.download_error(reason, p, "1.0.0", env, checksum_path: checksum_path)
+      refute File.exists?(cached)
+
+      assert Config.download_error(reason, p, "1.0.0", env, checksum_path: checksum_path) =~
+               "received (unreadable)"
+
+      File.rm_rf!(dir)
     end
 
     test "other failures keep the cache and say where a tarball can be put" do
       me = self()
 
       message =
-        Config.download_error("couldn't fetch NIF: 404", plan([]), "1.0.0", %{}, &send(me, {:removed, &1}))
+        Config.download_error("couldn't fetch NIF: 404", plan([]), "1.0.0", %{},
+          remove: &send(me, {:removed, &1})
+        )
 
       refute_received {:removed, _}
       assert message =~ "couldn't fetch NIF: 404"
