@@ -25,7 +25,7 @@ cases = [
     name: "MLP 784-128-10 (100K params), batch 32, Adam",
     sizes: [784, 128, 10],
     batch: 32,
-    steps: if(family == :cpu, do: 300, else: 1000)
+    steps: if(family == :cpu, do: 2000, else: 1000)
   }
 ]
 
@@ -66,7 +66,7 @@ burn_peer = fn c ->
     {out, _} =
       System.cmd(
         burn_bin,
-        [Atom.to_string(family), Enum.join(c.sizes, ","), "#{c.batch}", "#{min(c.steps, 200)}"],
+        [Atom.to_string(family), Enum.join(c.sizes, ","), "#{c.batch}", "#{c.steps}"],
         stderr_to_stdout: true
       )
 
@@ -82,7 +82,7 @@ torch_peer = fn c, dev ->
       nil
 
     py ->
-      case System.cmd(py, [script, dev, Enum.join(c.sizes, ","), "#{c.batch}", "#{min(c.steps, 200)}"],
+      case System.cmd(py, [script, dev, Enum.join(c.sizes, ","), "#{c.batch}", "#{c.steps}"],
              stderr_to_stdout: true
            ) do
         {out, 0} -> parse.(out)

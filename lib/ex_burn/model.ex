@@ -131,9 +131,10 @@ defmodule ExBurn.Model do
   defp to_spec(%{layers: _, output: _} = spec), do: spec
 
   defp to_spec(%{__struct__: Axon} = axon) do
-    # ExBurn.Axon exists only when Axon was loadable at compile time; called through a
-    # variable so builds without Axon do not warn.
-    converter = ExBurn.Axon
+    # ExBurn.Axon exists only when Axon was loadable at compile time; its name is built at
+    # run time so that builds without Axon do not warn (Elixir >= 1.18 follows a variable
+    # bound to a module literal).
+    converter = Module.concat(ExBurn, Axon)
 
     if Code.ensure_loaded?(converter) do
       axon |> converter.to_layers() |> ExBurn.Layers.to_spec()

@@ -7,7 +7,7 @@ use super::spec::{Activation, LayerOp, ModelSpec};
 use crate::tensor::B;
 use crate::{Error, Result};
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{DType, Int, Tensor};
+use burn::tensor::{Bool, DType, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// A training loss.
@@ -207,7 +207,7 @@ pub fn correct(
     value: &Value,
     target: &Target,
     ad: bool,
-) -> Result<Tensor<B, 1, Int>> {
+) -> Result<Tensor<B, 1, Bool>> {
     match loss {
         Loss::BinaryCrossEntropy => {
             let z = plain(flat(value)?, ad);
@@ -220,7 +220,7 @@ pub fn correct(
                 Target::Values(t) => plain(flat(t)?, ad).greater_elem(0.5),
                 Target::Classes(ids) => ids.clone().greater_elem(0),
             };
-            Ok(pred.equal(t).int().sum())
+            Ok(pred.equal(t))
         }
         _ => {
             let x = plain(as2(value)?, ad);
@@ -230,7 +230,7 @@ pub fn correct(
                 Target::Classes(ids) => ids.clone(),
                 Target::Values(t) => plain(as2(t)?, ad).argmax(1).reshape([n]),
             };
-            Ok(pred.equal(truth).int().sum())
+            Ok(pred.equal(truth))
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod model;
 pub mod net;
 pub mod optim;
 pub mod spec;
+mod tally;
 
 pub use model::{CompileOptions, Data, EpochOptions, Model, Stats, StepProfile};
 pub use spec::ModelSpec;

@@ -6,6 +6,7 @@ use super::loss::{self, Head, Loss, Target};
 use super::net::{self, Net, Slots, Value};
 use super::optim::{Optim, OptimConfig};
 use super::spec::{LayerOp, ModelSpec};
+use super::tally::Tally;
 use crate::dtype::Kind;
 use crate::op::creation::SplitMix64;
 use crate::tensor::{Prim, B};
@@ -14,17 +15,17 @@ use burn::module::{AutodiffModule, Module, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
-use burn::tensor::{Int, TensorData, TensorPrimitive};
+use burn::tensor::{Bool, Int, TensorData, TensorPrimitive};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-/// A batch's loss (not synchronised), its gradients and, for classification, the number of
-/// correct predictions.
+/// A batch's loss (not synchronised), its gradients and, for classification, which samples
+/// were predicted right.
 type BatchGrads = (
     burn::tensor::Tensor<B, 1>,
     GradientsParams,
-    Option<burn::tensor::Tensor<B, 1, Int>>,
+    Option<burn::tensor::Tensor<B, 1, Bool>>,
 );
 
 /// How a model trains.
@@ -366,8 +367,7 @@ impl Model {
             .transpose()?;
         let batches = n.div_ceil(opts.batch_size);
         let accumulate = opts.accumulate.max(1);
-        let mut loss_sum: Option<burn::tensor::Tensor<B, 1>> = None;
-        let mut correct_sum: Option<burn::tensor::Tensor<B, 1, Int>> = None;
+        let mut tally = Tally::new(opts.batch_size);
         let mut acc: Option<burn::optim::GradientsAccumulator<Net<B>>> = None;
         let mut pending = 0;
         let mut steps = 0;
@@ -375,18 +375,8 @@ impl Model {
         for b in 0..batches {
             let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
             let batch = cut(data, lo, hi, order.as_ref())?;
-            let (loss, grads, correct) = self.grads_of(&batch, accumulate)?;
-            let weighted = loss.inner().mul_scalar((hi - lo) as f64);
-            loss_sum = Some(match loss_sum {
-                Some(s) => s.add(weighted),
-                None => weighted,
-            });
-            if let Some(c) = correct {
-                correct_sum = Some(match correct_sum {
-                    Some(s) => s.add(c),
-                    None => c,
-                });
-            }
+            let (loss, grads, hits) = self.grads_of(&batch, accumulate)?;
+            tally.add(loss.inner(), hi - lo, hits);
             if accumulate == 1 {
                 self.apply(grads, lr_at(steps))?;
                 steps += 1;
@@ -402,12 +392,13 @@ impl Model {
                 }
             }
             if opts.progress_every > 0 && ((b + 1) % opts.progress_every == 0 || b + 1 == batches) {
-                let so_far = loss_sum.clone().map(scalar).unwrap_or(0.0) / hi as f64;
-                progress(b + 1, batches, so_far);
+                let (loss_sum, _) = tally.totals();
+                progress(b + 1, batches, loss_sum / hi as f64);
             }
         }
-        let loss = loss_sum.map(scalar).unwrap_or(0.0) / n.max(1) as f64;
-        let accuracy = correct_sum.map(|c| c.into_scalar() as f64 / n.max(1) as f64);
+        let (loss_sum, correct) = tally.totals();
+        let loss = loss_sum / n.max(1) as f64;
+        let accuracy = (self.options.loss != Loss::Mse).then(|| correct as f64 / n.max(1) as f64);
         Ok(Stats {
             loss,
             accuracy,
@@ -424,9 +415,8 @@ impl Model {
         let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
         let data = &ids_as_s32(data)?;
         // Sums stay on the device; they are read once at the end.
-        let mut loss_sum: Option<burn::tensor::Tensor<B, 1>> = None;
-        let mut correct_sum: Option<burn::tensor::Tensor<B, 1, Int>> = None;
         let bs = batch_size.max(1);
+        let mut tally = Tally::new(bs);
         for lo in (0..n).step_by(bs) {
             let hi = (lo + bs).min(n);
             let batch = cut(data, lo, hi, None)?;
@@ -443,22 +433,13 @@ impl Model {
                 false,
                 self.options.dtype,
             )?;
-            let l = loss::compute(self.options.loss, self.head(), &out, &t, false)?
-                .mul_scalar((hi - lo) as f64);
-            loss_sum = Some(match loss_sum {
-                Some(s) => s.add(l),
-                None => l,
-            });
-            if self.options.loss != Loss::Mse {
-                let c = loss::correct(self.options.loss, self.head(), &out, &t, false)?;
-                correct_sum = Some(match correct_sum {
-                    Some(s) => s.add(c),
-                    None => c,
-                });
-            }
+            let l = loss::compute(self.options.loss, self.head(), &out, &t, false)?;
+            let hits = (self.options.loss != Loss::Mse)
+                .then(|| loss::correct(self.options.loss, self.head(), &out, &t, false))
+                .transpose()?;
+            tally.add(l, hi - lo, hits);
         }
-        let loss_sum = loss_sum.map(scalar).unwrap_or(0.0);
-        let correct = correct_sum.map(|c| c.into_scalar() as i64).unwrap_or(0);
+        let (loss_sum, correct) = tally.totals();
         let accuracy = (self.options.loss != Loss::Mse).then(|| correct as f64 / n.max(1) as f64);
         Ok(Stats {
             loss: loss_sum / n.max(1) as f64,
