@@ -173,8 +173,8 @@ fn class_ids_out_of_range_are_rejected_before_training() {
     }
 }
 
-#[test]
-fn checkpoints_round_trip_and_reject_corruption() {
+/// A small classifier after one Adam step on `blobs(32)`, and that data.
+fn stepped_blob_model() -> (Model, Data) {
     let (x, y) = blobs(32);
     let data = Data {
         inputs: vec![x.clone()],
@@ -187,6 +187,13 @@ fn checkpoints_round_trip_and_reject_corruption() {
     )
     .unwrap();
     m.train_step(&data, 0.05).unwrap();
+    (m, data)
+}
+
+#[test]
+fn checkpoints_round_trip_and_reject_corruption() {
+    let (mut m, data) = stepped_blob_model();
+    let x = data.inputs[0].clone();
     let bytes = checkpoint::to_bytes(&m).unwrap();
     let mut back = checkpoint::from_bytes(&bytes, dev()).unwrap();
     assert_eq!(
@@ -257,18 +264,7 @@ fn set_parameters_replaces_values() {
 
 #[test]
 fn checkpoint_parameters_match() {
-    let (x, y) = blobs(32);
-    let data = Data {
-        inputs: vec![x.clone()],
-        target: Some(y),
-    };
-    let mut m = Model::new(
-        mlp(4, 8, 2, false),
-        opts(Kind::Adam, Loss::CrossEntropy),
-        dev(),
-    )
-    .unwrap();
-    m.train_step(&data, 0.05).unwrap();
+    let (m, _) = stepped_blob_model();
     let bytes = checkpoint::to_bytes(&m).unwrap();
     let back = checkpoint::from_bytes(&bytes, dev()).unwrap();
     let a = m.parameters().unwrap();
@@ -281,18 +277,7 @@ fn checkpoint_parameters_match() {
 
 #[test]
 fn checkpoints_keep_parameter_ids_and_step_counts() {
-    let (x, y) = blobs(32);
-    let data = Data {
-        inputs: vec![x.clone()],
-        target: Some(y),
-    };
-    let mut m = Model::new(
-        mlp(4, 8, 2, false),
-        opts(Kind::Adam, Loss::CrossEntropy),
-        dev(),
-    )
-    .unwrap();
-    m.train_step(&data, 0.05).unwrap();
+    let (m, _) = stepped_blob_model();
     let back = checkpoint::from_bytes(&checkpoint::to_bytes(&m).unwrap(), dev()).unwrap();
     assert_eq!(m.param_ids().unwrap(), back.param_ids().unwrap());
     assert_eq!(m.steps(), back.steps());
