@@ -29,6 +29,11 @@ cases = [
   }
 ]
 
+# Untimed steps before each timed run, the same for ExBurn and the Burn loop. GPUs need many:
+# kernels are compiled and matmuls autotuned over the first few dozen steps (measured on the
+# H200: 5.3 ms/step over steps 4-23, 2.4 over 24-73, 0.89 from then on for the large MLP).
+warmup = if family == :cpu, do: 3, else: 100
+
 exburn = fn %{sizes: sizes, batch: batch, steps: steps} ->
   [inp | rest] = sizes
   {hidden, [out]} = Enum.split(rest, -1)
@@ -40,17 +45,20 @@ exburn = fn %{sizes: sizes, batch: batch, steps: steps} ->
   n = batch * steps
   x = BurnBridge.random_normal({n, inp}, seed: 1, device: device)
   y = BurnBridge.random_uniform({n}, min: 0, max: out, type: :s64, seed: 2, device: device)
-  # one warm-up epoch (kernel compilation on GPUs), then one timed epoch = `steps` steps
-  warm = BurnBridge.slice(x, [0, 0], [batch * 3, inp])
+  # one warm-up epoch, then one timed epoch = `steps` steps
+  warm = BurnBridge.slice(x, [0, 0], [batch * warmup, inp])
 
-  Training.fit(model, {warm, BurnBridge.slice(y, [0], [batch * 3])},
+  Training.fit(model, {warm, BurnBridge.slice(y, [0], [batch * warmup])},
     epochs: 1,
     batch_size: batch,
     shuffle: false,
+    accuracy: false,
     verbose: false
   )
 
-  %{history: [h]} = Training.fit(model, {x, y}, epochs: 1, batch_size: batch, shuffle: false, verbose: false)
+  %{history: [h]} =
+    Training.fit(model, {x, y}, epochs: 1, batch_size: batch, shuffle: false, accuracy: false, verbose: false)
+
   {h.seconds * 1000 / steps, h.samples_per_second}
 end
 
@@ -66,7 +74,7 @@ burn_peer = fn c ->
     {out, _} =
       System.cmd(
         burn_bin,
-        [Atom.to_string(family), Enum.join(c.sizes, ","), "#{c.batch}", "#{c.steps}"],
+        [Atom.to_string(family), Enum.join(c.sizes, ","), "#{c.batch}", "#{c.steps}", "#{warmup}"],
         stderr_to_stdout: true
       )
 
@@ -82,7 +90,7 @@ torch_peer = fn c, dev ->
       nil
 
     py ->
-      case System.cmd(py, [script, dev, Enum.join(c.sizes, ","), "#{c.batch}", "#{c.steps}"],
+      case System.cmd(py, [script, dev, Enum.join(c.sizes, ","), "#{c.batch}", "#{c.steps}", "#{warmup}"],
              stderr_to_stdout: true
            ) do
         {out, 0} -> parse.(out)
@@ -127,12 +135,13 @@ Bench.write(
   """
   Machine: #{Bench.machine()}. Device: #{ExBurn.Native.call(:device_info, [device]).name}.
   Run: `#{if family == :cpu, do: "", else: "EX_BURN_BENCH_DEVICE=#{family} "}mix run bench/training.exs` (#{Date.utc_today()}).
-  ExBurn: `Training.fit/3` epochs (one NIF call per epoch, batches cut on the device), f32, Adam.
+  ExBurn: `Training.fit/3` epochs (one NIF call per epoch, batches cut on the device), f32, Adam,
+  `accuracy: false` (no peer counts correct predictions). Every timed run follows #{warmup} untimed steps.
   Peers in the same run: the same model as a pure-Rust Burn loop (`native/ex_burn_core/examples/burn_mlp_bench.rs`)
   and PyTorch (`bench/training_torch.py`). Ratios: ExBurn speed / peer speed (> 1: ExBurn faster).
   Allocator: the NIF and the Burn peer both use mimalloc. With glibc malloc (the NIF before
-  2026-11-21) every step's multi-megabyte tensors were fresh mmaps: on this CPU machine ExBurn
-  took 100.7 ms and 1.84 ms per step on the two models below, and the Burn peer 64.4 and 1.54 ms.
+  2026-11-21) every step's multi-megabyte tensors were fresh mmaps: on the 2-core CPU machine
+  ExBurn took 100.7 ms and 1.84 ms per step on the two models below, and the Burn peer 64.4 and 1.54 ms.
 
   100K-parameter MLP, one 60,000-sample epoch at batch 32: **#{Float.round(epoch_s, 2)} s** (the original ExBurn: ~3 minutes with numerical gradients).
   """,

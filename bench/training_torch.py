@@ -1,5 +1,5 @@
 """PyTorch peer for bench/training.exs: the same MLP, Adam, cross-entropy, batches cut from a
-resident dataset. Usage: python3 bench/training_torch.py <device> <sizes> <batch> <steps>
+resident dataset. Usage: python3 bench/training_torch.py <device> <sizes> <batch> <steps> [warmup]
 Prints: torch <sizes> batch <b> <device>: <ms> ms/step, <samples/s> samples/s"""
 import sys
 import time
@@ -10,6 +10,7 @@ device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 sizes = [int(s) for s in (sys.argv[2] if len(sys.argv) > 2 else "784,1024,1024,10").split(",")]
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 512
 steps = int(sys.argv[4]) if len(sys.argv) > 4 else 20
+warmup = int(sys.argv[5]) if len(sys.argv) > 5 else 3
 
 layers = []
 for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
@@ -38,7 +39,7 @@ def sync():
         torch.cuda.synchronize()
 
 
-for k in range(3):
+for k in range(warmup):
     step(k)
 sync()
 t0 = time.perf_counter()

@@ -37,12 +37,15 @@ for v in ${VARIANTS:-fusion nofusion}; do
         EX_BURN_TEST_DEVICE=cuda CUDA_PATH=/nonexistent /tmp/exb/engine tensor::transfer --nocapture 2>&1 | grep -E 'CUDA' | head -2 ;;
       core)
         echo "== bench/core.exs on cuda ($v)"
-        EX_BURN_BENCH_DEVICE=cuda timeout 150 mix run bench/core.exs 2>&1 | grep -E '^\|' | tail -6
+        EX_BURN_BENCH_DEVICE=cuda timeout 150 mix run bench/core.exs > "$OUT/${v}_core.log" 2>&1
+        grep -E '^\|' "$OUT/${v}_core.log" | tail -6
         for f in bench/results/core_cuda*.md; do cp "$f" "$OUT/${v}_$(basename "$f")"; done ;;
       training)
         echo "== bench/training.exs on cuda ($v)"
-        EX_BURN_BENCH_DEVICE=cuda EX_BURN_BURN_BENCH=/tmp/exb/burn_mlp_bench timeout 220 mix run bench/training.exs 2>&1 | grep -E '^\||100K' | tail -5
-        cp bench/results/training_cuda.md "$OUT/${v}_training_cuda.md" ;;
+        rm -f bench/results/training_cuda.md
+        EX_BURN_BENCH_DEVICE=cuda EX_BURN_BURN_BENCH=/tmp/exb/burn_mlp_bench timeout "${TRAINING_TIMEOUT:-400}" mix run bench/training.exs > "$OUT/${v}_training.log" 2>&1
+        grep -E '^\||100K' "$OUT/${v}_training.log" | tail -5
+        cp bench/results/training_cuda.md "$OUT/${v}_training_cuda.md" 2>/dev/null ;;
       classifier)
         echo "== examples/train_classifier.exs on cuda ($v)"
         EX_BURN_DEFAULT_DEVICE=cuda timeout 150 mix run examples/train_classifier.exs 2>&1 | grep -E "Epoch|accuracy|training|Reloaded|finished|Error" | tee "$OUT/${v}_classifier.log" ;;
@@ -53,9 +56,11 @@ for v in ${VARIANTS:-fusion nofusion}; do
         grep -E "doctests?, .*tests?, .*failures?" "$OUT/${v}_nx.log" | tail -2 ;;
       defn)
         echo "== bench/defn.exs on cuda ($v)"
+        rm -f bench/results/defn_cuda.md
         elixir118 && EX_BURN_BENCH_DEVICE=cuda MIX_ENV=test MIX_BUILD_PATH=/tmp/exb_build_118 timeout 200 \
-          mix do compile --no-prune-code-paths + run bench/defn.exs 2>&1 | grep -E '^\|' | tail -8
-        cp bench/results/defn_cuda.md "$OUT/${v}_defn_cuda.md" ;;
+          mix do compile --no-prune-code-paths + run bench/defn.exs > "$OUT/${v}_defn.log" 2>&1
+        grep -E '^\|' "$OUT/${v}_defn.log" | tail -8
+        cp bench/results/defn_cuda.md "$OUT/${v}_defn_cuda.md" 2>/dev/null ;;
       *) echo "unknown step $step" ;;
     esac
   done

@@ -34,7 +34,8 @@ defmodule ExBurn.Training do
     * `:clip_norm`, `:clip_value`, `:weight_decay`, `:nesterov` - override the compiled
       optimizer settings (the optimizer then starts afresh)
     * `:accumulate_gradients` - micro-batches per optimizer step (default 1)
-    * `:accuracy` - report accuracy (default: `true` for classification losses)
+    * `:accuracy` - count correct predictions and report accuracy (default: `true` for
+      classification losses; `false` skips the per-batch argmax and compare)
   """
   @spec fit(Model.t(), {term(), term()}, keyword()) :: Model.t()
   def fit(%Model{} = model, {inputs, targets}, opts \\ []) do
@@ -90,7 +91,8 @@ defmodule ExBurn.Training do
               shuffle: if(opts[:shuffle], do: model.seed * 1_000_003 + epoch, else: nil),
               lrs: lrs,
               accumulate: opts[:accumulate_gradients],
-              progress_every: if(progress, do: max(1, div(ceil_div(n, opts[:batch_size]), 50)), else: 0)
+              progress_every: if(progress, do: max(1, div(ceil_div(n, opts[:batch_size]), 50)), else: 0),
+              accuracy: accuracy?
             },
             progress
           )

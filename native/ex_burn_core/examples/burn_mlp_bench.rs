@@ -1,8 +1,8 @@
 //! The peer for ExBurn's training overhead: the same MLP trained with Burn's high-level API
 //! directly (no ExBurn graph interpreter, no NIF), on the same Dispatch backend and allocator.
 //!
-//!     cargo run --release -p ex_burn_core --example burn_mlp_bench -- <device> <sizes> <batch> <steps>
-//!     e.g. cpu 784,1024,1024,10 512 20     (device: cpu | cuda)
+//!     cargo run --release -p ex_burn_core --example burn_mlp_bench -- <device> <sizes> <batch> <steps> [warmup]
+//!     e.g. cpu 784,1024,1024,10 512 20     (device: cpu | cuda; warmup: untimed steps, default 3)
 //!
 //! Prints one line: `burn_mlp <sizes> batch <b> <device>: <ms> ms/step, <samples/s> samples/s`.
 use burn::module::Module;
@@ -46,6 +46,7 @@ fn main() {
         .unwrap_or(vec![784, 1024, 1024, 10]);
     let batch: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(512);
     let steps: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(20);
+    let warmup: usize = args.get(5).and_then(|s| s.parse().ok()).unwrap_or(3);
     let inner = match device_name {
         #[cfg(feature = "cuda")]
         "cuda" => DispatchDevice::Cuda(burn::backend::cuda::CudaDevice::new(0)),
@@ -77,7 +78,7 @@ fn main() {
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         optim.step(1e-3, model, grads)
     };
-    for k in 0..3 {
+    for k in 0..warmup {
         model = step(k, model);
     }
     B::sync(&inner).expect("sync");

@@ -61,14 +61,26 @@ impl Tensor {
     /// its own shape differs (e.g. after a reduction that kept a size-1 axis).
     pub(crate) fn from_prim(prim: Prim, kind: Kind, shape: Vec<usize>) -> Tensor {
         let want = prim_shape(&shape);
-        let prim = if prim.shape() == want {
+        let reshape = |prim: Prim, to: Shape| match kind {
+            Kind::Float => B::float_reshape(prim, to),
+            Kind::Int => B::int_reshape(prim, to),
+            Kind::Bool => B::bool_reshape(prim, to),
+        };
+        let have = prim.shape();
+        let prim = if have == want {
             prim
+        } else if have.num_dims() > 1
+            && have.iter().any(|&d| d == 1)
+            && !matches!(device_of(&prim, kind), burn::DispatchDevice::Flex(_))
+        {
+            // Burn 0.21's GPU tensors read the wrong elements after a reshape from a shape with
+            // a unit axis to one with unit axes elsewhere (`[2, 3, 1] -> [2, 1, 3, 1]` read row
+            // 1 as `[0, 0, -1]` for `[0, -1, -2]` on the H200); through the flat shape they are
+            // right. Contiguous tensors only change metadata on either step.
+            let flat = Shape::new([have.num_elements()]);
+            reshape(reshape(prim, flat), want)
         } else {
-            match kind {
-                Kind::Float => B::float_reshape(prim, want),
-                Kind::Int => B::int_reshape(prim, want),
-                Kind::Bool => B::bool_reshape(prim, want),
-            }
+            reshape(prim, want)
         };
         Tensor {
             prim,
@@ -200,11 +212,7 @@ impl Tensor {
     }
 
     pub(crate) fn dispatch_device(&self) -> burn::DispatchDevice {
-        match self.kind {
-            Kind::Float => B::float_device(&self.prim),
-            Kind::Int => B::int_device(&self.prim),
-            Kind::Bool => B::bool_device(&self.prim),
-        }
+        device_of(&self.prim, self.kind)
     }
 
     /// Bytes of device memory the data occupies.
@@ -331,5 +339,14 @@ impl Tensor {
     /// The bool primitive (non-zero test for non-bool tensors).
     pub(crate) fn bool_prim(&self) -> Prim {
         self.to_bool().prim
+    }
+}
+
+/// The device a primitive of `kind` lives on.
+fn device_of(prim: &Prim, kind: Kind) -> burn::DispatchDevice {
+    match kind {
+        Kind::Float => B::float_device(prim),
+        Kind::Int => B::int_device(prim),
+        Kind::Bool => B::bool_device(prim),
     }
 }

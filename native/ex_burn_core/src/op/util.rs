@@ -108,11 +108,9 @@ pub(crate) fn broadcast_to(t: &Tensor, shape: &[usize]) -> Result<Tensor> {
     Ok(expand(&t, shape))
 }
 
-/// Same-rank expand of size-1 axes. On GPUs the input is first copied to fresh, contiguous
-/// storage: Burn's CUDA kernels misread expanded views of tensors reshaped twice (measured:
-/// `[2, 3] -> [2, 3, 1] -> [2, 1, 3, 1]` expanded to `[2, 2, 3, 2]` read the wrong elements).
+/// Same-rank expand of size-1 axes.
 pub(crate) fn expand(t: &Tensor, shape: &[usize]) -> Tensor {
-    let p = t.contiguous().prim();
+    let p = t.prim();
     let sh = prim_shape(shape);
     let prim = match t.kind() {
         Kind::Float => B::float_expand(p, sh),

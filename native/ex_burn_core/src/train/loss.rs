@@ -106,9 +106,17 @@ pub fn compute(
             };
             let [_n, c] = logp.dims();
             match target {
+                Target::Classes(ids) if logp.dtype() == DType::F32 => {
+                    // Burn's own formulation: one gather, no mask (ids were range-checked by
+                    // `Model::check_classes`).
+                    let [n, _] = logp.dims();
+                    let idx = ids.clone().reshape([n, 1]);
+                    let idx = if ad { Tensor::from_inner(idx) } else { idx };
+                    Ok(logp.gather(1, idx).mean().neg())
+                }
                 Target::Classes(ids) => {
-                    // A one-hot mask in the model's float type (a gather's backward pass would
-                    // produce gradients in the default float type).
+                    // Other float types: a one-hot mask in the model's type (a gather's backward
+                    // pass would produce gradients in the default float type, f32).
                     let onehot = lift(one_hot(ids, c, logp.dtype()), ad);
                     Ok(logp.mul(onehot).sum_dim(1).mean().neg())
                 }

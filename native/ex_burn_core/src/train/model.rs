@@ -78,6 +78,9 @@ pub struct EpochOptions {
     pub accumulate: usize,
     /// Report progress every this many batches (0: never).
     pub progress_every: usize,
+    /// Count correct predictions for the epoch's accuracy (classification losses only; when
+    /// false no per-batch argmax/compare runs and [`Stats::accuracy`] is `None`).
+    pub accuracy: bool,
 }
 
 /// What an epoch (or an evaluation) measured.
@@ -302,10 +305,10 @@ impl Model {
 
     /// Forward + backward of one (micro-)batch, scaled by `1/scale`; returns the loss tensor
     /// (not synchronised) and the gradients.
-    fn grads_of(&self, batch: &Data, scale: usize) -> Result<BatchGrads> {
+    fn grads_of(&self, batch: &Data, scale: usize, hits: bool) -> Result<BatchGrads> {
         let net = self.net()?;
         let (loss, out, target) = self.training_loss(batch)?;
-        let correct = if self.options.loss == Loss::Mse {
+        let correct = if !hits || self.options.loss == Loss::Mse {
             None
         } else {
             Some(loss::correct(
@@ -332,7 +335,7 @@ impl Model {
         lr: f64,
         scale: usize,
     ) -> Result<burn::tensor::Tensor<B, 1>> {
-        let (loss, grads, _) = self.grads_of(batch, scale)?;
+        let (loss, grads, _) = self.grads_of(batch, scale, false)?;
         self.apply(grads, lr)?;
         Ok(loss)
     }
@@ -375,7 +378,7 @@ impl Model {
         for b in 0..batches {
             let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
             let batch = cut(data, lo, hi, order.as_ref())?;
-            let (loss, grads, hits) = self.grads_of(&batch, accumulate)?;
+            let (loss, grads, hits) = self.grads_of(&batch, accumulate, opts.accuracy)?;
             tally.add(loss.inner(), hi - lo, hits);
             if accumulate == 1 {
                 self.apply(grads, lr_at(steps))?;
@@ -398,7 +401,8 @@ impl Model {
         }
         let (loss_sum, correct) = tally.totals();
         let loss = loss_sum / n.max(1) as f64;
-        let accuracy = (self.options.loss != Loss::Mse).then(|| correct as f64 / n.max(1) as f64);
+        let accuracy = (opts.accuracy && self.options.loss != Loss::Mse)
+            .then(|| correct as f64 / n.max(1) as f64);
         Ok(Stats {
             loss,
             accuracy,

@@ -1,8 +1,14 @@
 //! Running loss and accuracy of an epoch or an evaluation, kept on the device.
 //!
 //! Each batch only hands over tensors it already has (its mean loss, its per-sample hits);
-//! they are concatenated and summed when the totals are read. Summing per batch instead cost
-//! five tiny device ops per step, about 2% of a small model's CPU training step.
+//! every [`FOLD`] batches they are concatenated and summed into a running total on the device,
+//! which is read when the totals are asked for. Summing per batch instead cost five tiny
+//! device ops per step (about 2% of a small model's CPU training step); never folding kept
+//! thousands of live tensors, which made each step of Burn's fusion backend slower than the
+//! last (measured on the H200: 1.1 ms/step over 1,000 steps, 1.7 ms over 1,875).
+
+/// Batches kept pending before they are folded into the running totals.
+const FOLD: usize = 64;
 
 use crate::tensor::B;
 use burn::tensor::{Bool, Int, Tensor};
@@ -15,6 +21,10 @@ pub(crate) struct Tally {
     losses: Vec<Tensor<B, 1>>,
     /// Per-sample hits not yet counted.
     hits: Vec<Tensor<B, 1, Bool>>,
+    /// Folded, not yet read: the sum of batch mean losses.
+    loss_acc: Option<Tensor<B, 1>>,
+    /// Folded, not yet read: the hits.
+    hit_acc: Option<Tensor<B, 1, Int>>,
     /// Summed loss (per-sample losses added up) of the batches already read.
     loss_sum: f64,
     /// Hits of the batches already read.
@@ -28,6 +38,8 @@ impl Tally {
             batch_size: batch_size.max(1),
             losses: Vec::new(),
             hits: Vec::new(),
+            loss_acc: None,
+            hit_acc: None,
             loss_sum: 0.0,
             correct: 0,
         }
@@ -48,20 +60,72 @@ impl Tally {
         };
         self.losses.push(loss);
         self.hits.extend(hits);
+        if self.losses.len() >= FOLD {
+            self.fold();
+        }
+    }
+
+    /// Sums the pending batches into the running device totals (no device read).
+    fn fold(&mut self) {
+        if self.losses.is_empty() {
+            return;
+        }
+        let loss = Tensor::cat(std::mem::take(&mut self.losses), 0).sum();
+        self.loss_acc = Some(match self.loss_acc.take() {
+            Some(acc) => acc.add(loss),
+            None => loss,
+        });
+        if !self.hits.is_empty() {
+            let hits = Tensor::cat(std::mem::take(&mut self.hits), 0).int().sum();
+            self.hit_acc = Some(match self.hit_acc.take() {
+                Some(acc) => acc.add(hits),
+                None => hits,
+            });
+        }
     }
 
     /// Sums what is pending (one device read each) and returns the totals so far: the summed
     /// per-sample loss and the number of hits.
     pub(crate) fn totals(&mut self) -> (f64, i64) {
-        if !self.losses.is_empty() {
-            let sum = Tensor::cat(std::mem::take(&mut self.losses), 0).sum();
-            let mean_sum: f64 = sum.into_data().iter::<f64>().next().unwrap_or(f64::NAN);
+        self.fold();
+        if let Some(loss) = self.loss_acc.take() {
+            let mean_sum: f64 = loss.into_data().iter::<f64>().next().unwrap_or(f64::NAN);
             self.loss_sum += mean_sum * self.batch_size as f64;
         }
-        if !self.hits.is_empty() {
-            let hits: Tensor<B, 1, Int> = Tensor::cat(std::mem::take(&mut self.hits), 0).int();
-            self.correct += hits.sum().into_scalar() as i64;
+        if let Some(hits) = self.hit_acc.take() {
+            self.correct += hits.into_scalar() as i64;
         }
         (self.loss_sum, self.correct)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::TensorData;
+
+    #[test]
+    fn folded_totals_equal_the_plain_sums() {
+        let device = burn::DispatchDevice::Flex(burn::backend::flex::FlexDevice);
+        let mut tally = Tally::new(4);
+        let (mut want_loss, mut want_hits) = (0.0, 0);
+        // 3 * FOLD + 5 batches, the last one partial (2 rows): folds, then a pending remainder
+        let batches = 3 * FOLD + 5;
+        for k in 0..batches {
+            let rows = if k + 1 == batches { 2 } else { 4 };
+            let mean = (k % 7) as f32 * 0.25;
+            let hits: Vec<bool> = (0..rows).map(|r| (k + r) % 3 == 0).collect();
+            want_loss += mean as f64 * rows as f64;
+            want_hits += hits.iter().filter(|h| **h).count() as i64;
+            let loss = Tensor::<B, 1>::from_data(TensorData::new(vec![mean], [1]), &device);
+            let hit = Tensor::<B, 1, Bool>::from_data(TensorData::new(hits, [rows]), &device);
+            tally.add(loss, rows, Some(hit));
+            assert!(tally.losses.len() < FOLD, "pending batches are bounded");
+        }
+        let (loss, hits) = tally.totals();
+        assert!((loss - want_loss).abs() < 1e-3, "{loss} vs {want_loss}");
+        assert_eq!(hits, want_hits);
+        // reading again adds nothing
+        assert_eq!(tally.totals(), (loss, hits));
     }
 }

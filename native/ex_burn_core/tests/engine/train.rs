@@ -120,10 +120,19 @@ fn a_model_trains_and_evaluates() {
         lrs: vec![0.05],
         accumulate: 1,
         progress_every: 0,
+        accuracy: true,
     };
-    for _ in 0..20 {
-        m.train_epoch(&data, &opts, &mut |_, _, _| {}).unwrap();
+    for _ in 0..19 {
+        let s = m.train_epoch(&data, &opts, &mut |_, _, _| {}).unwrap();
+        assert!(s.accuracy.is_some());
     }
+    let quiet = EpochOptions {
+        accuracy: false,
+        ..opts
+    };
+    let s = m.train_epoch(&data, &quiet, &mut |_, _, _| {}).unwrap();
+    assert_eq!(s.accuracy, None, "no accuracy counted when not asked");
+    assert!(s.loss.is_finite());
     let after = m.evaluate(&data, 16).unwrap();
     assert!(after.loss < before.loss * 0.5, "{before:?} -> {after:?}");
     assert_eq!(after.accuracy, Some(1.0));
@@ -162,6 +171,7 @@ fn class_ids_out_of_range_are_rejected_before_training() {
             lrs: vec![0.1],
             accumulate: 1,
             progress_every: 0,
+            accuracy: true,
         };
         assert!(m.train_epoch(&data, &epoch, &mut |_, _, _| {}).is_err());
         assert!(m.evaluate(&data, 4).is_err());

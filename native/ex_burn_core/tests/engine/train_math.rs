@@ -236,6 +236,7 @@ fn accumulation_equals_one_large_batch() {
         lrs: vec![0.1],
         accumulate: 1,
         progress_every: 0,
+        accuracy: true,
     };
     let acc = EpochOptions {
         batch_size: 8,
@@ -243,6 +244,7 @@ fn accumulation_equals_one_large_batch() {
         lrs: vec![0.1],
         accumulate: 2,
         progress_every: 0,
+        accuracy: true,
     };
     let sa = a.train_epoch(&data, &one, &mut |_, _, _| {}).unwrap();
     let sb = b.train_epoch(&data, &acc, &mut |_, _, _| {}).unwrap();

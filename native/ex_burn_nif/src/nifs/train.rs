@@ -113,6 +113,13 @@ struct EpochOpts {
     accumulate: usize,
     #[serde(default)]
     progress_every: usize,
+    #[serde(default = "counts_accuracy")]
+    accuracy: bool,
+}
+
+/// Epochs count correct predictions unless told not to.
+fn counts_accuracy() -> bool {
+    true
 }
 
 fn train_epoch<'a>(
@@ -132,6 +139,7 @@ fn train_epoch<'a>(
             lrs: o.lrs,
             accumulate: o.accumulate,
             progress_every: o.progress_every,
+            accuracy: o.accuracy,
         };
         let pid: Option<LocalPid> = pid.decode().ok();
         let mut progress = |done: usize, total: usize, l: f64| {
