@@ -322,8 +322,7 @@ defmodule ExBurn.Training do
     defp to_tensor(%Nx.Tensor{data: %{__struct__: ExBurn.Backend}} = t, device),
       do: t |> ExBurn.Backend.burn_tensor() |> Tensor.to_device(device)
 
-    defp to_tensor(%Nx.Tensor{} = t, device),
-      do: Tensor.from_binary(Nx.to_binary(t), Nx.shape(t), Nx.type(t), device: device)
+    defp to_tensor(%Nx.Tensor{} = t, device), do: ExBurn.BurnBridge.from_nx(t, device: device)
   end
 
   defp to_tensor(other, _device) do

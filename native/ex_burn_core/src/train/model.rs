@@ -281,25 +281,22 @@ impl Model {
         Ok(scalar(loss))
     }
 
-    /// The loss of a batch on the autodiff device, with the value it was computed from and the
-    /// targets.
-    fn training_loss(&self, batch: &Data) -> Result<(burn::tensor::Tensor<B, 1>, Value, Target)> {
-        let net = self.net()?;
-        let inputs = values(&batch.inputs, true, self.options.dtype)?;
+    /// The loss of a batch through `net` (on the autodiff device when `ad`), with the value it
+    /// was computed from and the targets.
+    fn batch_loss(
+        &self,
+        net: &Net<B>,
+        batch: &Data,
+        ad: bool,
+    ) -> Result<(burn::tensor::Tensor<B, 1>, Value, Target)> {
+        let inputs = values(&batch.inputs, ad, self.options.dtype)?;
         let t = batch
             .target
             .as_ref()
             .ok_or_else(|| Error::Argument("targets are required".into()))?;
-        let target = target(t, true, self.options.dtype)?;
-        let out = net::forward(
-            &self.spec,
-            net,
-            &self.slots,
-            inputs,
-            true,
-            self.loss_layer(),
-        )?;
-        let loss = loss::compute(self.options.loss, self.head(), &out, &target, true)?;
+        let target = target(t, ad, self.options.dtype)?;
+        let out = net::forward(&self.spec, net, &self.slots, inputs, ad, self.loss_layer())?;
+        let loss = loss::compute(self.options.loss, self.head(), &out, &target, ad)?;
         Ok((loss, out, target))
     }
 
@@ -307,7 +304,7 @@ impl Model {
     /// (not synchronised) and the gradients.
     fn grads_of(&self, batch: &Data, scale: usize, hits: bool) -> Result<BatchGrads> {
         let net = self.net()?;
-        let (loss, out, target) = self.training_loss(batch)?;
+        let (loss, out, target) = self.batch_loss(self.net()?, batch, true)?;
         let correct = if !hits || self.options.loss == Loss::Mse {
             None
         } else {
@@ -424,20 +421,7 @@ impl Model {
         for lo in (0..n).step_by(bs) {
             let hi = (lo + bs).min(n);
             let batch = cut(data, lo, hi, None)?;
-            let out = net::forward(
-                &self.spec,
-                &net,
-                &self.slots,
-                values(&batch.inputs, false, self.options.dtype)?,
-                false,
-                self.loss_layer(),
-            )?;
-            let t = target(
-                batch.target.as_ref().expect("checked"),
-                false,
-                self.options.dtype,
-            )?;
-            let l = loss::compute(self.options.loss, self.head(), &out, &t, false)?;
+            let (l, out, t) = self.batch_loss(&net, &batch, false)?;
             let hits = (self.options.loss != Loss::Mse)
                 .then(|| loss::correct(self.options.loss, self.head(), &out, &t, false))
                 .transpose()?;
@@ -488,7 +472,7 @@ impl Model {
     pub fn compute_gradients(&self, batch: &Data) -> Result<Vec<(String, Tensor)>> {
         self.check_data(batch, true)?;
         let net = self.net()?;
-        let (loss, _, _) = self.training_loss(batch)?;
+        let (loss, _, _) = self.batch_loss(self.net()?, batch, true)?;
         let grads = loss.backward();
         let mut res = Vec::new();
         for (name, p) in self.param_refs(net) {
@@ -508,7 +492,7 @@ impl Model {
         sync()?;
         let t0 = Instant::now();
         let net = self.net()?;
-        let (loss, _, _) = self.training_loss(batch)?;
+        let (loss, _, _) = self.batch_loss(self.net()?, batch, true)?;
         sync()?;
         let t1 = Instant::now();
         let grads = GradientsParams::from_grads::<B, Net<B>>(loss.backward(), net);

@@ -21,14 +21,10 @@ pub(crate) struct Tally {
     losses: Vec<Tensor<B, 1>>,
     /// Per-sample hits not yet counted.
     hits: Vec<Tensor<B, 1, Bool>>,
-    /// Folded, not yet read: the sum of batch mean losses.
+    /// Folded batches: the sum of their mean losses.
     loss_acc: Option<Tensor<B, 1>>,
-    /// Folded, not yet read: the hits.
+    /// Folded batches: their hits.
     hit_acc: Option<Tensor<B, 1, Int>>,
-    /// Summed loss (per-sample losses added up) of the batches already read.
-    loss_sum: f64,
-    /// Hits of the batches already read.
-    correct: i64,
 }
 
 impl Tally {
@@ -40,8 +36,6 @@ impl Tally {
             hits: Vec::new(),
             loss_acc: None,
             hit_acc: None,
-            loss_sum: 0.0,
-            correct: 0,
         }
     }
 
@@ -84,18 +78,16 @@ impl Tally {
         }
     }
 
-    /// Sums what is pending (one device read each) and returns the totals so far: the summed
+    /// Folds what is pending and reads the totals so far (one device read each): the summed
     /// per-sample loss and the number of hits.
     pub(crate) fn totals(&mut self) -> (f64, i64) {
         self.fold();
-        if let Some(loss) = self.loss_acc.take() {
-            let mean_sum: f64 = loss.into_data().iter::<f64>().next().unwrap_or(f64::NAN);
-            self.loss_sum += mean_sum * self.batch_size as f64;
-        }
-        if let Some(hits) = self.hit_acc.take() {
-            self.correct += hits.into_scalar() as i64;
-        }
-        (self.loss_sum, self.correct)
+        let loss = self.loss_acc.clone().map_or(0.0, |l| {
+            let mean_sum: f64 = l.into_data().iter::<f64>().next().unwrap_or(f64::NAN);
+            mean_sum * self.batch_size as f64
+        });
+        let hits = self.hit_acc.clone().map_or(0, |h| h.into_scalar() as i64);
+        (loss, hits)
     }
 }
 
