@@ -1,10 +1,16 @@
 //! The peer for ExBurn's training overhead: the same MLP trained with Burn's high-level API
 //! directly (no ExBurn graph interpreter, no NIF), on the same Dispatch backend and allocator.
 //!
-//!     cargo run --release -p ex_burn_core --example burn_mlp_bench -- <device> <sizes> <batch> <steps> [warmup]
+//!     cargo run --release -p ex_burn_core --example burn_mlp_bench -- <device> <sizes> <batch> <steps> [warmup] [engine]
 //!     e.g. cpu 784,1024,1024,10 512 20     (device: cpu | cuda; warmup: untimed steps, default 3)
 //!
 //! Prints one line: `burn_mlp <sizes> batch <b> <device>: <ms> ms/step, <samples/s> samples/s`.
+//! The dataset holds `steps` batches, cut in order on the device, as ExBurn's bench does.
+//!
+//! With `engine` as the sixth argument it also times ExBurn's engine (`Model::train_epoch`,
+//! no NIF) on the same model and data sizes in the same process: rounds of a Burn run then an
+//! ExBurn epoch, alternating, and the medians (runs in separate processes differ by up to 10%
+//! on the H200, so only an interleaved comparison resolves a few percent).
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
@@ -61,8 +67,8 @@ fn main() {
     let mut model = Mlp { layers };
     let mut optim = AdamConfig::new().init::<B, Mlp<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
-    // A resident dataset of 8 batches, cut on the device.
-    let n = batch * 8;
+    // A resident dataset of `steps` batches, cut on the device.
+    let n = batch * steps.max(warmup).max(1);
     let x_all: Tensor<B, 2> = Tensor::random([n, sizes[0]], Distribution::Normal(0.0, 1.0), &inner);
     let y_all: Tensor<B, 1, Int> = Tensor::<B, 1>::random(
         [n],
@@ -71,7 +77,7 @@ fn main() {
     )
     .int();
     let mut step = |k: usize, model: Mlp<B>| -> Mlp<B> {
-        let lo = (k % 8) * batch;
+        let lo = (k % (n / batch)) * batch;
         let x = Tensor::from_inner(x_all.clone().narrow(0, lo, batch));
         let y = Tensor::from_inner(y_all.clone().narrow(0, lo, batch));
         let loss = loss_fn.forward(model.forward(x), y);
@@ -82,16 +88,158 @@ fn main() {
         model = step(k, model);
     }
     B::sync(&inner).expect("sync");
-    let t0 = Instant::now();
-    for k in 0..steps {
-        model = step(k, model);
-    }
-    B::sync(&inner).expect("sync");
-    let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
     let sizes_s: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+    let label = format!("{} batch {batch} {device_name}", sizes_s.join("-"));
+    let mut timed = |model: Mlp<B>| -> (Mlp<B>, f64) {
+        let t0 = Instant::now();
+        let mut model = model;
+        for k in 0..steps {
+            model = step(k, model);
+        }
+        B::sync(&inner).expect("sync");
+        (model, t0.elapsed().as_secs_f64() * 1e3 / steps as f64)
+    };
+    let line = |who: &str, ms: f64| {
+        println!(
+            "{who} {label}: {ms:.3} ms/step, {:.0} samples/s",
+            batch as f64 / ms * 1e3
+        )
+    };
+    if args.get(6).map(String::as_str) != Some("engine") {
+        line("burn_mlp", timed(model).1);
+        return;
+    }
+    // Interleaved rounds: a Burn run, then an ExBurn epoch of as many steps, ROUNDS times.
+    let mut ours = engine::Engine::new(device_name, &sizes, batch, steps, warmup);
+    let (mut burn_ms, mut engine_ms) = (Vec::new(), Vec::new());
+    for r in 0..ROUNDS {
+        let (m, b) = timed(model);
+        model = m;
+        let e = ours.epoch_ms();
+        println!(
+            "round {r}: burn {b:.3} ms/step, engine {e:.3} ms/step ({:+.1}%)",
+            (e / b - 1.0) * 100.0
+        );
+        burn_ms.push(b);
+        engine_ms.push(e);
+    }
+    let ratios: Vec<f64> = engine_ms.iter().zip(&burn_ms).map(|(e, b)| e / b).collect();
+    let (b, e) = (median(burn_ms), median(engine_ms));
+    line("burn_mlp", b);
+    line("engine", e);
     println!(
-        "burn_mlp {} batch {batch} {device_name}: {ms:.3} ms/step, {:.0} samples/s",
-        sizes_s.join("-"),
-        batch as f64 / ms * 1e3
+        "engine overhead over burn: {:+.1}% (medians of {ROUNDS} rounds; median round ratio {:+.1}%)",
+        (e / b - 1.0) * 100.0,
+        (median(ratios) - 1.0) * 100.0
     );
+}
+
+/// Interleaved rounds of the engine comparison.
+const ROUNDS: usize = 7;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// ExBurn's training engine on the same MLP, without the BEAM.
+mod engine {
+    use ex_burn_core::train::{CompileOptions, Data, EpochOptions, Model, ModelSpec};
+    use ex_burn_core::{eval, Device, Op};
+    use serde_json::json;
+
+    /// ExBurn's model and resident dataset.
+    pub struct Engine {
+        model: Model,
+        data: Data,
+        opts: EpochOptions,
+        dev: Device,
+    }
+
+    impl Engine {
+        /// Builds the model and a dataset of `steps` batches; trains a warm-up epoch of `warmup`
+        /// batches.
+        pub fn new(
+            device: &str,
+            sizes: &[usize],
+            batch: usize,
+            steps: usize,
+            warmup: usize,
+        ) -> Engine {
+            let dev = match device {
+                "cuda" => Device::Cuda(0),
+                _ => Device::Cpu,
+            };
+            let mut layers =
+                vec![json!({"name": "x", "op": {"input": {"shape": [sizes[0]]}}, "inputs": []})];
+            for (i, &units) in sizes[1..].iter().enumerate() {
+                let prev = layers.len() - 1;
+                layers.push(json!({"name": format!("d{i}"), "op": {"dense": {"units": units}}, "inputs": [prev]}));
+                if i + 2 < sizes.len() {
+                    let prev = layers.len() - 1;
+                    layers.push(json!({"name": format!("r{i}"), "op": {"activation": {"activation": "relu", "alpha": 0.0}}, "inputs": [prev]}));
+                }
+            }
+            let output = layers.len() - 1;
+            let spec: ModelSpec =
+                serde_json::from_value(json!({"layers": layers, "output": output})).expect("spec");
+            let options: CompileOptions = serde_json::from_value(json!({
+                "loss": "cross_entropy",
+                "optimizer": {"kind": "adam"},
+                "learning_rate": 1e-3
+            }))
+            .expect("options");
+            let model = Model::new(spec, options, dev).expect("model");
+            let data = |batches: usize, seed: u64| -> Data {
+                let n = batch * batches.max(1);
+                let op = |v: serde_json::Value| -> Op { serde_json::from_value(v).expect("op") };
+                let x = eval(
+                    &op(
+                        json!({"random_normal": {"shape": [n, sizes[0]], "dtype": ["f", 32], "seed": seed}}),
+                    ),
+                    &[],
+                    dev,
+                );
+                let y = eval(
+                    &op(
+                        json!({"random_uniform": {"shape": [n], "dtype": ["s", 64], "min": 0.0, "max": *sizes.last().unwrap() as f64, "seed": seed + 1}}),
+                    ),
+                    &[],
+                    dev,
+                );
+                Data {
+                    inputs: x.expect("x"),
+                    target: y.expect("y").pop(),
+                }
+            };
+            let opts = EpochOptions {
+                batch_size: batch,
+                shuffle: None,
+                lrs: vec![1e-3],
+                accumulate: 1,
+                progress_every: 0,
+                accuracy: false,
+            };
+            let mut engine = Engine {
+                model,
+                data: data(warmup, 1),
+                opts,
+                dev,
+            };
+            engine.epoch_ms();
+            engine.data = data(steps, 3);
+            engine
+        }
+
+        /// Trains one epoch over the dataset; returns its milliseconds per step (the device
+        /// synchronised at the end, as the Burn loop is).
+        pub fn epoch_ms(&mut self) -> f64 {
+            let s = self
+                .model
+                .train_epoch(&self.data, &self.opts, &mut |_, _, _| {})
+                .expect("epoch");
+            self.dev.sync().expect("sync");
+            s.seconds * 1e3 / s.steps as f64
+        }
+    }
 }

@@ -112,7 +112,7 @@ pub fn compute(
                     let [n, _] = logp.dims();
                     let idx = ids.clone().reshape([n, 1]);
                     let idx = if ad { Tensor::from_inner(idx) } else { idx };
-                    Ok(logp.gather(1, idx).mean().neg())
+                    Ok(logp.gather(1, idx).reshape([n]).mean().neg())
                 }
                 Target::Classes(ids) => {
                     // Other float types: a one-hot mask in the model's type (a gather's backward

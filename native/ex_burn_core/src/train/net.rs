@@ -214,8 +214,11 @@ impl Value {
         }
     }
 
+    /// The value as a rank-`D` tensor of `shape`: no reshape op (nor autodiff node) when it
+    /// already has that shape, as dense layers on `[batch, features]` inputs do every step.
     fn reshaped<const D: usize>(&self, shape: [usize; D]) -> Result<Tensor<Db, D>> {
         match self {
+            Value::Float(_, s) if s.as_slice() == shape.as_slice() => self.to::<D>(),
             Value::Float(p, s) => match s.len() {
                 1 => Ok(Tensor::<Db, 1>::from_primitive(p.clone()).reshape(shape)),
                 2 => Ok(Tensor::<Db, 2>::from_primitive(p.clone()).reshape(shape)),
