@@ -11,6 +11,20 @@ defmodule Bench do
     |> median()
   end
 
+  @doc """
+  Medians of `runs` timings (microseconds) of each function in `funs`, run in turns (each
+  round times every function once, after one warm-up call each), so that a machine whose speed
+  drifts during the run slows every contender alike.
+  """
+  def interleaved_median_us(funs, runs) do
+    Enum.each(funs, fn f -> f.() end)
+
+    1..runs
+    |> Enum.map(fn _ -> Enum.map(funs, fn f -> elem(:timer.tc(f), 0) end) end)
+    |> Enum.zip_with(& &1)
+    |> Enum.map(&median/1)
+  end
+
   @doc "Median per-call time (ns) of `fun`, measured over `batches` batches of `per` calls."
   def median_call_ns(fun, batches, per) do
     for _ <- 1..per, do: fun.()

@@ -178,6 +178,16 @@ impl Tensor {
         Ok(data.into_bytes().to_vec())
     }
 
+    /// Reads an f32 tensor back as values in row-major order.
+    pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        if self.dtype() != DType::F32 {
+            return Err(Error::Dtype(format!("expected f32, got {}", self.dtype())));
+        }
+        read(B::float_into_data(self.prim.clone()))?
+            .into_vec::<f32>()
+            .map_err(|e| Error::Execution(format!("reading f32 values failed: {e:?}")))
+    }
+
     /// The logical shape.
     pub fn shape(&self) -> &[usize] {
         &self.shape

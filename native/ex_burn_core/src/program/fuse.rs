@@ -4,8 +4,11 @@
 //! (other operands being scalars) is executed chunk by chunk: every op of the run is applied
 //! to a slice of a few thousand elements before the next slice is read, so intermediates stay
 //! in cache instead of making one pass over memory per op. Chunks are spread over the host's
-//! cores. Each chunk runs the same op-table code as the unfused program, so results are
-//! identical; GPU devices are left to Burn's own kernel fusion.
+//! cores. Runs over f32 whose instructions are all plain maps run as tight loops over chunk
+//! buffers ([`map32`]); others run the same op-table code on chunk tensors. Either way results
+//! are identical to the unfused program; GPU devices are left to Burn's own kernel fusion.
+
+mod map32;
 
 use super::Instr;
 use crate::op::{self, shape, Op};
@@ -85,14 +88,24 @@ pub(super) fn execute(
         .map(|(a, t)| Ok((a, if t.rank() > 0 { t.reshape(vec![n])? } else { t })))
         .collect::<Result<_>>()?;
 
+    let workers_for = |chunks: usize| {
+        std::thread::available_parallelism()
+            .map(|p| p.get())
+            .unwrap_or(1)
+            .min(chunks)
+    };
+    if let Some(plan) = map32::Plan::new(run, &flat, device)? {
+        if let Some(out) =
+            plan.execute(n, workers_for(n.div_ceil(CHUNK)), live_out, &shape, device)?
+        {
+            return Ok(Some(out));
+        }
+    }
     let chunks: Vec<(usize, usize)> = (0..n)
         .step_by(CHUNK)
         .map(|s| (s, CHUNK.min(n - s)))
         .collect();
-    let workers = std::thread::available_parallelism()
-        .map(|p| p.get())
-        .unwrap_or(1)
-        .min(chunks.len());
+    let workers = workers_for(chunks.len());
     type Chunk = Vec<Option<Tensor>>;
     let results: Vec<Result<Vec<Chunk>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)

@@ -102,3 +102,59 @@ fn scalar_operands_on_either_side_give_broadcast_results() {
     let sum = ev(Op::Add { out: None }, &[&xi, &si]);
     check(&sum, &[n], DType::U8, &vec![44.; n]);
 }
+
+/// Every op the f32 chunk loops handle, scalars on both sides, an external scalar input and
+/// three live results: bit-identical to op-by-op evaluation.
+#[test]
+fn f32_chunk_loops_match_op_by_op_evaluation() {
+    let n = 200_003;
+    let (x, y) = (big(n + 1), big(n + 1));
+    let k = f(&[0.3], &[]);
+    let prog = Program::new(
+        3,
+        vec![
+            ins(Op::Cos, &[0]),                       // 3
+            ins(Op::Exp, &[3]),                       // 4
+            ins(Op::Divide { out: None }, &[4, 1]),   // 5: exp(cos x) / y
+            ins(Op::Neg, &[5]),                       // 6
+            ins(Op::Tanh, &[6]),                      // 7
+            ins(Op::Subtract { out: None }, &[2, 7]), // 8: k - tanh(..)
+            ins(Op::Abs, &[8]),                       // 9
+            ins(Op::Log, &[9]),                       // 10
+            ins(scalar(2.0), &[]),                    // 11
+            ins(Op::Divide { out: None }, &[11, 10]), // 12: 2 / log(..)
+            ins(
+                Op::Multiply {
+                    out: Some(DType::F32),
+                },
+                &[12, 0],
+            ), // 13
+        ],
+        vec![13, 5, 10],
+    )
+    .unwrap();
+    let out = prog
+        .run(vec![x.clone(), y.clone(), k.clone()], dev())
+        .unwrap();
+    let e5 = ev(
+        Op::Divide { out: None },
+        &[&ev(Op::Exp, &[&ev(Op::Cos, &[&x])]), &y],
+    );
+    let e8 = ev(
+        Op::Subtract { out: None },
+        &[&k, &ev(Op::Tanh, &[&ev(Op::Neg, &[&e5])])],
+    );
+    let e10 = ev(Op::Log, &[&ev(Op::Abs, &[&e8])]);
+    let e12 = ev(Op::Divide { out: None }, &[&f(&[2.0], &[]), &e10]);
+    let e13 = ev(
+        Op::Multiply {
+            out: Some(DType::F32),
+        },
+        &[&e12, &x],
+    );
+    let bits = |t: &Tensor| -> Vec<u32> { v(t).iter().map(|&a| (a as f32).to_bits()).collect() };
+    assert_eq!(out[0].shape(), x.shape());
+    assert_eq!(bits(&out[0]), bits(&e13));
+    assert_eq!(bits(&out[1]), bits(&e5));
+    assert_eq!(bits(&out[2]), bits(&e10));
+}
