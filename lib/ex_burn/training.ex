@@ -134,7 +134,7 @@ defmodule ExBurn.Training do
   defp put_validation(metrics, _model, nil, _acc?), do: metrics
 
   defp put_validation(metrics, model, val, acc?) do
-    s = stats_call(:model_evaluate, model, val, [max(samples(val), 1)])
+    s = stats_call(:model_evaluate, model, val, [max(samples(val), 1), acc?])
     metrics |> Map.put(:val_loss, s.loss) |> put_if(acc?, :val_accuracy, Map.get(s, :accuracy))
   end
 
@@ -220,7 +220,8 @@ defmodule ExBurn.Training do
 
   def evaluate(%Model{} = model, {inputs, targets}, opts) do
     opts = Keyword.validate!(opts, batch_size: 256, accuracy: false)
-    s = stats_call(:model_evaluate, model, device_data(model, inputs, targets), [opts[:batch_size]])
+    data = device_data(model, inputs, targets)
+    s = stats_call(:model_evaluate, model, data, [opts[:batch_size], opts[:accuracy]])
     if opts[:accuracy], do: {s.loss, Map.get(s, :accuracy)}, else: s.loss
   end
 

@@ -40,6 +40,8 @@ defmodule ExBurn.TrainingTest do
     assert Map.has_key?(last, :samples_per_second)
     {loss, acc} = Training.evaluate(model, {x, y}, true)
     assert is_float(loss) and acc > 0.9
+    # without accuracy: the same loss, no predictions compared
+    assert Training.evaluate(model, {x, y}) == loss
   end
 
   test "learning-rate schedules give their sequences" do

@@ -410,7 +410,8 @@ impl Model {
     }
 
     /// Loss (and accuracy) over `data` without training, in batches of `batch_size`.
-    pub fn evaluate(&self, data: &Data, batch_size: usize) -> Result<Stats> {
+    /// With `accuracy` false no per-batch argmax/compare runs and [`Stats::accuracy`] is `None`.
+    pub fn evaluate(&self, data: &Data, batch_size: usize, accuracy: bool) -> Result<Stats> {
         let n = self.check_data(data, true)?;
         let t0 = Instant::now();
         let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
@@ -422,13 +423,14 @@ impl Model {
             let hi = (lo + bs).min(n);
             let batch = cut(data, lo, hi, None)?;
             let (l, out, t) = self.batch_loss(&net, &batch, false)?;
-            let hits = (self.options.loss != Loss::Mse)
+            let hits = (accuracy && self.options.loss != Loss::Mse)
                 .then(|| loss::correct(self.options.loss, self.head(), &out, &t, false))
                 .transpose()?;
             tally.add(l, hi - lo, hits);
         }
         let (loss_sum, correct) = tally.totals();
-        let accuracy = (self.options.loss != Loss::Mse).then(|| correct as f64 / n.max(1) as f64);
+        let accuracy =
+            (accuracy && self.options.loss != Loss::Mse).then(|| correct as f64 / n.max(1) as f64);
         Ok(Stats {
             loss: loss_sum / n.max(1) as f64,
             accuracy,

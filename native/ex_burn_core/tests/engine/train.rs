@@ -107,7 +107,7 @@ fn a_model_trains_and_evaluates() {
         inputs: vec![x.clone()],
         target: Some(y.clone()),
     };
-    let before = m.evaluate(&data, 16).unwrap();
+    let before = m.evaluate(&data, 16, true).unwrap();
     let first = m.train_step(&data, 0.05).unwrap();
     assert!(
         (first - before.loss).abs() < 1e-4,
@@ -133,9 +133,15 @@ fn a_model_trains_and_evaluates() {
     let s = m.train_epoch(&data, &quiet, &mut |_, _, _| {}).unwrap();
     assert_eq!(s.accuracy, None, "no accuracy counted when not asked");
     assert!(s.loss.is_finite());
-    let after = m.evaluate(&data, 16).unwrap();
+    let after = m.evaluate(&data, 16, true).unwrap();
     assert!(after.loss < before.loss * 0.5, "{before:?} -> {after:?}");
     assert_eq!(after.accuracy, Some(1.0));
+    let loss_only = m.evaluate(&data, 16, false).unwrap();
+    assert_eq!(
+        loss_only.accuracy, None,
+        "no accuracy counted when not asked"
+    );
+    assert_eq!(loss_only.loss, after.loss);
     let p = m.predict(&[x], 10).unwrap();
     assert_eq!(p.shape(), &[64, 2]);
     let rows: Vec<f64> = v(&p).chunks(2).map(|r| r[0] + r[1]).collect();
@@ -174,7 +180,7 @@ fn class_ids_out_of_range_are_rejected_before_training() {
             accuracy: true,
         };
         assert!(m.train_epoch(&data, &epoch, &mut |_, _, _| {}).is_err());
-        assert!(m.evaluate(&data, 4).is_err());
+        assert!(m.evaluate(&data, 4, true).is_err());
     }
     assert_eq!(m.steps(), 0);
     let after = m.parameters().unwrap();

@@ -204,7 +204,7 @@ fn gradients_match_finite_differences_in_f64() {
                 vals[k] += delta;
                 let tp = t(&vals, p.shape(), DType::F64);
                 m.set_parameters(&[(name.clone(), tp)], None).unwrap();
-                m.evaluate(&batch, 6).unwrap().loss
+                m.evaluate(&batch, 6, true).unwrap().loss
             };
             let fd = (loss_at(h) - loss_at(-h)) / (2.0 * h);
             loss_at(0.0);

@@ -153,14 +153,21 @@ fn train_epoch<'a>(
 }
 dirty!(train_epoch, model_train_epoch_cpu, model_train_epoch_io, (m: M, inputs: Refs, target: Target, opts: Term<'a>, pid: Term<'a>));
 
-fn evaluate<'a>(env: Env<'a>, m: M, inputs: Refs, target: Target, batch_size: usize) -> Term<'a> {
+fn evaluate<'a>(
+    env: Env<'a>,
+    m: M,
+    inputs: Refs,
+    target: Target,
+    batch_size: usize,
+    accuracy: bool,
+) -> Term<'a> {
     reply::run(env, || {
         let d = data(&inputs, &target)?;
-        let s = m.with(|model| model.evaluate(&d, batch_size))?;
+        let s = m.with(|model| model.evaluate(&d, batch_size, accuracy))?;
         stats(env, &s)
     })
 }
-dirty!(evaluate, model_evaluate_cpu, model_evaluate_io, (m: M, inputs: Refs, target: Target, batch_size: usize));
+dirty!(evaluate, model_evaluate_cpu, model_evaluate_io, (m: M, inputs: Refs, target: Target, batch_size: usize, accuracy: bool));
 
 fn predict<'a>(env: Env<'a>, m: M, inputs: Refs, batch_size: usize) -> Term<'a> {
     reply::run(env, || {
