@@ -8,6 +8,7 @@ mod binary;
 mod conv;
 pub(crate) mod creation;
 mod dot;
+pub(crate) mod exact32;
 mod fold;
 mod index;
 mod linalg;

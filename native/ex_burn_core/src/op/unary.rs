@@ -52,6 +52,7 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
         Log1p => float(x, B::float_log1p),
         Sqrt => float(x, B::float_sqrt),
         Rsqrt => float(x, |p| B::float_recip(B::float_sqrt(p))),
+        Sin | Cos | Tanh if exact32_applies(x) => exact32(op, x),
         Sin => float(x, B::float_sin),
         Cos => float(x, B::float_cos),
         Tan => float(x, B::float_tan),
@@ -115,6 +116,29 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
 }
 
 /// Applies a float function; integer input is first converted to Nx's floating type.
+/// f32 `sin`, `cos` and `tanh` on a CPU with AVX2 run the correctly rounded kernels of
+/// [`super::exact32`] (the fused chunk loops use the same ones).
+fn exact32_applies(x: &Tensor) -> bool {
+    x.dtype() == DType::F32
+        && x.device() == crate::Device::Cpu
+        && x.numel() > 0
+        && super::exact32::available()
+}
+
+fn exact32(op: &Op, x: &Tensor) -> Result<Tensor> {
+    use super::exact32::{apply_in_place, Fun};
+    let fun = match op {
+        Op::Sin => Fun::Sin,
+        Op::Cos => Fun::Cos,
+        _ => Fun::Tanh,
+    };
+    let mut values = x.to_f32_vec()?;
+    apply_in_place(fun, &mut values);
+    let shape = x.shape().to_vec();
+    let data = burn::tensor::TensorData::new(values, crate::tensor::prim_shape(&shape));
+    Tensor::from_data(data, DType::F32, shape, crate::Device::Cpu)
+}
+
 fn float(x: &Tensor, f: impl FnOnce(Prim) -> Prim) -> Result<Tensor> {
     let t = x.cast(x.dtype().to_floating())?;
     if t.numel() == 0 {

@@ -4,11 +4,13 @@
 //! each worker keeps one chunk-sized buffer per instruction and applies the whole run to a
 //! chunk with one tight loop per instruction, writing live results straight into the output
 //! buffers. Nothing is allocated per op and chunk, unlike running the op table on chunk
-//! tensors. Each map is the very element function Burn's CPU backend applies for that op on
-//! f32 (IEEE `+ - * /`, `f32::sin`, ...), so results are bit-identical to the unfused program
-//! (tests/engine/fusion.rs compares them).
+//! tensors. Each map is the very element function the op table applies for that op on f32
+//! (IEEE `+ - * /`, libm `expf`, ..., the correctly rounded kernels of `op::exact32` for
+//! `sin`/`cos`/`tanh` where the op table uses them), so results are bit-identical to the
+//! unfused program (tests/engine/fusion.rs compares them).
 
 use super::{Run, CHUNK};
+use crate::op::exact32::{self, Fun};
 use crate::op::{self, shape, Op};
 use crate::{DType, Device, Error, Result, Tensor};
 use burn::tensor::TensorData;
@@ -293,6 +295,21 @@ fn unary(m: Map, a: Arg, out: &mut [f32]) {
         Map::Sqrt => map1(a, out, f32::sqrt),
         Map::Exp => map1(a, out, f32::exp),
         Map::Log => map1(a, out, f32::ln),
+        Map::Sin | Map::Cos | Map::Tanh if exact32::available() => {
+            let fun = match m {
+                Map::Sin => Fun::Sin,
+                Map::Cos => Fun::Cos,
+                _ => Fun::Tanh,
+            };
+            match a {
+                Arg::Slice(a) => exact32::apply(fun, a, out),
+                Arg::Scalar(x) => {
+                    let mut v = [0f32];
+                    exact32::apply(fun, &[x], &mut v);
+                    out.fill(v[0]);
+                }
+            }
+        }
         Map::Sin => map1(a, out, f32::sin),
         Map::Cos => map1(a, out, f32::cos),
         Map::Tanh => map1(a, out, f32::tanh),
