@@ -147,10 +147,7 @@ defmodule ExBurn.Defn.Complex do
     {ft, _} = storage(out.type, out.shape)
     {ar, ai, r} = parts(r, a, ft)
     {br, bi, r} = parts(r, b, ft)
-    {rr, r} = mul(r, ar, br, ft)
-    {ii, r} = mul(r, ai, bi, ft)
-    {ri, r} = mul(r, ar, bi, ft)
-    {ir, r} = mul(r, ai, br, ft)
+    {{rr, ii, ri, ir}, r} = products(r, {ar, ai}, {br, bi}, ft)
     {re, r} = sub(r, rr, ii, ft)
     {im, r} = add(r, ri, ir, ft)
     {{:c, re, im, out.shape, ft}, r}
@@ -161,10 +158,7 @@ defmodule ExBurn.Defn.Complex do
     {ar, ai, r} = parts(r, a, ft)
     {br, bi, r} = parts(r, b, ft)
     {den, r} = abs2(r, br, bi, ft)
-    {rr, r} = mul(r, ar, br, ft)
-    {ii, r} = mul(r, ai, bi, ft)
-    {ir, r} = mul(r, ai, br, ft)
-    {ri, r} = mul(r, ar, bi, ft)
+    {{rr, ii, ri, ir}, r} = products(r, {ar, ai}, {br, bi}, ft)
     {num_re, r} = add(r, rr, ii, ft)
     {num_im, r} = sub(r, ir, ri, ft)
     {num_re, r} = materialize(r, num_re, out.shape, ft)
@@ -397,6 +391,15 @@ defmodule ExBurn.Defn.Complex do
 
   # The parts of a value in float type `ft` (real values get a zero imaginary part).
   defp parts(r, {:c, re, im, _shape, ft}, ft), do: {re, im, r}
+
+  # The four part products of (ar + ai i)(br + bi i): {ar br, ai bi, ar bi, ai br}.
+  defp products(r, {ar, ai}, {br, bi}, ft) do
+    {rr, r} = mul(r, ar, br, ft)
+    {ii, r} = mul(r, ai, bi, ft)
+    {ri, r} = mul(r, ar, bi, ft)
+    {ir, r} = mul(r, ai, br, ft)
+    {{rr, ii, ri, ir}, r}
+  end
 
   defp parts(r, {:c, re, im, _shape, _other}, ft) do
     {re, r} = Recipe.emit(r, :as_type, [dtype: ft], [re])

@@ -66,6 +66,18 @@ pub(crate) enum Fun {
     Tanh,
 }
 
+impl Fun {
+    /// The function of `op` (`Sin`, `Cos`, `Tanh`).
+    pub(crate) fn of(op: &crate::Op) -> Option<Fun> {
+        match op {
+            crate::Op::Sin => Some(Fun::Sin),
+            crate::Op::Cos => Some(Fun::Cos),
+            crate::Op::Tanh => Some(Fun::Tanh),
+            _ => None,
+        }
+    }
+}
+
 /// Whether this CPU runs these kernels (x86-64 with AVX2), detected once.
 pub(crate) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]

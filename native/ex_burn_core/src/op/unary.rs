@@ -115,7 +115,6 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// Applies a float function; integer input is first converted to Nx's floating type.
 /// f32 `sin`, `cos` and `tanh` on a CPU with AVX2 run the correctly rounded kernels of
 /// [`super::exact32`] (the fused chunk loops use the same ones).
 fn exact32_applies(x: &Tensor) -> bool {
@@ -127,11 +126,7 @@ fn exact32_applies(x: &Tensor) -> bool {
 
 fn exact32(op: &Op, x: &Tensor) -> Result<Tensor> {
     use super::exact32::{apply_in_place, Fun};
-    let fun = match op {
-        Op::Sin => Fun::Sin,
-        Op::Cos => Fun::Cos,
-        _ => Fun::Tanh,
-    };
+    let fun = Fun::of(op).ok_or_else(|| Error::Execution(format!("{op:?} has no exact kernel")))?;
     let mut values = x.to_f32_vec()?;
     apply_in_place(fun, &mut values);
     let shape = x.shape().to_vec();
@@ -139,6 +134,7 @@ fn exact32(op: &Op, x: &Tensor) -> Result<Tensor> {
     Tensor::from_data(data, DType::F32, shape, crate::Device::Cpu)
 }
 
+/// Applies a float function; integer input is first converted to Nx's floating type.
 fn float(x: &Tensor, f: impl FnOnce(Prim) -> Prim) -> Result<Tensor> {
     let t = x.cast(x.dtype().to_floating())?;
     if t.numel() == 0 {

@@ -107,34 +107,17 @@ pub(super) fn execute(
         .collect();
     let workers = workers_for(chunks.len());
     type Chunk = Vec<Option<Tensor>>;
-    let results: Vec<Result<Vec<Chunk>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let (chunks, flat) = (&chunks, &flat);
-                s.spawn(move || {
-                    chunks
-                        .iter()
-                        .skip(w)
-                        .step_by(workers)
-                        .map(|&c| run_chunk(run, flat, c, live_out, device))
-                        .collect::<Result<Vec<_>>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Execution("a fused chunk worker panicked".into()))
-                })
-            })
-            .collect()
-    });
+    let results: Vec<Vec<Chunk>> = on_threads((0..workers).collect(), |w| {
+        chunks
+            .iter()
+            .skip(w)
+            .step_by(workers)
+            .map(|&c| run_chunk(run, &flat, c, live_out, device))
+            .collect::<Result<Vec<_>>>()
+    })?;
     // Put the chunks back in order: worker w computed chunks w, w + workers, ...
-    let mut per_worker: Vec<std::vec::IntoIter<Chunk>> = results
-        .into_iter()
-        .map(|r| r.map(|v| v.into_iter()))
-        .collect::<Result<_>>()?;
+    let mut per_worker: Vec<std::vec::IntoIter<Chunk>> =
+        results.into_iter().map(|v| v.into_iter()).collect();
     let mut ordered = Vec::with_capacity(chunks.len());
     for i in 0..chunks.len() {
         match per_worker[i % workers].next() {
@@ -162,6 +145,23 @@ pub(super) fn execute(
         out.push(Some(op::util::cat(&parts, 0).reshape(shape.clone())?));
     }
     Ok(Some(out))
+}
+
+/// Runs `f` on every item of `work`, each on its own scoped thread; the results in order (a
+/// worker that panics gives an error).
+fn on_threads<W: Send, T: Send>(work: Vec<W>, f: impl Fn(W) -> Result<T> + Sync) -> Result<Vec<T>> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = work.into_iter().map(|w| s.spawn(move || f(w))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Execution("a fused chunk worker panicked".into()))
+                })
+            })
+            .collect()
+    })
 }
 
 /// Runs every instruction of `run` on one chunk; keeps the live results.

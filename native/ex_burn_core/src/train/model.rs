@@ -300,22 +300,30 @@ impl Model {
         Ok((loss, out, target))
     }
 
+    /// Whether correct predictions are counted: `asked`, and the loss classifies.
+    fn counts_hits(&self, asked: bool) -> bool {
+        asked && self.options.loss != Loss::Mse
+    }
+
+    /// Which samples of a batch were predicted right, when `count` (see [`Self::counts_hits`]).
+    fn batch_hits(
+        &self,
+        count: bool,
+        out: &Value,
+        target: &Target,
+        ad: bool,
+    ) -> Result<Option<burn::tensor::Tensor<B, 1, Bool>>> {
+        count
+            .then(|| loss::correct(self.options.loss, self.head(), out, target, ad))
+            .transpose()
+    }
+
     /// Forward + backward of one (micro-)batch, scaled by `1/scale`; returns the loss tensor
-    /// (not synchronised) and the gradients.
-    fn grads_of(&self, batch: &Data, scale: usize, hits: bool) -> Result<BatchGrads> {
+    /// (not synchronised), the gradients and, when `count`, the batch's hits.
+    fn grads_of(&self, batch: &Data, scale: usize, count: bool) -> Result<BatchGrads> {
         let net = self.net()?;
         let (loss, out, target) = self.batch_loss(self.net()?, batch, true)?;
-        let correct = if !hits || self.options.loss == Loss::Mse {
-            None
-        } else {
-            Some(loss::correct(
-                self.options.loss,
-                self.head(),
-                &out,
-                &target,
-                true,
-            )?)
-        };
+        let correct = self.batch_hits(count, &out, &target, true)?;
         let scaled = if scale > 1 {
             loss.clone().div_scalar(scale as f64)
         } else {
@@ -367,6 +375,7 @@ impl Model {
             .transpose()?;
         let batches = n.div_ceil(opts.batch_size);
         let accumulate = opts.accumulate.max(1);
+        let count = self.counts_hits(opts.accuracy);
         let mut tally = Tally::new(opts.batch_size);
         let mut acc: Option<burn::optim::GradientsAccumulator<Net<B>>> = None;
         let mut pending = 0;
@@ -375,7 +384,7 @@ impl Model {
         for b in 0..batches {
             let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
             let batch = cut(data, lo, hi, order.as_ref())?;
-            let (loss, grads, hits) = self.grads_of(&batch, accumulate, opts.accuracy)?;
+            let (loss, grads, hits) = self.grads_of(&batch, accumulate, count)?;
             tally.add(loss.inner(), hi - lo, hits);
             if accumulate == 1 {
                 self.apply(grads, lr_at(steps))?;
@@ -398,8 +407,7 @@ impl Model {
         }
         let (loss_sum, correct) = tally.totals();
         let loss = loss_sum / n.max(1) as f64;
-        let accuracy = (opts.accuracy && self.options.loss != Loss::Mse)
-            .then(|| correct as f64 / n.max(1) as f64);
+        let accuracy = count.then(|| correct as f64 / n.max(1) as f64);
         Ok(Stats {
             loss,
             accuracy,
@@ -415,6 +423,7 @@ impl Model {
         let n = self.check_data(data, true)?;
         let t0 = Instant::now();
         let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
+        let count = self.counts_hits(accuracy);
         let data = &ids_as_s32(data)?;
         // Sums stay on the device; they are read once at the end.
         let bs = batch_size.max(1);
@@ -423,14 +432,10 @@ impl Model {
             let hi = (lo + bs).min(n);
             let batch = cut(data, lo, hi, None)?;
             let (l, out, t) = self.batch_loss(&net, &batch, false)?;
-            let hits = (accuracy && self.options.loss != Loss::Mse)
-                .then(|| loss::correct(self.options.loss, self.head(), &out, &t, false))
-                .transpose()?;
-            tally.add(l, hi - lo, hits);
+            tally.add(l, hi - lo, self.batch_hits(count, &out, &t, false)?);
         }
         let (loss_sum, correct) = tally.totals();
-        let accuracy =
-            (accuracy && self.options.loss != Loss::Mse).then(|| correct as f64 / n.max(1) as f64);
+        let accuracy = count.then(|| correct as f64 / n.max(1) as f64);
         Ok(Stats {
             loss: loss_sum / n.max(1) as f64,
             accuracy,

@@ -9,7 +9,7 @@
 //! `sin`/`cos`/`tanh` where the op table uses them), so results are bit-identical to the
 //! unfused program (tests/engine/fusion.rs compares them).
 
-use super::{Run, CHUNK};
+use super::{on_threads, Run, CHUNK};
 use crate::op::exact32::{self, Fun};
 use crate::op::{self, shape, Op};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -41,12 +41,18 @@ enum Map {
     Sin,
     Cos,
     Tanh,
+    /// `sin`/`cos`/`tanh` by the correctly rounded kernels, as the op table computes them
+    /// on CPUs that have them.
+    Exact(Fun),
 }
 
 impl Map {
     /// The map of `op` when its result is f32 (`None`: not handled here).
     fn of(op: &Op) -> Option<Map> {
         let f32_out = |out: &Option<DType>| matches!(out, None | Some(DType::F32));
+        if let Some(fun) = Fun::of(op).filter(|_| exact32::available()) {
+            return Some(Map::Exact(fun));
+        }
         Some(match op {
             Op::Add { out } if f32_out(out) => Map::Add,
             Op::Subtract { out } if f32_out(out) => Map::Sub,
@@ -84,14 +90,9 @@ pub(super) struct Plan {
     ext: Vec<Tensor>,
 }
 
-/// Reads a one-element f32 tensor.
+/// Reads a one-element f32 tensor (exact: f32 -> f64 -> f32).
 fn scalar_value(t: &Tensor) -> Result<f32> {
-    let b = t.to_bytes(Some(1))?;
-    let bytes: [u8; 4] = b
-        .get(..4)
-        .and_then(|s| s.try_into().ok())
-        .ok_or_else(|| Error::Execution("an f32 scalar has no data".into()))?;
-    Ok(f32::from_le_bytes(bytes))
+    Ok(op::util::read_scalar(t)?.to_f64() as f32)
 }
 
 impl Plan {
@@ -188,22 +189,7 @@ impl Plan {
         for (c, parts) in per_chunk.into_iter().enumerate() {
             per_worker[c % workers].push((c, parts));
         }
-        let live = &live;
-        let results: Vec<Result<()>> = std::thread::scope(|s| {
-            let handles: Vec<_> = per_worker
-                .into_iter()
-                .map(|work| s.spawn(move || self.run_chunks(work, live)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::Execution("a fused chunk worker panicked".into()))
-                    })
-                })
-                .collect()
-        });
-        results.into_iter().collect::<Result<Vec<()>>>()?;
+        on_threads(per_worker, |work| self.run_chunks(work, &live))?;
         let mut bufs = outs.into_iter();
         let mut out = Vec::with_capacity(self.steps.len());
         for &l in live_out {
@@ -295,21 +281,14 @@ fn unary(m: Map, a: Arg, out: &mut [f32]) {
         Map::Sqrt => map1(a, out, f32::sqrt),
         Map::Exp => map1(a, out, f32::exp),
         Map::Log => map1(a, out, f32::ln),
-        Map::Sin | Map::Cos | Map::Tanh if exact32::available() => {
-            let fun = match m {
-                Map::Sin => Fun::Sin,
-                Map::Cos => Fun::Cos,
-                _ => Fun::Tanh,
-            };
-            match a {
-                Arg::Slice(a) => exact32::apply(fun, a, out),
-                Arg::Scalar(x) => {
-                    let mut v = [0f32];
-                    exact32::apply(fun, &[x], &mut v);
-                    out.fill(v[0]);
-                }
+        Map::Exact(fun) => match a {
+            Arg::Slice(a) => exact32::apply(fun, a, out),
+            Arg::Scalar(x) => {
+                let mut v = [0f32];
+                exact32::apply(fun, &[x], &mut v);
+                out.fill(v[0]);
             }
-        }
+        },
         Map::Sin => map1(a, out, f32::sin),
         Map::Cos => map1(a, out, f32::cos),
         Map::Tanh => map1(a, out, f32::tanh),
