@@ -19,11 +19,45 @@ use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
 use burn::{Dispatch, DispatchDevice};
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// The allocator the NIF uses (`ex_burn_nif`), so that the comparison is about ExBurn, not malloc.
+/// The allocator the NIF uses (`ex_burn_nif`), so that the comparison is about ExBurn, not malloc,
+/// counting allocations (one relaxed atomic add each, for both contenders alike): host work
+/// per step that no device profile shows.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: Counting = Counting;
+
+/// Heap allocations (and reallocations) so far.
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// mimalloc, counting.
+struct Counting;
+
+// SAFETY: forwards every call unchanged to mimalloc.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        mimalloc::MiMalloc.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        mimalloc::MiMalloc.dealloc(ptr, layout)
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        mimalloc::MiMalloc.realloc(ptr, layout, size)
+    }
+}
+
+/// Allocations made while `f` runs, and its result.
+fn counted<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let out = f();
+    (out, ALLOCATIONS.load(Ordering::Relaxed) - before)
+}
 
 #[derive(Module, Debug)]
 struct Mlp<B: Backend> {
@@ -112,13 +146,16 @@ fn main() {
     // Interleaved rounds: a Burn run, then an ExBurn epoch of as many steps, ROUNDS times.
     let mut ours = engine::Engine::new(device_name, &sizes, batch, steps, warmup);
     let (mut burn_ms, mut engine_ms) = (Vec::new(), Vec::new());
+    let per_step = |n: u64| n as f64 / steps as f64;
     for r in 0..ROUNDS {
-        let (m, b) = timed(model);
+        let ((m, b), burn_allocs) = counted(|| timed(model));
         model = m;
-        let e = ours.epoch_ms();
+        let (e, engine_allocs) = counted(|| ours.epoch_ms());
         println!(
-            "round {r}: burn {b:.3} ms/step, engine {e:.3} ms/step ({:+.1}%)",
-            (e / b - 1.0) * 100.0
+            "round {r}: burn {b:.3} ms/step, engine {e:.3} ms/step ({:+.1}%); allocations/step burn {:.0}, engine {:.0}",
+            (e / b - 1.0) * 100.0,
+            per_step(burn_allocs),
+            per_step(engine_allocs)
         );
         burn_ms.push(b);
         engine_ms.push(e);

@@ -1,13 +1,15 @@
-//! Correctly rounded f32 `sin`, `cos` and `tanh` for the CPU, four lanes at a time with AVX2.
+//! Correctly rounded f32 `sin`, `cos` and `tanh` for the CPU, four lanes at a time with AVX2
+//! and FMA.
 //!
-//! Each value is computed in f64 (Cody-Waite reduction by pi/2 and Taylor polynomials for the
-//! trigonometric functions; `expm1` by a Taylor polynomial or `exp` by reduction by ln 2 for
-//! `tanh`), with an error far below half an f32 ulp, then rounded once to f32: the result is
-//! the f32 nearest to the exact value (the tests compare with f64 libm rounded to f32, as Nx's
-//! `BinaryBackend` computes). That is what the Nx doctests expect, and 2x faster than glibc's
-//! `tanhf` (the eager op and the fused chunk loops both use these, so they stay bit-identical).
-//! Without AVX2 (other CPUs, other architectures) the op table keeps the platform's libm.
-//! `|x| > 823549` (a reduction this one does not cover) goes through f64 libm per element.
+//! Each value is computed in f64 (Cody-Waite reduction by pi/2 and fdlibm's minimax
+//! polynomials of `__kernel_sin`/`__kernel_cos`, error below 2^-58, for the trigonometric
+//! functions; `expm1` by reduction by ln 2 and a Taylor polynomial for `tanh`), with an error
+//! far below half an f32 ulp, then rounded once to f32: the result is the f32 nearest to the
+//! exact value (the tests compare with f64 libm rounded to f32, as Nx's `BinaryBackend`
+//! computes). That is what the Nx doctests expect, and faster than glibc's `sinf`/`tanhf`
+//! (the eager op and the fused chunk loops both use these, so they stay bit-identical).
+//! Without AVX2 and FMA (other CPUs, other architectures) the op table keeps the platform's
+//! libm. `|x| > 823549` (a reduction this one does not cover) goes through f64 libm per element.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -28,11 +30,9 @@ const LN2_LO: f64 = -4.200_915_072_681_084_6e-11;
 const INV_LN2: f64 = std::f64::consts::LOG2_E;
 /// `tanh(x)` rounds to +-1 in f32 beyond 9.01; 9.5 leaves room.
 const TANH_SAT: f64 = 9.5;
-/// Below `2|x|` = 1.1 `expm1` is a Taylor polynomial; above, `exp(y) - 1` loses < 1 bit.
-const EXPM1_SMALL: f64 = 1.1;
 
-/// `1/n!` for n = 0..=19.
-const F: [f64; 20] = [
+/// `1/n!` for n = 0..=13 (`expm1` on `|r| <= ln2 / 2` to `r^13 / 13!`: error below 2^-56).
+const F: [f64; 14] = [
     1.0,
     1.0,
     0.5,
@@ -47,12 +47,29 @@ const F: [f64; 20] = [
     2.505_210_838_544_172e-8,
     2.087_675_698_786_81e-9,
     1.605_904_383_682_161_3e-10,
-    1.147_074_559_772_972_5e-11,
-    7.647_163_731_819_816e-13,
-    4.779_477_332_387_385e-14,
-    2.811_457_254_345_520_6e-15,
-    1.561_920_696_858_622_5e-16,
-    8.220_635_246_624_33e-18,
+];
+
+/// fdlibm `__kernel_sin` on `|r| <= pi/4`: `sin r = r + r z (S1 + z S2 + ... + z^5 S6)`,
+/// `z = r^2`.
+#[allow(clippy::excessive_precision)]
+const SIN: [f64; 6] = [
+    -1.666_666_666_666_663_243_48e-1,
+    8.333_333_333_322_489_461_24e-3,
+    -1.984_126_982_985_794_931_34e-4,
+    2.755_731_370_707_006_767_89e-6,
+    -2.505_076_025_340_686_341_95e-8,
+    1.589_690_995_211_550_102_21e-10,
+];
+
+/// fdlibm `__kernel_cos` on `|r| <= pi/4`: `cos r = 1 - z/2 + z^2 (C1 + z C2 + ... + z^5 C6)`.
+#[allow(clippy::excessive_precision)]
+const COS: [f64; 6] = [
+    4.166_666_666_666_660_190_37e-2,
+    -1.388_888_888_887_410_957_49e-3,
+    2.480_158_728_947_672_941_78e-5,
+    -2.755_731_435_139_066_330_35e-7,
+    2.087_572_321_298_174_827_90e-9,
+    -1.135_964_755_778_819_482_65e-11,
 ];
 
 /// Which function.
@@ -78,12 +95,15 @@ impl Fun {
     }
 }
 
-/// Whether this CPU runs these kernels (x86-64 with AVX2), detected once.
+/// Whether this CPU runs these kernels (x86-64 with AVX2 and FMA), detected once.
 pub(crate) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"))
+        static AVX2_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AVX2_FMA.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -92,13 +112,13 @@ pub(crate) fn available() -> bool {
 }
 
 /// `dst[i] = fun(src[i])`, correctly rounded. Callers check [`available`] first; without AVX2
-/// this falls back to f64 libm per element (same results, slower).
+/// and FMA this falls back to f64 libm per element (same results, slower).
 pub(crate) fn apply(fun: Fun, src: &[f32], dst: &mut [f32]) {
     let n = src.len().min(dst.len());
     let (src, dst) = (&src[..n], &mut dst[..n]);
     #[cfg(target_arch = "x86_64")]
     if available() {
-        // SAFETY: AVX2 was detected on this CPU.
+        // SAFETY: AVX2 and FMA were detected on this CPU.
         unsafe { avx2::apply(fun, src, dst) };
         return;
     }
@@ -137,54 +157,48 @@ mod avx2 {
         _mm256_set1_pd(v)
     }
 
-    /// `k[0] + z * (k[1] + z * (... + z * k[last]))`.
+    /// `k[0] + z * (k[1] + z * (... + z * k[last]))`, by fused multiply-adds.
     #[inline(always)]
     unsafe fn horner(z: __m256d, k: &[f64]) -> __m256d {
         let mut acc = c(k[k.len() - 1]);
         for &ki in k[..k.len() - 1].iter().rev() {
-            acc = _mm256_add_pd(c(ki), _mm256_mul_pd(z, acc));
+            acc = _mm256_fmadd_pd(z, acc, c(ki));
         }
         acc
     }
 
     /// sin (`shift` 0) or cos (`shift` 1) of four lanes; the mask has a bit per lane out of
     /// range (those lanes are garbage).
-    #[inline]
-    #[target_feature(enable = "avx2")]
+    #[inline(always)]
     unsafe fn trig4(x: __m128, shift: i64) -> (__m128, i32) {
         let xd = _mm256_cvtps_pd(x);
         let abs = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fff_ffff_ffff_ffff));
         let ok = _mm256_cmp_pd::<_CMP_LE_OQ>(_mm256_and_pd(xd, abs), c(LIMIT));
         let xs = _mm256_and_pd(xd, ok);
-        let v = _mm256_add_pd(_mm256_mul_pd(xs, c(INV_PIO2)), c(MAGIC));
+        let v = _mm256_fmadd_pd(xs, c(INV_PIO2), c(MAGIC));
         let quadrant = _mm256_and_si256(
             _mm256_add_epi64(_mm256_castpd_si256(v), _mm256_set1_epi64x(shift)),
             _mm256_set1_epi64x(3),
         );
         let k = _mm256_sub_pd(v, c(MAGIC));
-        let r = _mm256_sub_pd(
-            _mm256_sub_pd(
-                _mm256_sub_pd(xs, _mm256_mul_pd(k, c(P1))),
-                _mm256_mul_pd(k, c(P2)),
-            ),
-            _mm256_mul_pd(k, c(P3)),
-        );
+        // |r| <= pi/4; k * P1 and k * P2 are exact
+        let r = _mm256_fnmadd_pd(k, c(P1), xs);
+        let r = _mm256_fnmadd_pd(k, c(P2), r);
+        let r = _mm256_fnmadd_pd(k, c(P3), r);
         let z = _mm256_mul_pd(r, r);
-        // sin r = r + r z (-1/3! + z (1/5! - ... + z / 17!))
-        let ps = horner(z, &[-F[3], F[5], -F[7], F[9], -F[11], F[13], -F[15], F[17]]);
-        let s = _mm256_add_pd(r, _mm256_mul_pd(_mm256_mul_pd(r, z), ps));
-        // cos r = 1 - z/2 + z^2 (1/4! - z/6! + ... + z^7/18!)
-        let pc = horner(
-            z,
-            &[F[4], -F[6], F[8], -F[10], F[12], -F[14], F[16], -F[18]],
-        );
-        let cs = _mm256_add_pd(
-            _mm256_sub_pd(c(1.0), _mm256_mul_pd(c(0.5), z)),
-            _mm256_mul_pd(_mm256_mul_pd(z, z), pc),
-        );
+        // Odd quadrants take cos r, even ones sin r: one polynomial with per-lane coefficients.
         let one = _mm256_set1_epi64x(1);
         let odd = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(quadrant, one), one));
-        let m = _mm256_blendv_pd(s, cs, odd);
+        let mut p = _mm256_blendv_pd(c(SIN[5]), c(COS[5]), odd);
+        for i in (0..5).rev() {
+            p = _mm256_fmadd_pd(z, p, _mm256_blendv_pd(c(SIN[i]), c(COS[i]), odd));
+        }
+        // sin r = r + (r z) p, cos r = (1 - z/2) + (z z) p
+        let m = _mm256_fmadd_pd(
+            _mm256_mul_pd(_mm256_blendv_pd(r, z, odd), z),
+            p,
+            _mm256_blendv_pd(r, _mm256_fnmadd_pd(c(0.5), z, c(1.0)), odd),
+        );
         let neg = _mm256_castsi256_pd(_mm256_slli_epi64::<62>(_mm256_and_si256(
             quadrant,
             _mm256_set1_epi64x(2),
@@ -199,36 +213,26 @@ mod avx2 {
         (_mm256_cvtpd_ps(m), !_mm256_movemask_pd(ok) & 0xf)
     }
 
-    /// tanh of four lanes.
-    #[inline]
-    #[target_feature(enable = "avx2")]
+    /// tanh of four lanes: `t / (t + 2)` with `t = expm1(2|x|) = 2^k expm1(r) + (2^k - 1)`,
+    /// `|r| <= ln2 / 2` (no cancellation for small `x`: `k = 0` there).
+    #[inline(always)]
     unsafe fn tanh4(x: __m128) -> __m128 {
         let xd = _mm256_cvtps_pd(x);
         let abs = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fff_ffff_ffff_ffff));
         let ax = _mm256_and_pd(xd, abs);
         let y = _mm256_mul_pd(c(2.0), _mm256_min_pd(ax, c(TANH_SAT)));
-        // expm1(y) for y <= 1.1: y (1 + y/2! + ... + y^18/19!)
-        let ys = _mm256_min_pd(y, c(EXPM1_SMALL));
-        let t_small = _mm256_mul_pd(ys, horner(ys, &F[1..20]));
-        // exp(y) - 1 for y > 1.1: 2^k exp(r), |r| <= ln2 / 2, exp(r) to r^14 / 14!
-        let v = _mm256_add_pd(_mm256_mul_pd(y, c(INV_LN2)), c(MAGIC));
+        let v = _mm256_fmadd_pd(y, c(INV_LN2), c(MAGIC));
         let k = _mm256_sub_pd(v, c(MAGIC));
         let kbits = _mm256_sub_epi64(_mm256_castpd_si256(v), _mm256_castpd_si256(c(MAGIC)));
-        let r = _mm256_sub_pd(
-            _mm256_sub_pd(y, _mm256_mul_pd(k, c(LN2_HI))),
-            _mm256_mul_pd(k, c(LN2_LO)),
-        );
-        let er = _mm256_add_pd(c(1.0), _mm256_mul_pd(r, horner(r, &F[1..15])));
+        let r = _mm256_fnmadd_pd(k, c(LN2_HI), y);
+        let r = _mm256_fnmadd_pd(k, c(LN2_LO), r);
+        // expm1(r) = r (1 + r/2! + ... + r^12/13!)
+        let em = _mm256_mul_pd(r, horner(r, &F[1..14]));
         let scale = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_add_epi64(
             kbits,
             _mm256_set1_epi64x(1023),
         )));
-        let t_big = _mm256_sub_pd(_mm256_mul_pd(er, scale), c(1.0));
-        let t = _mm256_blendv_pd(
-            t_big,
-            t_small,
-            _mm256_cmp_pd::<_CMP_LE_OQ>(y, c(EXPM1_SMALL)),
-        );
+        let t = _mm256_fmadd_pd(scale, em, _mm256_sub_pd(scale, c(1.0)));
         // tanh |x| = t / (t + 2), 1 when saturated, sign of x, NaN kept
         let th = _mm256_div_pd(t, _mm256_add_pd(t, c(2.0)));
         let th = _mm256_blendv_pd(th, c(1.0), _mm256_cmp_pd::<_CMP_GT_OQ>(ax, c(TANH_SAT)));
@@ -237,39 +241,58 @@ mod avx2 {
         _mm256_cvtpd_ps(th)
     }
 
-    /// Four lanes of `fun`, out-of-range lanes fixed by the reference.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn lanes(fun: Fun, src: &[f32], dst: &mut [f32]) {
-        let x = _mm_loadu_ps(src.as_ptr());
-        let (y, bad) = match fun {
-            Fun::Sin => trig4(x, 0),
-            Fun::Cos => trig4(x, 1),
-            Fun::Tanh => (tanh4(x), 0),
-        };
-        _mm_storeu_ps(dst.as_mut_ptr(), y);
+    /// Four lanes of `kernel` at `src[i..i + 4]`, out-of-range lanes fixed by the reference.
+    #[inline(always)]
+    unsafe fn lanes(
+        fun: Fun,
+        kernel: impl Fn(__m128) -> (__m128, i32),
+        src: &[f32],
+        dst: &mut [f32],
+        i: usize,
+    ) {
+        let (y, bad) = kernel(_mm_loadu_ps(src[i..i + 4].as_ptr()));
+        _mm_storeu_ps(dst[i..i + 4].as_mut_ptr(), y);
         if bad != 0 {
-            for i in 0..4 {
-                if bad & (1 << i) != 0 {
-                    dst[i] = reference(fun, src[i]);
+            for j in 0..4 {
+                if bad & (1 << j) != 0 {
+                    dst[i + j] = reference(fun, src[i + j]);
                 }
             }
         }
     }
 
-    /// The whole slice; the tail goes through a padded block of four.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn apply(fun: Fun, src: &[f32], dst: &mut [f32]) {
-        let whole = src.len() / 4 * 4;
-        for i in (0..whole).step_by(4) {
-            lanes(fun, &src[i..i + 4], &mut dst[i..i + 4]);
+    /// The whole slice through `kernel`, eight lanes per iteration (two independent
+    /// dependency chains); the tail goes through padded blocks of four.
+    #[inline(always)]
+    unsafe fn each(
+        fun: Fun,
+        kernel: impl Fn(__m128) -> (__m128, i32) + Copy,
+        src: &[f32],
+        dst: &mut [f32],
+    ) {
+        let eights = src.len() / 8 * 8;
+        for i in (0..eights).step_by(8) {
+            lanes(fun, kernel, src, dst, i);
+            lanes(fun, kernel, src, dst, i + 4);
         }
-        if whole < src.len() {
+        let mut i = eights;
+        while i < src.len() {
+            let rest = (src.len() - i).min(4);
             let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
-            let rest = src.len() - whole;
-            a[..rest].copy_from_slice(&src[whole..]);
-            lanes(fun, &a, &mut b);
-            dst[whole..].copy_from_slice(&b[..rest]);
+            a[..rest].copy_from_slice(&src[i..i + rest]);
+            lanes(fun, kernel, &a, &mut b, 0);
+            dst[i..i + rest].copy_from_slice(&b[..rest]);
+            i += rest;
+        }
+    }
+
+    /// The whole slice.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn apply(fun: Fun, src: &[f32], dst: &mut [f32]) {
+        match fun {
+            Fun::Sin => each(fun, |x| trig4(x, 0), src, dst),
+            Fun::Cos => each(fun, |x| trig4(x, 1), src, dst),
+            Fun::Tanh => each(fun, |x| (tanh4(x), 0), src, dst),
         }
     }
 }
@@ -340,6 +363,35 @@ mod tests {
                 .take(5)
                 .collect();
             assert!(bad.is_empty(), "{fun:?} (x, got, want): {bad:?}");
+        }
+    }
+
+    /// Per-element nanoseconds against f32 libm (`cargo test --release -p ex_burn_core
+    /// exact32 -- --ignored --nocapture`; a measurement, nothing asserted on time).
+    #[test]
+    #[ignore]
+    fn timing() {
+        let xs: Vec<f32> = (0..1 << 20)
+            .map(|i| (i as f32 * 1e-5).sin() * 6.0)
+            .collect();
+        let mut out = vec![0f32; xs.len()];
+        let mut ns = |f: &mut dyn FnMut(&mut [f32])| {
+            let mut best = f64::MAX;
+            for _ in 0..15 {
+                let t = std::time::Instant::now();
+                f(&mut out);
+                best = best.min(t.elapsed().as_secs_f64() * 1e9 / xs.len() as f64);
+            }
+            best
+        };
+        for (fun, libm) in [
+            (Fun::Sin, f32::sin as fn(f32) -> f32),
+            (Fun::Cos, f32::cos),
+            (Fun::Tanh, f32::tanh),
+        ] {
+            let ours = ns(&mut |o| apply(fun, &xs, o));
+            let theirs = ns(&mut |o| o.iter_mut().zip(&xs).for_each(|(d, &x)| *d = libm(x)));
+            println!("{fun:?}: {ours:.2} ns/element, f32 libm {theirs:.2} ns/element");
         }
     }
 
