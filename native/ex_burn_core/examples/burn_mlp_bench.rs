@@ -1,7 +1,7 @@
 //! The peer for ExBurn's training overhead: the same MLP trained with Burn's high-level API
 //! directly (no ExBurn graph interpreter, no NIF), on the same Dispatch backend and allocator.
 //!
-//!     cargo run --release -p ex_burn_core --example burn_mlp_bench -- <device> <sizes> <batch> <steps> [warmup] [engine]
+//!     cargo run --release -p ex_burn_core --example burn_mlp_bench -- <device> <sizes> <batch> <steps> [warmup] [engine [rounds]]
 //!     e.g. cpu 784,1024,1024,10 512 20     (device: cpu | cuda; warmup: untimed steps, default 3)
 //!
 //! Prints one line: `burn_mlp <sizes> batch <b> <device>: <ms> ms/step, <samples/s> samples/s`.
@@ -10,7 +10,8 @@
 //! With `engine` as the sixth argument it also times ExBurn's engine (`Model::train_epoch`,
 //! no NIF) on the same model and data sizes in the same process: rounds of a Burn run then an
 //! ExBurn epoch, alternating, and the medians (runs in separate processes differ by up to 10%
-//! on the H200, so only an interleaved comparison resolves a few percent).
+//! on the H200, so only an interleaved comparison resolves a few percent), 7 rounds unless a
+//! seventh argument says otherwise. Each round also prints the heap allocations per step.
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
@@ -143,11 +144,12 @@ fn main() {
         line("burn_mlp", timed(model).1);
         return;
     }
-    // Interleaved rounds: a Burn run, then an ExBurn epoch of as many steps, ROUNDS times.
+    // Interleaved rounds: a Burn run, then an ExBurn epoch of as many steps, `rounds` times.
+    let rounds = args.get(7).and_then(|s| s.parse().ok()).unwrap_or(ROUNDS);
     let mut ours = engine::Engine::new(device_name, &sizes, batch, steps, warmup);
     let (mut burn_ms, mut engine_ms) = (Vec::new(), Vec::new());
     let per_step = |n: u64| n as f64 / steps as f64;
-    for r in 0..ROUNDS {
+    for r in 0..rounds {
         let ((m, b), burn_allocs) = counted(|| timed(model));
         model = m;
         let (e, engine_allocs) = counted(|| ours.epoch_ms());
@@ -165,13 +167,13 @@ fn main() {
     line("burn_mlp", b);
     line("engine", e);
     println!(
-        "engine overhead over burn: {:+.1}% (medians of {ROUNDS} rounds; median round ratio {:+.1}%)",
+        "engine overhead over burn: {:+.1}% (medians of {rounds} rounds; median round ratio {:+.1}%)",
         (e / b - 1.0) * 100.0,
         (median(ratios) - 1.0) * 100.0
     );
 }
 
-/// Interleaved rounds of the engine comparison.
+/// Interleaved rounds of the engine comparison (the seventh argument overrides it).
 const ROUNDS: usize = 7;
 
 fn median(mut v: Vec<f64>) -> f64 {
