@@ -112,6 +112,28 @@ if Code.ensure_loaded?(Nx) do
       assert Enum.all?(branches, &(&1.inputs == 1))
     end
 
+    test "complex dots lower to part dots at the configured f32 dot precision" do
+      fun = fn a, b -> Nx.dot(a, b) end
+      args = [Nx.template({2, 3}, :c64), Nx.template({3, 2}, :c64)]
+
+      precisions = fn ->
+        for %{op: {:dot, attrs}} <- ExBurn.Compiler.lower(fun, args).term.instrs,
+            do: attrs[:precision]
+      end
+
+      key = {ExBurn, :dot_precision}
+      previous = :persistent_term.get(key, nil)
+
+      try do
+        :persistent_term.put(key, :default)
+        assert precisions.() == List.duplicate(:default, 4)
+        :persistent_term.put(key, :highest)
+        assert precisions.() == List.duplicate(:highest, 4)
+      after
+        if previous, do: :persistent_term.put(key, previous), else: :persistent_term.erase(key)
+      end
+    end
+
     defn(with_constant(x), do: x * Nx.tensor([1.0, 2.0, 3.0]))
 
     test "tensors inside the function become program constants" do

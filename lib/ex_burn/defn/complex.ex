@@ -261,7 +261,16 @@ defmodule ExBurn.Defn.Complex do
     {ft, _} = storage(out.type, out.shape)
     {ar, ai, r} = parts(r, a, ft)
     {br, bi, r} = parts(r, b, ft)
-    attrs = [contract_a: ca, batch_a: ba, contract_b: cb, batch_b: bb, out: ft]
+    # the part products honour the f32 dot precision like real dots (TF32 by default on GPUs)
+    attrs = [
+      contract_a: ca,
+      batch_a: ba,
+      contract_b: cb,
+      batch_b: bb,
+      out: ft,
+      precision: ExBurn.dot_precision()
+    ]
+
     {rr, r} = dot(r, ar, br, attrs)
     {ii, r} = dot(r, ai, bi, attrs)
     {ri, r} = dot(r, ar, bi, attrs)
@@ -392,15 +401,6 @@ defmodule ExBurn.Defn.Complex do
   # The parts of a value in float type `ft` (real values get a zero imaginary part).
   defp parts(r, {:c, re, im, _shape, ft}, ft), do: {re, im, r}
 
-  # The four part products of (ar + ai i)(br + bi i): {ar br, ai bi, ar bi, ai br}.
-  defp products(r, {ar, ai}, {br, bi}, ft) do
-    {rr, r} = mul(r, ar, br, ft)
-    {ii, r} = mul(r, ai, bi, ft)
-    {ri, r} = mul(r, ar, bi, ft)
-    {ir, r} = mul(r, ai, br, ft)
-    {{rr, ii, ri, ir}, r}
-  end
-
   defp parts(r, {:c, re, im, _shape, _other}, ft) do
     {re, r} = Recipe.emit(r, :as_type, [dtype: ft], [re])
     {im, r} = if im == :zero, do: {:zero, r}, else: Recipe.emit(r, :as_type, [dtype: ft], [im])
@@ -410,6 +410,15 @@ defmodule ExBurn.Defn.Complex do
   defp parts(r, {:r, ref, _shape, _type}, ft) do
     {re, r} = Recipe.emit(r, :as_type, [dtype: ft], [ref])
     {re, :zero, r}
+  end
+
+  # The four part products of (ar + ai i)(br + bi i): {ar br, ai bi, ar bi, ai br}.
+  defp products(r, {ar, ai}, {br, bi}, ft) do
+    {rr, r} = mul(r, ar, br, ft)
+    {ii, r} = mul(r, ai, bi, ft)
+    {ri, r} = mul(r, ar, bi, ft)
+    {ir, r} = mul(r, ai, br, ft)
+    {{rr, ii, ri, ir}, r}
   end
 
   # A value as a complex one of part type `ft`, both parts materialised (for per-part ops).
