@@ -261,16 +261,7 @@ defmodule ExBurn.Defn.Complex do
     {ft, _} = storage(out.type, out.shape)
     {ar, ai, r} = parts(r, a, ft)
     {br, bi, r} = parts(r, b, ft)
-    # the part products honour the f32 dot precision like real dots (TF32 by default on GPUs)
-    attrs = [
-      contract_a: ca,
-      batch_a: ba,
-      contract_b: cb,
-      batch_b: bb,
-      out: ft,
-      precision: ExBurn.dot_precision()
-    ]
-
+    attrs = Lower.dot_attrs(ca, ba, cb, bb, ft)
     {rr, r} = dot(r, ar, br, attrs)
     {ii, r} = dot(r, ai, bi, attrs)
     {ri, r} = dot(r, ar, bi, attrs)
@@ -311,7 +302,7 @@ defmodule ExBurn.Defn.Complex do
     {xr, r} = move_and_fit(r, xr, perm, moved, n)
     {xi, r} = if xi == :zero, do: {:zero, r}, else: move_and_fit(r, xi, perm, moved, n)
     {c, s, r} = twiddles(r, n, if(name == :fft, do: -1, else: 1))
-    attrs = [contract_a: [last], batch_a: [], contract_b: [0], batch_b: [], out: {:f, 64}]
+    attrs = Lower.dot_attrs([last], [], [0], [], {:f, 64})
     {xr_c, r} = dot(r, xr, c, attrs)
     {xi_s, r} = dot(r, xi, s, attrs)
     {xr_s, r} = dot(r, xr, s, attrs)

@@ -173,6 +173,24 @@ defmodule ExBurn.Defn.Lower do
     do_lower(name, out, args)
   end
 
+  @doc """
+  The attributes of an engine `dot` with the given contracting and batch axes and result type,
+  at the configured f32 precision (`ExBurn.dot_precision/0`); `ExBurn.Defn.Complex` builds its
+  part dots with them too.
+  """
+  @spec dot_attrs([integer()], [integer()], [integer()], [integer()], {atom(), pos_integer()}) ::
+          keyword()
+  def dot_attrs(contract_a, batch_a, contract_b, batch_b, out_type) do
+    [
+      contract_a: contract_a,
+      batch_a: batch_a,
+      contract_b: contract_b,
+      batch_b: batch_b,
+      out: out_type,
+      precision: ExBurn.dot_precision()
+    ]
+  end
+
   defp tensors(args) do
     args |> Enum.flat_map(&List.wrap/1) |> Enum.filter(&match?(%{shape: _, type: _}, &1))
   end
@@ -264,16 +282,7 @@ defmodule ExBurn.Defn.Lower do
   # ---- linear algebra, nn ----
 
   defp do_lower(:dot, out, [a, ca, ba, b, cb, bb]) do
-    attrs = [
-      contract_a: ca,
-      batch_a: ba,
-      contract_b: cb,
-      batch_b: bb,
-      out: out.type,
-      precision: ExBurn.dot_precision()
-    ]
-
-    one([a, b], {:dot, attrs, [0, 1]})
+    one([a, b], {:dot, dot_attrs(ca, ba, cb, bb, out.type), [0, 1]})
   end
 
   defp do_lower(:conv, out, [t, k, opts]) do

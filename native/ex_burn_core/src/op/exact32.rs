@@ -95,20 +95,10 @@ impl Fun {
     }
 }
 
-/// Whether this CPU runs these kernels (x86-64 with AVX2 and FMA), detected once.
+/// Whether this CPU runs these kernels (x86-64 with AVX2 and FMA).
 pub(crate) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static AVX2_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *AVX2_FMA.get_or_init(|| {
-            std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    let simd = super::util::simd();
+    simd.avx2 && simd.fma
 }
 
 /// `dst[i] = fun(src[i])`, correctly rounded. Callers check [`available`] first; without AVX2

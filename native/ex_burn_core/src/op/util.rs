@@ -6,6 +6,36 @@ use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn::DispatchDevice;
 
+/// SIMD features of this CPU that the hand-vectorised loops use (all false off x86-64).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Simd {
+    /// 256-bit integer and float vectors.
+    pub(crate) avx2: bool,
+    /// Fused multiply-add.
+    pub(crate) fma: bool,
+}
+
+/// This CPU's [`Simd`] features, detected once.
+pub(crate) fn simd() -> Simd {
+    static SIMD: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+    *SIMD.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Simd {
+                avx2: std::arch::is_x86_feature_detected!("avx2"),
+                fma: std::arch::is_x86_feature_detected!("fma"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Simd {
+                avx2: false,
+                fma: false,
+            }
+        }
+    })
+}
+
 /// Checks one axis against a rank.
 pub(crate) fn axis(axis: usize, rank: usize) -> Result<usize> {
     if axis < rank.max(1) || (rank == 0 && axis == 0) {

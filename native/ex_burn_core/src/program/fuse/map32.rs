@@ -290,19 +290,12 @@ fn map2(a: Arg, b: Arg, out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
 /// operations (no contraction into fused multiply-adds), so results do not change.
 fn run_step(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if avx2() {
+    if op::util::simd().avx2 {
         // SAFETY: AVX2 was detected on this CPU.
         unsafe { run_step_avx2(m, a, b, out) };
         return;
     }
     run_step_any(m, a, b, out);
-}
-
-/// Whether this CPU has AVX2, detected once.
-#[cfg(target_arch = "x86_64")]
-fn avx2() -> bool {
-    static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"))
 }
 
 /// [`run_step_any`] compiled for AVX2.
