@@ -2,22 +2,24 @@
 # Packs what a GPU run needs into .device/ (git-ignored), to be carried to the device machine:
 # for each CUDA build variant (fusion, nofusion) its NIF, engine test binary and Burn
 # benchmark binary (stripped, xz), and Debian's Erlang/Elixir runtime (the device image has
-# none). Build first (x86_64 here):
-#   CARGO_TARGET_DIR=~/.cache/ex_burn/target-cuda cargo build --release -p ex_burn_nif --features cuda
+# none). Build first (x86_64 here), with the profile released NIFs use (`dist`; PROFILE=release
+# bundles release builds instead):
+#   CARGO_TARGET_DIR=~/.cache/ex_burn/target-cuda cargo build --profile dist -p ex_burn_nif --features cuda
 #   CARGO_TARGET_DIR=~/.cache/ex_burn/target-cuda cargo test --release -p ex_burn_core --features cuda,fusion --no-run
-#   CARGO_TARGET_DIR=~/.cache/ex_burn/target-cuda cargo build --release -p ex_burn_core --features cuda,fusion --example burn_mlp_bench
+#   CARGO_TARGET_DIR=~/.cache/ex_burn/target-cuda cargo build --profile dist -p ex_burn_core --features cuda,fusion --example burn_mlp_bench
 #   (and the same without fusion into ~/.cache/ex_burn/target-cuda-nofusion)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .device
 for variant in ${VARIANTS:-fusion nofusion}; do
   case $variant in
-    fusion) tgt="$HOME/.cache/ex_burn/target-cuda/release" ;;
-    nofusion) tgt="$HOME/.cache/ex_burn/target-cuda-nofusion/release" ;;
+    fusion) tgt="$HOME/.cache/ex_burn/target-cuda/${PROFILE:-dist}" ;;
+    nofusion) tgt="$HOME/.cache/ex_burn/target-cuda-nofusion/${PROFILE:-dist}" ;;
   esac
   [ -f "$tgt/libex_burn_nif.so" ] || { echo "skip $variant (not built)"; continue; }
   mkdir -p ".device/$variant"
-  engine=$(ls -t "$tgt"/deps/engine-* | grep -v '\.d$' | head -1)
+  # The engine test binary from the release profile (an LTO test build only takes longer).
+  engine=$(ls -t "$(dirname "$tgt")/${ENGINE_PROFILE:-release}"/deps/engine-* | grep -v '\.d$' | head -1)
   strip -o ".device/$variant/nif.so" "$tgt/libex_burn_nif.so"
   strip -o ".device/$variant/engine" "$engine"
   strip -o ".device/$variant/burn_mlp_bench" "$tgt/examples/burn_mlp_bench"

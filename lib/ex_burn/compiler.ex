@@ -24,15 +24,26 @@ if Code.ensure_loaded?(Nx) do
         `Nx.Defn.Kernel.hook/3` (as in `Nx.Defn.Evaluator`)
       * `:max_concurrency` - the number of `Nx.Serving` partitions (default 1)
 
-    Expressions the engine cannot run (runtime calls, functions given to `Nx.reduce/4` or
-    `Nx.window_reduce/5` that are not element-wise, hooks inside `while`/`cond`, complex ops
-    without a lowering) raise `ExBurn.Error` of kind `:unsupported` naming the op when the
-    function is compiled.
+    Hooks (`Nx.Defn.Kernel.hook/2,3`, also inside `while` bodies and `cond` branches) are
+    called after the program has run, in the order the engine reached them, once per loop
+    iteration, with the values of that moment; a hook in a branch not taken is not called.
+    The values stay in device memory until then.
+
+    `Nx.runtime_call/4` outside `while`/`cond` splits the function into programs (see
+    `ExBurn.Defn.Stages`): each call's argument is computed by one program and handed to the
+    callback as `Nx.BinaryBackend` tensors, and its result (checked against the template, else
+    `ExBurn.Error` of kind `:shape`) becomes an input of the next. Values a later program shares
+    with an earlier one are recomputed.
+
+    Expressions the engine cannot run (runtime calls inside `while`/`cond`, functions given to
+    `Nx.reduce/4` or `Nx.window_reduce/5` that are not element-wise, complex ops without a
+    lowering) raise `ExBurn.Error` of kind `:unsupported` naming the op when the function is
+    compiled.
     """
 
     @behaviour Nx.Defn.Compiler
 
-    alias ExBurn.Defn.{Builder, Cache}
+    alias ExBurn.Defn.{Cache, Stages}
     alias ExBurn.{Native, Tensor}
     alias Nx.Defn.Composite
 
@@ -76,7 +87,10 @@ if Code.ensure_loaded?(Nx) do
       fun |> Nx.Defn.debug_expr_apply(args) |> build(length(Composite.flatten_list(args)))
     end
 
-    defp build(outputs, inputs), do: outputs |> Builder.build(inputs) |> Map.put(:output, template(outputs))
+    defp build(outputs, inputs) do
+      {program, stages} = Stages.build(outputs, inputs)
+      Map.merge(program, %{output: template(outputs), stages: stages})
+    end
 
     # ---- compilation (cached) ----
 
@@ -85,7 +99,13 @@ if Code.ensure_loaded?(Nx) do
 
       Cache.fetch({:defn, key, signature, device}, fn ->
         lowered = build(fun.(vars), length(Composite.flatten_list(vars)))
-        Map.put(lowered, :program, engine_program(lowered, device))
+
+        stages =
+          Enum.map(lowered.stages, fn stage ->
+            Map.put(stage, :engine, engine_program(stage.program, device))
+          end)
+
+        Map.merge(lowered, %{program: engine_program(lowered, device), stages: stages})
       end)
     end
 
@@ -96,34 +116,60 @@ if Code.ensure_loaded?(Nx) do
       end)
     end
 
-    defp template(outputs), do: Composite.traverse(outputs, &Nx.to_template/1)
+    defp template(outputs), do: Stages.template(outputs)
 
     # ---- running ----
 
     defp run(compiled, args, device, hooks) do
       refs = Enum.map(args, fn arg -> to_device(materialize(arg), device).ref end)
+      refs = Enum.reduce(compiled.stages, refs, &(&2 ++ runtime_call(&1, &2, device)))
+      {outputs, log} = run_program(compiled.program, refs, device)
+      run_hooks(log, compiled.hooks, hooks)
+      fill(compiled.output, Enum.map(outputs, &Tensor.wrap/1))
+    end
+
+    defp run_program(program, refs, device) do
       # A program's cost is unknown in advance (loops): always on a dirty scheduler.
       flavour = if device == :cpu, do: :cpu, else: :io
-
-      results =
-        Native.call(:program_run, [compiled.program, refs, device], :defn, flavour)
-        |> Enum.map(&Tensor.wrap/1)
-
-      {outputs, hooked} = Enum.split(results, compiled.outputs)
-      run_hooks(compiled.hooks, hooked, compiled.outputs, hooks)
-      fill(compiled.output, outputs)
+      Native.call(:program_run, [program, refs, device], :defn, flavour)
     end
+
+    # Runs a stage's program, calls its function on the argument (Nx.BinaryBackend tensors, as
+    # Nx expects from compilers) and returns the result's refs on `device`.
+    defp runtime_call(stage, refs, device) do
+      {outputs, _log} = run_program(stage.engine, refs, device)
+      argument = stage.argument |> fill(Enum.map(outputs, &Tensor.wrap/1)) |> on_binary_backend()
+      result = stage.fun.(argument, stage.opts)
+
+      if not Nx.compatible?(stage.result, result) do
+        raise ExBurn.Error.new(
+                kind: :shape,
+                op: :runtime_call,
+                message:
+                  "the runtime_call function returned #{inspect(template(result))}, " <>
+                    "expected #{inspect(stage.result)}"
+              )
+      end
+
+      [result]
+      |> Composite.flatten_list()
+      |> Enum.map(&to_device(&1, device).ref)
+    end
+
+    defp on_binary_backend(container),
+      do: Composite.traverse(container, &Nx.backend_copy(&1, Nx.BinaryBackend))
 
     defp materialize(fun) when is_function(fun, 0), do: fun.()
     defp materialize(tensor), do: tensor
 
-    defp run_hooks(specs, hooked, offset, overrides) do
-      values = List.to_tuple(hooked)
+    # Calls the hook functions on the values the engine logged, in execution order.
+    defp run_hooks(log, specs, overrides) do
+      Enum.each(log, fn {id, values} ->
+        {spec, template} = Map.fetch!(specs, id)
 
-      Enum.each(specs, fn {spec, template, positions} ->
         case resolve_hook(spec, overrides) do
           nil -> :ok
-          fun -> fun.(fill(template(template), Enum.map(positions, &elem(values, &1 - offset))))
+          fun -> fun.(fill(template(template), Enum.map(values, &Tensor.wrap/1)))
         end
       end)
     end

@@ -74,6 +74,49 @@ if Code.ensure_loaded?(Nx) do
     defn(containers(%{a: a, b: b}), do: %{sum: a + b, pair: {a * b, Nx.cumulative_sum(a)}})
     defn(with_hook(x), do: hook(x * 2, :doubled) + 1)
 
+    @doc false
+    def twice(t, _opts) do
+      send(self(), {:called, t.data.__struct__, Nx.to_list(t)})
+      Nx.multiply(t, 2)
+    end
+
+    @doc false
+    def sum_and_negate(t, _opts), do: {Nx.sum(t), Nx.negate(t)}
+
+    @doc false
+    def wrong_shape(t, _opts), do: Nx.concatenate([t, t])
+
+    defn runtime_calls(x) do
+      y = Nx.runtime_call(x, x + 1, &twice/2)
+      {s, n} = Nx.runtime_call({Nx.sum(x), x}, y * x, &sum_and_negate/2)
+      s + n - y
+    end
+
+    defn(runtime_call_wrong_shape(x), do: Nx.runtime_call(x, x, &wrong_shape/2) + 1)
+
+    defn runtime_call_in_loop(x) do
+      {_i, acc} =
+        while {i = 0, acc = x}, i < 2 do
+          {i + 1, Nx.runtime_call(acc, acc, &twice/2)}
+        end
+
+      acc
+    end
+
+    defn hooks_in_control_flow(x) do
+      x = hook(x + 1, :before)
+
+      {_i, acc} =
+        while {i = 0, acc = x}, i < 3 do
+          acc = hook(acc * 2, :step)
+          acc = if i == 1, do: hook(acc + 100, :taken), else: acc
+          acc = if i == 7, do: hook(acc - 1, :never), else: acc
+          {i + 1, acc}
+        end
+
+      hook(acc, :after)
+    end
+
     defn mlp_loss(w1, b1, w2, b2, x, y) do
       h = x |> Nx.dot(w1) |> Nx.add(b1) |> Nx.max(0)
       logits = h |> Nx.dot(w2) |> Nx.add(b2)
@@ -237,6 +280,63 @@ if Code.ensure_loaded?(Nx) do
       burn_jit(&with_hook/1, [Nx.tensor([1, 2])], hooks: %{doubled: &send(test, {:hooked, &1})})
       assert_received {:hooked, value}
       assert Nx.to_list(value) == [2, 4]
+    end
+
+    test "hooks inside while and cond run per iteration, in the evaluator's order" do
+      names = [:before, :step, :taken, :never, :after]
+
+      calls = fn opts ->
+        test = self()
+        hooks = Map.new(names, fn name -> {name, &send(test, {:hook, name, Nx.to_list(&1)})} end)
+        result = Nx.Defn.jit_apply(&hooks_in_control_flow/1, [Nx.tensor([1, 2])], [hooks: hooks] ++ opts)
+        {Nx.to_list(result), collect_hooks([])}
+      end
+
+      {result, seen} = calls.(compiler: ExBurn.Compiler)
+      assert {result, seen} == calls.(compiler: Nx.Defn.Evaluator)
+
+      assert seen == [
+               {:before, [2, 3]},
+               {:step, [4, 6]},
+               {:step, [8, 12]},
+               {:taken, [108, 112]},
+               {:step, [216, 224]},
+               {:after, [216, 224]}
+             ]
+    end
+
+    test "runtime calls run between programs, on Nx.BinaryBackend values, as in the evaluator" do
+      x = Nx.tensor([1.0, 2.0, 3.0])
+      result = burn_jit(&runtime_calls/1, [x])
+      assert Nx.to_list(result) == [32.0, 22.0, 8.0]
+      assert_received {:called, Nx.BinaryBackend, [2.0, 3.0, 4.0]}
+      refute_received {:called, _, _}
+      assert Nx.to_list(result) == Nx.to_list(reference(&runtime_calls/1, [x]))
+      assert_received {:called, Nx.BinaryBackend, [2.0, 3.0, 4.0]}
+      # cached: the second run calls the function again, once
+      burn_jit(&runtime_calls/1, [x])
+      assert_received {:called, Nx.BinaryBackend, [2.0, 3.0, 4.0]}
+      refute_received {:called, _, _}
+    end
+
+    test "a runtime call result that does not match its template is an ExBurn.Error" do
+      error = assert_raise ExBurn.Error, fn -> burn_jit(&runtime_call_wrong_shape/1, [Nx.tensor([1.0])]) end
+
+      assert error.kind == :shape and error.op == :runtime_call
+    end
+
+    test "runtime calls inside while are refused at compile time, naming the op" do
+      error = assert_raise ExBurn.Error, fn -> burn_jit(&runtime_call_in_loop/1, [Nx.tensor([1.0])]) end
+      assert error.kind == :unsupported and error.op == :runtime_call
+      assert error.message =~ "while or cond"
+    end
+
+    defp collect_hooks(acc) do
+      receive do
+        {:hook, name, value} -> collect_hooks([{name, value} | acc])
+      after
+        0 -> Enum.reverse(acc)
+      end
     end
 
     test "ExBurn.Defn.Compiler and ExBurn are aliases" do

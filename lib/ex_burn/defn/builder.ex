@@ -11,7 +11,9 @@ if Code.ensure_loaded?(Nx) do
     enclosing scope (and tensors captured by the function) are passed to sub-programs as inputs.
     `block`s with a native lowering become engine ops, the others are inlined from their default
     implementation. Functions given to `reduce`/`window_reduce` become sub-programs (see
-    `fold_body/1`). Hooks are extra outputs, called after the run.
+    `fold_body/1`). Hooks are `hook` instructions: the engine logs their values in execution
+    order (per iteration inside `while`, only when taken inside `cond`) and the runner calls the
+    hook functions in that order after the run.
 
     Unsupported expressions raise `ExBurn.Error` of kind `:unsupported` naming the op, at
     compile time.
@@ -36,43 +38,49 @@ if Code.ensure_loaded?(Nx) do
               capture_keys: %{},
               consts: [],
               const_keys: %{},
-              hooks: []
+              hooks: [],
+              log_hooks: true
 
-    @typedoc "A compiled program: the engine term, its constant tensors and its hooks."
+    @typedoc """
+    A compiled program: the engine term, its constant tensors, its hooks (by the id its `hook`
+    instructions log them under: callback spec and value template) and its number of outputs.
+    """
     @type program :: %{
             term: map(),
             constants: [Nx.Tensor.t()],
-            hooks: [{term(), Nx.Container.t(), [non_neg_integer()]}],
+            hooks: %{pos_integer() => {term(), Nx.Container.t()}},
             outputs: non_neg_integer()
           }
 
-    @unsupported [:fun, :runtime_call]
+    @unsupported [:fun]
 
     @doc """
     Lowers the expression container `outputs` (whose `:parameter` nodes are the `inputs`
     program inputs) into a program.
 
-    Returns the engine term, the constants in order, the hooks (callback spec, value template,
-    output positions) and the number of result outputs (hook values follow them).
+    Returns the engine term, the constants in order, the hooks (by id: callback spec and value
+    template) and the number of outputs.
+
+    ## Options
+
+      * `:seeds` - a map of expression id to the value reference(s) that stand for it, e.g.
+        `{:in, k}` for a `runtime_call` result passed as input `k` (default `%{}`)
+      * `:hooks` - whether hooks become `hook` instructions; when `false` they only pass their
+        values through (default `true`)
     """
-    @spec build(Nx.Container.t(), non_neg_integer()) :: program()
-    def build(outputs, inputs) do
+    @spec build(Nx.Container.t(), non_neg_integer(), keyword()) :: program()
+    def build(outputs, inputs, opts \\ []) do
       b = %__MODULE__{
         own_inputs: inputs,
         params: Map.new(0..(inputs - 1)//1, &{&1, {:in, &1}}),
-        scope_ids: Tree.scope_ids(outputs)
+        scope_ids: Tree.scope_ids(outputs),
+        cache: Keyword.get(opts, :seeds, %{}),
+        log_hooks: Keyword.get(opts, :hooks, true)
       }
 
       {refs, b} = lower_container(b, outputs)
-      hooks = Enum.reverse(b.hooks)
-      hook_refs = Enum.flat_map(hooks, &elem(&1, 2))
-      {term, _} = finish(b, refs ++ hook_refs)
-
-      {hooks, _} =
-        Enum.map_reduce(hooks, length(refs), fn {spec, template, rs}, pos ->
-          {{spec, template, Enum.to_list(pos..(pos + length(rs) - 1)//1)}, pos + length(rs)}
-        end)
-
+      {term, _} = finish(b, refs)
+      hooks = Map.new(b.hooks, fn {id, spec, template} -> {id, {spec, template}} end)
       %{term: term, constants: b.consts |> Enum.reverse(), hooks: hooks, outputs: length(refs)}
     end
 
@@ -87,7 +95,7 @@ if Code.ensure_loaded?(Nx) do
       %{term: term, constants: constants, hooks: hooks} = build(expr, 2)
       ops = Enum.map(term.instrs, &op_name(&1.op))
 
-      if constants != [] or hooks != [] or not Enum.all?(ops, &Lower.elementwise?/1) do
+      if constants != [] or hooks != %{} or not Enum.all?(ops, &Lower.elementwise?/1) do
         raise ExBurn.Error.new(
                 kind: :unsupported,
                 op: :reduce,
@@ -214,29 +222,29 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    # A hook is an instruction that hands its values to the engine's hook log (in execution
+    # order, also inside while/cond); the runner calls the hook functions after the run.
+    defp lower_op(:hook, [expr, _spec, _template, _ref], t, %{log_hooks: false} = b) do
+      {refs, b} = lower_container(b, expr)
+      {single_or_list(t, refs), b}
+    end
+
     defp lower_op(:hook, [expr, spec, _template, _ref], t, b) do
       {refs, b} = lower_container(b, expr)
 
-      if b.parent != nil do
-        raise ExBurn.Error.new(
-                kind: :unsupported,
-                op: :hook,
-                message:
-                  "hooks inside while/cond are not supported by ExBurn.Compiler (one program runs without returning to Elixir)"
-              )
-      end
-
-      {hook, b} =
+      {spec, hooked, hrefs, b} =
         case spec do
           {:token_hook, hooked, inner} ->
             {hrefs, b} = lower_container(b, hooked)
-            {{inner, hooked, hrefs}, b}
+            {inner, hooked, hrefs, b}
 
           spec ->
-            {{spec, expr, refs}, b}
+            {spec, expr, refs, b}
         end
 
-      {single_or_list(t, refs), %{b | hooks: [hook | b.hooks]}}
+      id = System.unique_integer([:positive])
+      {_, b} = emit(b, :hook, [id: id, inputs: length(hrefs)], hrefs, 0)
+      {single_or_list(t, refs), %{b | hooks: [{id, spec, hooked} | b.hooks]}}
     end
 
     defp lower_op(op, args, t, b) when op in [:reduce, :window_reduce] do
@@ -246,6 +254,18 @@ if Code.ensure_loaded?(Nx) do
       {refs, b} = Enum.map_reduce(tensors, b, &lower(&2, &1))
       lowered = Enum.zip_with(tensors, refs, &with_ref/2) ++ rest ++ [fold_body(body)]
       emit_recipe(b, Lower.lower(op, t, lowered))
+    end
+
+    # Root-scope runtime calls are run by ExBurn.Compiler between programs and seeded as
+    # inputs; one reached here depends on a while/cond scope.
+    defp lower_op(:runtime_call, _args, _t, _b) do
+      raise ExBurn.Error.new(
+              kind: :unsupported,
+              op: :runtime_call,
+              message:
+                "Nx.runtime_call inside while or cond is not supported by ExBurn.Compiler " <>
+                  "(its program runs without returning to Elixir); call it outside the loop or branch"
+            )
     end
 
     defp lower_op(op, _args, _t, _b) when op in @unsupported do
@@ -285,7 +305,7 @@ if Code.ensure_loaded?(Nx) do
     defp emit(b, op, attrs, args, results) do
       refs = for k <- b.count..(b.count + results - 1)//1, do: {:v, k}
       b = %{b | instrs: [{ExBurn.Op.encode(op, attrs), args} | b.instrs], count: b.count + results}
-      {if(op in [:while, :cond], do: refs, else: hd(refs)), b}
+      {if(op in [:while, :cond, :hook], do: refs, else: hd(refs)), b}
     end
 
     defp single_or_list(%T{type: {:tuple, _}}, refs), do: refs
@@ -297,7 +317,12 @@ if Code.ensure_loaded?(Nx) do
     # A child builder for sub-programs of `parent`; `params` nil means parameters belong to the
     # enclosing scope (cond branches).
     defp child(parent, params, own_inputs),
-      do: %__MODULE__{parent: parent, params: params, own_inputs: own_inputs}
+      do: %__MODULE__{
+        parent: parent,
+        params: params,
+        own_inputs: own_inputs,
+        log_hooks: parent.log_hooks
+      }
 
     # A value of the enclosing scope used inside a sub-program becomes one more input.
     defp capture(b, key, lower_in_parent) do
@@ -328,9 +353,11 @@ if Code.ensure_loaded?(Nx) do
       {{Enum.reverse(child.instrs), outputs}, %{child | instrs: [], count: 0, cache: %{}}}
     end
 
+    # The parent gets the child's hooks (the engine logs them from inside sub-programs).
     defp close_child(child, parts) do
       progs = Enum.map(parts, fn {instrs, outputs} -> finish_part(child, instrs, outputs) end)
-      {progs, child.captures, child.parent}
+      parent = child.parent
+      {progs, child.captures, %{parent | hooks: child.hooks ++ parent.hooks}}
     end
 
     defp finish_part(child, instrs, outputs) do

@@ -1,7 +1,7 @@
 //! The peer for ExBurn's training overhead: the same MLP trained with Burn's high-level API
 //! directly (no ExBurn graph interpreter, no NIF), on the same Dispatch backend and allocator.
 //!
-//!     cargo run --release -p ex_burn_core --example burn_mlp_bench -- <device> <sizes> <batch> <steps> [warmup] [engine [rounds]]
+//!     cargo run --release -p ex_burn_core --example burn_mlp_bench -- <device> <sizes> <batch> <steps> [warmup] [engine|burn [rounds]]
 //!     e.g. cpu 784,1024,1024,10 512 20     (device: cpu | cuda; warmup: untimed steps, default 3)
 //!
 //! Prints one line: `burn_mlp <sizes> batch <b> <device>: <ms> ms/step, <samples/s> samples/s`.
@@ -12,6 +12,10 @@
 //! ExBurn epoch, alternating, and the medians (runs in separate processes differ by up to 10%
 //! on the H200, so only an interleaved comparison resolves a few percent), 7 rounds unless a
 //! seventh argument says otherwise. Each round also prints the heap allocations per step.
+//!
+//! With `burn` instead of `engine`, the second contender is another Burn loop (its own model
+//! and optimizer): the A/A control, showing how much two identical contenders differ in this
+//! interleaving (on the H200 within 1.5%).
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
@@ -59,6 +63,9 @@ fn counted<T>(f: impl FnOnce() -> T) -> (T, u64) {
     let out = f();
     (out, ALLOCATIONS.load(Ordering::Relaxed) - before)
 }
+
+/// The optimizer of the Burn loop.
+type Adam<B> = burn::optim::adaptor::OptimizerAdaptor<burn::optim::Adam, Mlp<B>, B>;
 
 #[derive(Module, Debug)]
 struct Mlp<B: Backend> {
@@ -111,7 +118,7 @@ fn main() {
         &inner,
     )
     .int();
-    let mut step = |k: usize, model: Mlp<B>| -> Mlp<B> {
+    let step = |k: usize, model: Mlp<B>, optim: &mut Adam<B>| -> Mlp<B> {
         let lo = (k % (n / batch)) * batch;
         let x = Tensor::from_inner(x_all.clone().narrow(0, lo, batch));
         let y = Tensor::from_inner(y_all.clone().narrow(0, lo, batch));
@@ -119,17 +126,29 @@ fn main() {
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         optim.step(1e-3, model, grads)
     };
+    let mut control = (args.get(6).map(String::as_str) == Some("burn")).then(|| {
+        let model = Mlp {
+            layers: sizes
+                .windows(2)
+                .map(|w| LinearConfig::new(w[0], w[1]).init::<B>(&device))
+                .collect(),
+        };
+        (model, AdamConfig::new().init::<B, Mlp<B>>())
+    });
     for k in 0..warmup {
-        model = step(k, model);
+        model = step(k, model, &mut optim);
+        if let Some((m, mut o)) = control.take() {
+            control = Some((step(k, m, &mut o), o));
+        }
     }
     B::sync(&inner).expect("sync");
     let sizes_s: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
     let label = format!("{} batch {batch} {device_name}", sizes_s.join("-"));
-    let mut timed = |model: Mlp<B>| -> (Mlp<B>, f64) {
+    let timed = |model: Mlp<B>, optim: &mut Adam<B>| -> (Mlp<B>, f64) {
         let t0 = Instant::now();
         let mut model = model;
         for k in 0..steps {
-            model = step(k, model);
+            model = step(k, model, optim);
         }
         B::sync(&inner).expect("sync");
         (model, t0.elapsed().as_secs_f64() * 1e3 / steps as f64)
@@ -140,21 +159,33 @@ fn main() {
             batch as f64 / ms * 1e3
         )
     };
-    if args.get(6).map(String::as_str) != Some("engine") {
-        line("burn_mlp", timed(model).1);
+    if !matches!(args.get(6).map(String::as_str), Some("engine" | "burn")) {
+        line("burn_mlp", timed(model, &mut optim).1);
         return;
     }
-    // Interleaved rounds: a Burn run, then an ExBurn epoch of as many steps, `rounds` times.
+    // Interleaved rounds: a Burn run, then an ExBurn epoch (or the control Burn run) of as
+    // many steps, `rounds` times.
     let rounds = args.get(7).and_then(|s| s.parse().ok()).unwrap_or(ROUNDS);
-    let mut ours = engine::Engine::new(device_name, &sizes, batch, steps, warmup);
+    let mut ours = control
+        .is_none()
+        .then(|| engine::Engine::new(device_name, &sizes, batch, steps, warmup));
+    let other = if ours.is_some() { "engine" } else { "control" };
     let (mut burn_ms, mut engine_ms) = (Vec::new(), Vec::new());
     let per_step = |n: u64| n as f64 / steps as f64;
     for r in 0..rounds {
-        let ((m, b), burn_allocs) = counted(|| timed(model));
+        let ((m, b), burn_allocs) = counted(|| timed(model, &mut optim));
         model = m;
-        let (e, engine_allocs) = counted(|| ours.epoch_ms());
+        let (e, engine_allocs) = match (ours.as_mut(), control.take()) {
+            (Some(ours), _) => counted(|| ours.epoch_ms()),
+            (None, Some((m, mut o))) => {
+                let ((m, e), allocs) = counted(|| timed(m, &mut o));
+                control = Some((m, o));
+                (e, allocs)
+            }
+            (None, None) => unreachable!("a second contender exists"),
+        };
         println!(
-            "round {r}: burn {b:.3} ms/step, engine {e:.3} ms/step ({:+.1}%); allocations/step burn {:.0}, engine {:.0}",
+            "round {r}: burn {b:.3} ms/step, {other} {e:.3} ms/step ({:+.1}%); allocations/step burn {:.0}, {other} {:.0}",
             (e / b - 1.0) * 100.0,
             per_step(burn_allocs),
             per_step(engine_allocs)
@@ -165,9 +196,9 @@ fn main() {
     let ratios: Vec<f64> = engine_ms.iter().zip(&burn_ms).map(|(e, b)| e / b).collect();
     let (b, e) = (median(burn_ms), median(engine_ms));
     line("burn_mlp", b);
-    line("engine", e);
+    line(other, e);
     println!(
-        "engine overhead over burn: {:+.1}% (medians of {rounds} rounds; median round ratio {:+.1}%)",
+        "{other} overhead over burn: {:+.1}% (medians of {rounds} rounds; median round ratio {:+.1}%)",
         (e / b - 1.0) * 100.0,
         (median(ratios) - 1.0) * 100.0
     );

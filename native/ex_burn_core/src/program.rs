@@ -13,7 +13,16 @@ mod fuse;
 use crate::op::{self, Op};
 use crate::{DType, Device, Error, Result, Tensor};
 use serde::Deserialize;
+use std::cell::RefCell;
 use std::sync::Arc;
+
+/// Values handed to hooks, in execution order: `(hook id, values)`.
+pub type HookLog = Vec<(u64, Vec<Tensor>)>;
+
+thread_local! {
+    /// The log of the program running on this thread ([`Program::run_hooked`]), if any.
+    static HOOKS: RefCell<Option<HookLog>> = const { RefCell::new(None) };
+}
 
 /// One instruction: an op applied to earlier values.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -172,6 +181,21 @@ impl Program {
         self.last_use = last;
         self.runs = element_wise_runs(&self.instrs);
         Ok(())
+    }
+
+    /// Runs the program like [`Program::run`] and also returns what its `hook` instructions
+    /// saw, in execution order: once per loop iteration for a hook in a `while` body, only
+    /// when taken for a hook in a `cond` branch. The values are those tensors themselves (no
+    /// copies); the caller invokes the hooks afterwards.
+    pub fn run_hooked(
+        &self,
+        inputs: Vec<Tensor>,
+        device: Device,
+    ) -> Result<(Vec<Tensor>, HookLog)> {
+        let outer = HOOKS.with(|h| h.replace(Some(Vec::new())));
+        let out = self.run(inputs, device);
+        let log = HOOKS.with(|h| h.replace(outer)).unwrap_or_default();
+        Ok((out?, log))
     }
 
     /// Runs the program. Creation ops place results on `device`; constants move there.
@@ -377,6 +401,19 @@ pub(crate) fn control(op: &Op, inputs: &[Tensor], device: Device) -> Result<Vec<
             other.name()
         ))),
     }
+}
+
+/// Records the values of hook `id` in the log of the running program.
+pub(crate) fn hook(id: u64, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    HOOKS.with(|h| match h.borrow_mut().as_mut() {
+        Some(log) => {
+            log.push((id, inputs.to_vec()));
+            Ok(vec![])
+        }
+        None => Err(Error::Unsupported(
+            "hook runs only inside a program run with Program::run_hooked".into(),
+        )),
+    })
 }
 
 /// Whether a scalar predicate is non-zero (NaN counts as non-zero, as in Nx).

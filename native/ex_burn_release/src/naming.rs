@@ -53,7 +53,7 @@ pub fn artifact_file(
 }
 
 /// The file cargo writes for the `crate_name` cdylib on `target`
-/// (in `target/<target>/release/`).
+/// (in `target/<target>/dist/`, the profile released artifacts are built with).
 pub fn built_library(crate_name: &str, target: &str) -> String {
     if is_windows(target) {
         format!("{crate_name}.dll")

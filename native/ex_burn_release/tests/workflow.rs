@@ -117,7 +117,7 @@ fn one_glibc_floor_everywhere() {
 }
 
 #[test]
-fn release_builds_remap_paths_and_disable_incremental_compilation() {
+fn release_builds_remap_paths_disable_incremental_compilation_and_use_the_dist_profile() {
     let script = read("bin/release-build");
     for needle in [
         "--remap-path-prefix=$root=.",
@@ -125,6 +125,8 @@ fn release_builds_remap_paths_and_disable_incremental_compilation() {
         "--remap-path-prefix=$target_dir=./target",
         "export CARGO_INCREMENTAL=0",
         "--locked",
+        "--profile dist",
+        "$TARGET/dist/$library",
         "--no-default-features --features \"$FEATURES\"",
     ] {
         assert!(script.contains(needle), "bin/release-build lacks {needle}");

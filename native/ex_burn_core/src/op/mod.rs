@@ -547,6 +547,15 @@ pub enum Op {
     Cond {
         branches: Vec<Program>,
     },
+
+    // ---- hooks ----
+    /// [values...]: hands `inputs` values to hook `id` of the running program, in execution
+    /// order, also inside `while` bodies and `cond` branches (see
+    /// [`Program::run_hooked`](crate::Program::run_hooked)); no results.
+    Hook {
+        id: u64,
+        inputs: usize,
+    },
 }
 
 fn one() -> f64 {
@@ -598,6 +607,7 @@ impl Op {
                 Some(first) => branches.len() - 1 + first.inputs,
                 None => 0,
             },
+            Hook { inputs, .. } => *inputs,
             Slice { dynamic, .. } => 1 + dynamic.len(),
             PutSlice { dynamic, .. } => 2 + dynamic.len(),
             Concatenate { .. } | Stack { .. } => return None,
@@ -620,6 +630,7 @@ impl Op {
         match self {
             Op::While { state, .. } => *state,
             Op::Cond { branches } => branches.first().map_or(0, |b| b.outputs.len()),
+            Op::Hook { .. } => 0,
             _ => 1,
         }
     }
@@ -706,6 +717,7 @@ pub fn eval(op: &Op, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
     check_inputs(op, inputs)?;
     let out = match op {
         Op::While { .. } | Op::Cond { .. } => crate::program::control(op, inputs, device),
+        Op::Hook { id, .. } => crate::program::hook(*id, inputs),
         _ => eval_unchecked(op, inputs, device).map(|t| vec![t]),
     };
     out.map_err(|e| e.in_op(&op.name()))
@@ -808,7 +820,7 @@ fn eval_unchecked(op: &Op, x: &[Tensor], device: Device) -> Result<Tensor> {
             left_side,
             transform_a,
         } => linalg::triangular_solve(&x[0], &x[1], *lower, *left_side, *transform_a),
-        While { .. } | Cond { .. } => Err(Error::Unsupported(format!(
+        While { .. } | Cond { .. } | Hook { .. } => Err(Error::Unsupported(format!(
             "{} runs through program::control",
             op.name()
         ))),

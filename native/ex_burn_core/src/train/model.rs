@@ -322,16 +322,18 @@ impl Model {
     /// (not synchronised), the gradients and, when `count`, the batch's hits.
     fn grads_of(&self, batch: &Data, scale: usize, count: bool) -> Result<BatchGrads> {
         let net = self.net()?;
-        let (loss, out, target) = self.batch_loss(self.net()?, batch, true)?;
+        let (loss, out, target) = self.batch_loss(net, batch, true)?;
         let correct = self.batch_hits(count, &out, &target, true)?;
+        drop((out, target));
+        let value = loss.clone().inner();
         let scaled = if scale > 1 {
-            loss.clone().div_scalar(scale as f64)
+            loss.div_scalar(scale as f64)
         } else {
-            loss.clone()
+            loss
         };
         let grads = scaled.backward();
         let grads = GradientsParams::from_grads::<B, Net<B>>(grads, net);
-        Ok((loss, self.remove_frozen(grads), correct))
+        Ok((value, self.remove_frozen(grads), correct))
     }
 
     fn step_on(
@@ -385,7 +387,7 @@ impl Model {
             let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
             let batch = cut(data, lo, hi, order.as_ref())?;
             let (loss, grads, hits) = self.grads_of(&batch, accumulate, count)?;
-            tally.add(loss.inner(), hi - lo, hits);
+            tally.add(loss, hi - lo, hits);
             if accumulate == 1 {
                 self.apply(grads, lr_at(steps))?;
                 steps += 1;

@@ -158,3 +158,77 @@ fn a_non_scalar_predicate_is_an_error() {
     let e = p.run(vec![pred, f(&[1.], &[])], dev()).unwrap_err();
     assert_eq!(e.kind(), "shape");
 }
+
+/// The counting loop with `hook 7` on (i, acc) at the start of every iteration.
+fn hooked_loop() -> Op {
+    let Op::While { cond, body, state } = counting_loop() else {
+        unreachable!("counting_loop is a while")
+    };
+    let mut instrs = vec![ins(Op::Hook { id: 7, inputs: 2 }, &[0, 1])];
+    instrs.extend(body.instrs.clone());
+    Op::While {
+        cond,
+        body: Program::new(3, instrs, body.outputs.clone()).unwrap(),
+        state,
+    }
+}
+
+#[test]
+fn hooks_log_their_values_per_iteration_and_only_in_taken_branches() {
+    let branch = |hooked: bool| {
+        let mut instrs = vec![ins(Op::Neg, &[0])];
+        if hooked {
+            instrs.push(ins(Op::Hook { id: 9, inputs: 1 }, &[1]));
+        }
+        Program::new(1, instrs, vec![1]).unwrap()
+    };
+    // 0..3: loop state and step; then hook 1 on the result, then cond (pred, arg)
+    let p = Program::new(
+        4,
+        vec![
+            ins(hooked_loop(), &[0, 1, 2]),
+            ins(Op::Hook { id: 1, inputs: 1 }, &[5]),
+            ins(
+                Op::Cond {
+                    branches: vec![branch(true), branch(false)],
+                },
+                &[3, 5],
+            ),
+        ],
+        vec![6],
+    )
+    .unwrap();
+    let logged = |pred: f64| {
+        let inputs = vec![
+            s(&[2.], &[]),
+            s(&[0.], &[]),
+            s(&[10.], &[]),
+            t(&[pred], &[], DType::U8),
+        ];
+        let (out, log) = p.run_hooked(inputs, dev()).unwrap();
+        assert_eq!(v(&out[0]), vec![-30.]);
+        log.iter()
+            .map(|(id, vals)| (*id, vals.iter().flat_map(v).collect::<Vec<f64>>()))
+            .collect::<Vec<_>>()
+    };
+    let iterations = vec![(7, vec![2., 0.]), (7, vec![3., 10.]), (7, vec![4., 20.])];
+    let mut want = iterations.clone();
+    want.extend([(1, vec![30.]), (9, vec![-30.])]);
+    assert_eq!(logged(1.), want);
+    let mut want = iterations;
+    want.push((1, vec![30.]));
+    assert_eq!(logged(0.), want);
+    // outside `run_hooked` a hook is an error, not a silent no-op
+    let err = p
+        .run(
+            vec![
+                s(&[2.], &[]),
+                s(&[0.], &[]),
+                s(&[10.], &[]),
+                t(&[0.], &[], DType::U8),
+            ],
+            dev(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("hook"), "{err}");
+}

@@ -5,7 +5,7 @@ use ex_burn_core::train::model::{CompileOptions, Data};
 use ex_burn_core::train::optim::{Kind, OptimConfig};
 use ex_burn_core::train::spec::{Activation, LayerOp, LayerSpec, ModelSpec};
 use ex_burn_core::train::{checkpoint, loss::Loss, EpochOptions, Model};
-use ex_burn_core::{DType, Tensor};
+use ex_burn_core::{DType, Device, Tensor};
 
 pub fn mlp(inputs: usize, hidden: usize, outputs: usize, softmax: bool) -> ModelSpec {
     let mut layers = vec![
@@ -109,8 +109,16 @@ fn a_model_trains_and_evaluates() {
     };
     let before = m.evaluate(&data, 16, true).unwrap();
     let first = m.train_step(&data, 0.05).unwrap();
+    // GPU f32 matmuls use TF32 (relative error ~2.6e-4, README "Precision"), and evaluate
+    // (batches of 16) and the step (one batch of 64) run different matmul shapes: on the H200
+    // 1.65298 vs 1.65330. The CPU computes in f32.
+    let tolerance = if dev() == Device::Cpu {
+        1e-4
+    } else {
+        1e-3 * before.loss.abs()
+    };
     assert!(
-        (first - before.loss).abs() < 1e-4,
+        (first - before.loss).abs() < tolerance,
         "step loss {first} vs evaluate {}",
         before.loss
     );

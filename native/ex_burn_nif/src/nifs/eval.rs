@@ -39,8 +39,13 @@ fn run<'a>(
         let device = decode::device(device)?;
         let inputs = inputs(&args)?;
         let on = inputs.first().map(|t| t.device()).unwrap_or(device);
-        let out = ex_burn_core::guard::exclusive(on, || p.program.run(inputs, device))?;
-        Ok(reply::tensors(env, out))
+        let (out, log) =
+            ex_burn_core::guard::exclusive(on, || p.program.run_hooked(inputs, device))?;
+        let log: Vec<Term> = log
+            .into_iter()
+            .map(|(id, values)| (id, reply::tensors(env, values)).encode(env))
+            .collect();
+        Ok((reply::tensors(env, out), log).encode(env))
     })
 }
 
