@@ -122,7 +122,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp run(compiled, args, device, hooks) do
       refs = Enum.map(args, fn arg -> to_device(materialize(arg), device).ref end)
-      refs = Enum.reduce(compiled.stages, refs, &(&2 ++ runtime_call(&1, &2, device)))
+      refs = Enum.reduce(compiled.stages, refs, &(&2 ++ runtime_call(&1, &2, device, hooks)))
       {outputs, log} = run_program(compiled.program, refs, device)
       run_hooks(log, compiled.hooks, hooks)
       fill(compiled.output, Enum.map(outputs, &Tensor.wrap/1))
@@ -134,10 +134,12 @@ if Code.ensure_loaded?(Nx) do
       Native.call(:program_run, [program, refs, device], :defn, flavour)
     end
 
-    # Runs a stage's program, calls its function on the argument (Nx.BinaryBackend tensors, as
-    # Nx expects from compilers) and returns the result's refs on `device`.
-    defp runtime_call(stage, refs, device) do
-      {outputs, _log} = run_program(stage.engine, refs, device)
+    # Runs a stage's program (and its hooks), calls its function on the argument
+    # (Nx.BinaryBackend tensors, as Nx expects from compilers) and returns the result's refs on
+    # `device`.
+    defp runtime_call(stage, refs, device, hooks) do
+      {outputs, log} = run_program(stage.engine, refs, device)
+      run_hooks(log, stage.program.hooks, hooks)
       argument = stage.argument |> fill(Enum.map(outputs, &Tensor.wrap/1)) |> on_binary_backend()
       result = stage.fun.(argument, stage.opts)
 

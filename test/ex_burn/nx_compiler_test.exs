@@ -87,9 +87,9 @@ if Code.ensure_loaded?(Nx) do
     def wrong_shape(t, _opts), do: Nx.concatenate([t, t])
 
     defn runtime_calls(x) do
-      y = Nx.runtime_call(x, x + 1, &twice/2)
+      y = Nx.runtime_call(x, hook(x + 1, :argument), &twice/2)
       {s, n} = Nx.runtime_call({Nx.sum(x), x}, y * x, &sum_and_negate/2)
-      s + n - y
+      hook(s + n - y, :result)
     end
 
     defn(runtime_call_wrong_shape(x), do: Nx.runtime_call(x, x, &wrong_shape/2) + 1)
@@ -307,17 +307,33 @@ if Code.ensure_loaded?(Nx) do
 
     test "runtime calls run between programs, on Nx.BinaryBackend values, as in the evaluator" do
       x = Nx.tensor([1.0, 2.0, 3.0])
-      result = burn_jit(&runtime_calls/1, [x])
-      assert Nx.to_list(result) == [32.0, 22.0, 8.0]
-      assert_received {:called, Nx.BinaryBackend, [2.0, 3.0, 4.0]}
-      refute_received {:called, _, _}
-      assert Nx.to_list(result) == Nx.to_list(reference(&runtime_calls/1, [x]))
-      assert_received {:called, Nx.BinaryBackend, [2.0, 3.0, 4.0]}
-      # cached: the second run calls the function again, once
-      burn_jit(&runtime_calls/1, [x])
-      assert_received {:called, Nx.BinaryBackend, [2.0, 3.0, 4.0]}
-      refute_received {:called, _, _}
+      test = self()
+      hooks = Map.new([:argument, :result], fn n -> {n, &send(test, {:hook, n, Nx.to_list(&1)})} end)
+
+      run = fn compiler ->
+        result = Nx.Defn.jit_apply(&runtime_calls/1, [x], compiler: compiler, hooks: hooks)
+        {Nx.to_list(result), collect_hooks([])}
+      end
+
+      {result, events} = run.(ExBurn.Compiler)
+      assert result == [32.0, 22.0, 8.0]
+
+      assert events == [
+               {:argument, [2.0, 3.0, 4.0]},
+               {:called, {Nx.BinaryBackend, [2.0, 3.0, 4.0]}},
+               {:result, [32.0, 22.0, 8.0]}
+             ]
+
+      # the evaluator: same values and order (its callback sees the inputs' backend)
+      {eval_result, eval_events} = run.(Nx.Defn.Evaluator)
+      assert eval_result == result
+      assert Enum.map(eval_events, &drop_backend/1) == Enum.map(events, &drop_backend/1)
+      # cached: a second run calls the function and each hook again, once
+      assert run.(ExBurn.Compiler) == {result, events}
     end
+
+    defp drop_backend({:called, {_backend, value}}), do: {:called, value}
+    defp drop_backend(event), do: event
 
     test "a runtime call result that does not match its template is an ExBurn.Error" do
       error = assert_raise ExBurn.Error, fn -> burn_jit(&runtime_call_wrong_shape/1, [Nx.tensor([1.0])]) end
@@ -334,6 +350,7 @@ if Code.ensure_loaded?(Nx) do
     defp collect_hooks(acc) do
       receive do
         {:hook, name, value} -> collect_hooks([{name, value} | acc])
+        {:called, backend, value} -> collect_hooks([{:called, {backend, value}} | acc])
       after
         0 -> Enum.reverse(acc)
       end

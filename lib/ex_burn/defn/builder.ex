@@ -39,16 +39,18 @@ if Code.ensure_loaded?(Nx) do
               consts: [],
               const_keys: %{},
               hooks: [],
-              log_hooks: true
+              skip_hooks: MapSet.new()
 
     @typedoc """
     A compiled program: the engine term, its constant tensors, its hooks (by the id its `hook`
-    instructions log them under: callback spec and value template) and its number of outputs.
+    instructions log them under: callback spec and value template), the expression ids of those
+    hooks and its number of outputs.
     """
     @type program :: %{
             term: map(),
             constants: [Nx.Tensor.t()],
             hooks: %{pos_integer() => {term(), Nx.Container.t()}},
+            hook_nodes: [term()],
             outputs: non_neg_integer()
           }
 
@@ -65,8 +67,8 @@ if Code.ensure_loaded?(Nx) do
 
       * `:seeds` - a map of expression id to the value reference(s) that stand for it, e.g.
         `{:in, k}` for a `runtime_call` result passed as input `k` (default `%{}`)
-      * `:hooks` - whether hooks become `hook` instructions; when `false` they only pass their
-        values through (default `true`)
+      * `:skip_hooks` - expression ids of hooks that only pass their values through (already
+        called by an earlier program), instead of becoming `hook` instructions (default none)
     """
     @spec build(Nx.Container.t(), non_neg_integer(), keyword()) :: program()
     def build(outputs, inputs, opts \\ []) do
@@ -75,13 +77,20 @@ if Code.ensure_loaded?(Nx) do
         params: Map.new(0..(inputs - 1)//1, &{&1, {:in, &1}}),
         scope_ids: Tree.scope_ids(outputs),
         cache: Keyword.get(opts, :seeds, %{}),
-        log_hooks: Keyword.get(opts, :hooks, true)
+        skip_hooks: MapSet.new(Keyword.get(opts, :skip_hooks, []))
       }
 
       {refs, b} = lower_container(b, outputs)
       {term, _} = finish(b, refs)
-      hooks = Map.new(b.hooks, fn {id, spec, template} -> {id, {spec, template}} end)
-      %{term: term, constants: b.consts |> Enum.reverse(), hooks: hooks, outputs: length(refs)}
+      hooks = Map.new(b.hooks, fn {id, spec, template, _node} -> {id, {spec, template}} end)
+
+      %{
+        term: term,
+        constants: Enum.reverse(b.consts),
+        hooks: hooks,
+        hook_nodes: Enum.map(b.hooks, &elem(&1, 3)),
+        outputs: length(refs)
+      }
     end
 
     @doc """
@@ -224,27 +233,14 @@ if Code.ensure_loaded?(Nx) do
 
     # A hook is an instruction that hands its values to the engine's hook log (in execution
     # order, also inside while/cond); the runner calls the hook functions after the run.
-    defp lower_op(:hook, [expr, _spec, _template, _ref], t, %{log_hooks: false} = b) do
-      {refs, b} = lower_container(b, expr)
-      {single_or_list(t, refs), b}
-    end
-
     defp lower_op(:hook, [expr, spec, _template, _ref], t, b) do
       {refs, b} = lower_container(b, expr)
 
-      {spec, hooked, hrefs, b} =
-        case spec do
-          {:token_hook, hooked, inner} ->
-            {hrefs, b} = lower_container(b, hooked)
-            {inner, hooked, hrefs, b}
-
-          spec ->
-            {spec, expr, refs, b}
-        end
-
-      id = System.unique_integer([:positive])
-      {_, b} = emit(b, :hook, [id: id, inputs: length(hrefs)], hrefs, 0)
-      {single_or_list(t, refs), %{b | hooks: [{id, spec, hooked} | b.hooks]}}
+      if MapSet.member?(b.skip_hooks, t.data.id) do
+        {single_or_list(t, refs), b}
+      else
+        emit_hook(b, t, refs, spec, expr)
+      end
     end
 
     defp lower_op(op, args, t, b) when op in [:reduce, :window_reduce] do
@@ -290,6 +286,22 @@ if Code.ensure_loaded?(Nx) do
 
     defp with_ref(%T{} = t, ref), do: %{t | data: {:ref, ref}}
 
+    defp emit_hook(b, t, refs, spec, expr) do
+      {spec, hooked, hrefs, b} =
+        case spec do
+          {:token_hook, hooked, inner} ->
+            {hrefs, b} = lower_container(b, hooked)
+            {inner, hooked, hrefs, b}
+
+          spec ->
+            {spec, expr, refs, b}
+        end
+
+      id = System.unique_integer([:positive])
+      {_, b} = emit(b, :hook, [id: id, inputs: length(hrefs)], hrefs, 0)
+      {single_or_list(t, refs), %{b | hooks: [{id, spec, hooked, t.data.id} | b.hooks]}}
+    end
+
     defp emit_recipe(b, {inputs, instrs}) do
       refs = Enum.map(inputs, fn %{data: {:ref, r}} -> r end)
 
@@ -321,7 +333,7 @@ if Code.ensure_loaded?(Nx) do
         parent: parent,
         params: params,
         own_inputs: own_inputs,
-        log_hooks: parent.log_hooks
+        skip_hooks: parent.skip_hooks
       }
 
     # A value of the enclosing scope used inside a sub-program becomes one more input.

@@ -7,9 +7,10 @@ if Code.ensure_loaded?(Nx) do
     call becomes a stage: a program computing the call's argument from the function inputs
     (and the results of earlier calls), then the Elixir callback. The final program computes
     the outputs with every call result as one more input. Stages recompute what they share
-    with later programs (no intermediate is kept between programs), and their hooks are left
-    to the final program, so they fire once, after the callbacks. Runtime calls inside `while`
-    or `cond` cannot be staged: `ExBurn.Defn.Builder` raises `ExBurn.Error` for them.
+    with later programs (no intermediate is kept between programs); a hook is called by the
+    first program that computes it, and passes its value through in later ones, so each hook
+    runs once, before the callbacks that depend on it. Runtime calls inside `while` or `cond`
+    cannot be staged: `ExBurn.Defn.Builder` raises `ExBurn.Error` for them.
     """
 
     alias ExBurn.Defn.Builder
@@ -31,20 +32,20 @@ if Code.ensure_loaded?(Nx) do
     """
     @spec build(Nx.Container.t(), non_neg_integer()) :: {Builder.program(), [stage()]}
     def build(outputs, inputs) do
-      {stages, {seeds, n}} =
+      {stages, {seeds, n, fired}} =
         outputs
         |> calls()
-        |> Enum.map_reduce({%{}, inputs}, fn call, {seeds, n} ->
+        |> Enum.map_reduce({%{}, inputs, []}, fn call, {seeds, n, fired} ->
           %T{data: %Expr{id: id, args: [argument, fun, result, opts]}} = call
-          program = Builder.build(argument, n, seeds: seeds, hooks: false)
+          program = Builder.build(argument, n, seeds: seeds, skip_hooks: fired)
           k = length(Composite.flatten_list([result]))
           refs = Enum.map(n..(n + k - 1)//1, &{:in, &1})
           seed = if match?(%T{type: {:tuple, _}}, call), do: refs, else: hd(refs)
           stage = %{program: program, argument: template(argument), fun: fun, result: result, opts: opts}
-          {stage, {Map.put(seeds, id, seed), n + k}}
+          {stage, {Map.put(seeds, id, seed), n + k, program.hook_nodes ++ fired}}
         end)
 
-      {Builder.build(outputs, n, seeds: seeds), stages}
+      {Builder.build(outputs, n, seeds: seeds, skip_hooks: fired), stages}
     end
 
     @doc "The value templates of a container."
