@@ -26,6 +26,22 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_list(out) == [[3.0, 5.0], [7.0, 9.0]]
     end
 
+    test "output: :host answers with Nx.BinaryBackend tensors of the same values" do
+      input = Nx.tensor([[1.0, 2.0], [3.0, 4.0]])
+      out = ExBurn.Serving.run(ExBurn.Serving.new(&scale/1, output: :host), input)
+      assert %Nx.BinaryBackend{} = out.data
+      assert Nx.to_list(out) == Nx.to_list(ExBurn.Serving.run(ExBurn.Serving.new(&scale/1), input))
+
+      serving = ExBurn.Serving.build({&affine/2, params()}, batch_size: 4, output: :host)
+      start_supervised!({Nx.Serving, serving: serving, name: ExBurn.HostServing})
+      out = ExBurn.Serving.run(ExBurn.HostServing, Nx.tensor([[1.0, 1.0, 1.0]]))
+      assert %Nx.BinaryBackend{} = out.data
+      assert Nx.to_list(out) == [[2.5, 2.5]]
+
+      error = assert_raise ExBurn.Error, fn -> ExBurn.Serving.new(&scale/1, output: :gpu) end
+      assert error.kind == :argument and error.message =~ ":host"
+    end
+
     test "a function with parameters gets them as arguments" do
       serving = ExBurn.Serving.new({&affine/2, params()})
       out = ExBurn.Serving.run(serving, Nx.tensor([[1.0, 1.0, 1.0]]))
