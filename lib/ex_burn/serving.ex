@@ -54,10 +54,10 @@ if Code.ensure_loaded?(Nx) do
       opts = Keyword.validate!(opts, [:device, output: :device, defn_options: []])
       device = ExBurn.Device.normalize!(opts[:device] || ExBurn.default_device())
       defn_options = [compiler: ExBurn.Compiler, device: device] ++ opts[:defn_options]
-      check_target!(target)
+      batch_fun = batch_fun(target)
       output = output_fun(opts[:output])
 
-      fn defn_opts -> output.(batch_fun(target, defn_opts)) end
+      fn defn_opts -> output.(batch_fun.(defn_opts)) end
       |> Nx.Serving.new(defn_options)
       |> Nx.Serving.distributed_postprocessing(&to_binary_backend/1)
     end
@@ -76,30 +76,28 @@ if Code.ensure_loaded?(Nx) do
             )
     end
 
-    defp check_target!(fun) when is_function(fun, 1), do: :ok
-    defp check_target!({fun, _params}) when is_function(fun, 2), do: :ok
-    defp check_target!(%ExBurn.Model{}), do: :ok
+    # For the compiler options Nx.Serving passes, the function it runs on each batch.
+    defp batch_fun(fun) when is_function(fun, 1), do: &Nx.Defn.jit(fun, &1)
 
-    defp check_target!(other) do
+    defp batch_fun({fun, params}) when is_function(fun, 2) do
+      fn opts ->
+        params =
+          Nx.Defn.Composite.traverse(params, &Nx.backend_copy(&1, {ExBurn.Backend, device: opts[:device]}))
+
+        jitted = Nx.Defn.jit(fun, opts)
+        &jitted.(params, &1)
+      end
+    end
+
+    defp batch_fun(%ExBurn.Model{} = model), do: fn opts -> &predict(model, &1, opts) end
+
+    defp batch_fun(other) do
       raise ExBurn.Error.new(
               kind: :argument,
               op: :serving,
               message: "expected a function of one batch or an ExBurn.Model, got #{inspect(other)}"
             )
     end
-
-    # The function Nx.Serving runs on each batch.
-    defp batch_fun(fun, opts) when is_function(fun, 1), do: Nx.Defn.jit(fun, opts)
-
-    defp batch_fun({fun, params}, opts) do
-      params =
-        Nx.Defn.Composite.traverse(params, &Nx.backend_copy(&1, {ExBurn.Backend, device: opts[:device]}))
-
-      jitted = Nx.Defn.jit(fun, opts)
-      &jitted.(params, &1)
-    end
-
-    defp batch_fun(%ExBurn.Model{} = model, opts), do: &predict(model, &1, opts)
 
     # Realises the batch on the model's device, runs the model, returns an Nx tensor.
     defp predict(model, batch, opts) do

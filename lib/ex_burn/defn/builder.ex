@@ -61,7 +61,7 @@ if Code.ensure_loaded?(Nx) do
     program inputs) into a program.
 
     Returns the engine term, the constants in order, the hooks (by id: callback spec and value
-    template) and the number of outputs.
+    template), the expression ids of those hooks and the number of outputs.
 
     ## Options
 

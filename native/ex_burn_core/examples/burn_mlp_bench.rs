@@ -73,6 +73,15 @@ struct Mlp<B: Backend> {
 }
 
 impl<B: Backend> Mlp<B> {
+    /// Dense layers of `sizes` (input first), Burn's default initialisation.
+    fn new(sizes: &[usize], device: &B::Device) -> Mlp<B> {
+        let layers = sizes
+            .windows(2)
+            .map(|w| LinearConfig::new(w[0], w[1]).init::<B>(device))
+            .collect();
+        Mlp { layers }
+    }
+
     fn forward(&self, mut x: Tensor<B, 2>) -> Tensor<B, 2> {
         let n = self.layers.len();
         for (i, l) in self.layers.iter().enumerate() {
@@ -102,11 +111,7 @@ fn main() {
     };
     let device = DispatchDevice::autodiff(inner.clone());
     type B = Dispatch;
-    let layers = sizes
-        .windows(2)
-        .map(|w| LinearConfig::new(w[0], w[1]).init::<B>(&device))
-        .collect();
-    let mut model = Mlp { layers };
+    let mut model = Mlp::new(&sizes, &device);
     let mut optim = AdamConfig::new().init::<B, Mlp<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     // A resident dataset of `steps` batches, cut on the device.
@@ -127,13 +132,10 @@ fn main() {
         optim.step(1e-3, model, grads)
     };
     let mut control = (args.get(6).map(String::as_str) == Some("burn")).then(|| {
-        let model = Mlp {
-            layers: sizes
-                .windows(2)
-                .map(|w| LinearConfig::new(w[0], w[1]).init::<B>(&device))
-                .collect(),
-        };
-        (model, AdamConfig::new().init::<B, Mlp<B>>())
+        (
+            Mlp::new(&sizes, &device),
+            AdamConfig::new().init::<B, Mlp<B>>(),
+        )
     });
     for k in 0..warmup {
         model = step(k, model, &mut optim);

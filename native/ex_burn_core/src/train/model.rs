@@ -324,7 +324,6 @@ impl Model {
         let net = self.net()?;
         let (loss, out, target) = self.batch_loss(net, batch, true)?;
         let correct = self.batch_hits(count, &out, &target, true)?;
-        drop((out, target));
         let value = loss.clone().inner();
         let scaled = if scale > 1 {
             loss.div_scalar(scale as f64)
@@ -481,7 +480,7 @@ impl Model {
     pub fn compute_gradients(&self, batch: &Data) -> Result<Vec<(String, Tensor)>> {
         self.check_data(batch, true)?;
         let net = self.net()?;
-        let (loss, _, _) = self.batch_loss(self.net()?, batch, true)?;
+        let (loss, _, _) = self.batch_loss(net, batch, true)?;
         let grads = loss.backward();
         let mut res = Vec::new();
         for (name, p) in self.param_refs(net) {
@@ -501,7 +500,7 @@ impl Model {
         sync()?;
         let t0 = Instant::now();
         let net = self.net()?;
-        let (loss, _, _) = self.batch_loss(self.net()?, batch, true)?;
+        let (loss, _, _) = self.batch_loss(net, batch, true)?;
         sync()?;
         let t1 = Instant::now();
         let grads = GradientsParams::from_grads::<B, Net<B>>(loss.backward(), net);
@@ -996,15 +995,4 @@ fn cut(data: &Data, lo: usize, hi: usize, order: Option<&Tensor>) -> Result<Data
         inputs: data.inputs.iter().map(rows).collect::<Result<_>>()?,
         target: data.target.as_ref().map(rows).transpose()?,
     })
-}
-
-#[allow(dead_code)]
-fn int_tensor(p: Prim) -> burn::tensor::Tensor<B, 1, Int> {
-    let _ = <B as IntTensorOps<B>>::int_device(&p);
-    burn::tensor::Tensor::from_primitive(p)
-}
-
-#[allow(dead_code)]
-fn float_device(p: &Prim) -> burn::DispatchDevice {
-    <B as FloatTensorOps<B>>::float_device(p)
 }
