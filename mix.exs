@@ -19,7 +19,7 @@ defmodule ExBurn.MixProject do
   end
 
   def application do
-    [extra_applications: [:logger]]
+    [extra_applications: [:logger, :crypto]]
   end
 
   # Hex packages are declared for real users. On a machine without Hex (no registry, no

@@ -12,7 +12,7 @@ defmodule ExBurn do
   This module reports what the loaded library can do and holds the default device.
   """
 
-  alias ExBurn.{Device, Native}
+  alias ExBurn.{Device, Native, Options}
 
   @version Mix.Project.config()[:version]
 
@@ -20,35 +20,53 @@ defmodule ExBurn do
   @spec version() :: String.t()
   def version, do: @version
 
+  @configure_opts [
+    default_device: [
+      type: :device,
+      default: :cpu,
+      doc: "device used when none is given; it must be available in the loaded library"
+    ],
+    nx_backend: [
+      type: :boolean,
+      default: true,
+      doc: "when Nx is loaded, also make `ExBurn.Backend` Nx's global default backend on that device"
+    ],
+    defn_compiler: [
+      type: :boolean,
+      default: false,
+      doc: "when Nx is loaded, also make `ExBurn.Compiler` the global default `Nx.Defn` compiler"
+    ],
+    dot_precision: [
+      type: {:in, [:default, :highest]},
+      default: :default,
+      doc:
+        "`:default` (the fastest f32 path: TF32 tensor cores on recent NVIDIA GPUs) or `:highest` " <>
+          "(full f32 accuracy at about 4x the GPU cost; no change on the CPU); see `dot_precision/0`"
+    ],
+    memory_limit: [
+      type: {:or, [{:in, [:auto]}, :pos_integer]},
+      default: :auto,
+      doc:
+        "the largest allocation ExBurn makes, in bytes: larger requests (tensors, results, model " <>
+          "parameters, batches) raise `ExBurn.Error` of kind `:out_of_memory` before allocating. " <>
+          "`:auto` refuses what the device cannot hold (the host's available memory, a GPU's total memory)"
+    ]
+  ]
+
   @doc """
   Configures ExBurn for this node.
 
   ## Options
 
-    * `:default_device` - device used when none is given (`:cpu`, `:cuda`, `{:cuda, 1}`, ...);
-      it must be available in the loaded library
-    * `:nx_backend` - when Nx is loaded, also make `ExBurn.Backend` Nx's global default
-      backend on that device (default `true`)
-    * `:defn_compiler` - when Nx is loaded, also make `ExBurn.Compiler` the global default
-      `Nx.Defn` compiler (default `false`)
-    * `:dot_precision` - `:default` (the fastest f32 path: TF32 tensor cores on recent NVIDIA
-      GPUs) or `:highest` (full f32 accuracy at about 4x the GPU cost; no change on the CPU)
-      for f32 dots and matmuls; see `dot_precision/0`
+  #{Options.docs(@configure_opts)}
 
   Returns the resulting settings.
   """
   @spec configure!(keyword()) :: map()
   def configure!(opts \\ []) do
-    opts =
-      Keyword.validate!(opts,
-        default_device: :cpu,
-        nx_backend: true,
-        defn_compiler: false,
-        dot_precision: :default
-      )
-
-    device = Device.normalize!(opts[:default_device])
-    precision = check_precision!(opts[:dot_precision])
+    opts = Options.validate!(opts, @configure_opts, :configure!)
+    device = opts[:default_device]
+    precision = opts[:dot_precision]
 
     unless available?(device) do
       raise ExBurn.Error.new(
@@ -58,6 +76,8 @@ defmodule ExBurn do
             )
     end
 
+    limit = if opts[:memory_limit] == :auto, do: nil, else: opts[:memory_limit]
+    Native.call(:memory_limit, [limit], :configure!)
     :persistent_term.put({__MODULE__, :default_device}, device)
     :persistent_term.put({__MODULE__, :dot_precision}, precision)
 
@@ -75,7 +95,8 @@ defmodule ExBurn do
       default_device: device,
       nx_backend: nx? and opts[:nx_backend],
       defn_compiler: nx? and opts[:defn_compiler],
-      dot_precision: precision
+      dot_precision: precision,
+      memory_limit: opts[:memory_limit]
     }
   end
 
@@ -173,7 +194,7 @@ defmodule ExBurn do
   @doc "Whether `device` can be used with the loaded library."
   @spec available?(Device.t() | atom()) :: boolean()
   def available?(device) do
-    device = Device.normalize!(device)
+    device = Options.check!(device, :device, "device", :available?)
 
     case safe(fn -> Native.call(:device_info, [device]) end) do
       {:ok, %{available: available}} -> available

@@ -9,7 +9,7 @@ defmodule ExBurn.Callbacks do
   state (early stopping, plateaus) keep it in the training process, per callback.
   """
 
-  alias ExBurn.Model
+  alias ExBurn.{Model, Options}
 
   @type callback :: (map() -> map())
 
@@ -60,20 +60,39 @@ defmodule ExBurn.Callbacks do
   defp fmt(x), do: inspect(x)
 
   defp monitor(m, nil), do: Map.get(m, :val_loss, m.loss)
-  defp monitor(m, key), do: Map.fetch!(m, key)
+
+  defp monitor(m, key) do
+    case Map.fetch(m, key) do
+      {:ok, v} -> v
+      :error -> Options.fail(:callback, "the monitored metric #{inspect(key)} is not in the epoch's metrics")
+    end
+  end
+
+  # Whether `value` improves on `best` by more than `delta` (non-finite values never do).
+  defp improves?(value, nil, _delta), do: is_number(value)
+  defp improves?(value, best, delta) when is_number(value), do: value < best - delta
+  defp improves?(_value, _best, _delta), do: false
+
+  @monitor_opts [
+    monitor: [type: {:or, [nil, :atom]}, default: nil, doc: "metric to watch, lower is better (default `:val_loss`, else `:loss`)"]
+  ]
+
+  @early_opts @monitor_opts ++
+                [restore_best: [type: :boolean, default: true, doc: "put the best weights back when stopping"]]
 
   @doc """
-  Stops when the monitored value (default `:val_loss`, else `:loss`) has not improved by
-  `min_delta` for `patience` epochs, and restores the best weights seen.
+  Stops when the monitored value has not improved by `min_delta` for `patience` epochs, and
+  restores the best weights seen.
 
   ## Options
 
-    * `:monitor` - metric to watch (lower is better)
-    * `:restore_best` - put the best weights back when stopping (default `true`)
+  #{Options.docs(@early_opts)}
   """
   @spec early_stopping(pos_integer(), number(), keyword()) :: callback()
   def early_stopping(patience, min_delta \\ 0.0, opts \\ []) do
-    opts = Keyword.validate!(opts, monitor: nil, restore_best: true)
+    Options.check!(patience, :pos_integer, "patience", :early_stopping)
+    Options.check!(min_delta, :non_neg_number, "min_delta", :early_stopping)
+    opts = Options.validate!(opts, @early_opts, :early_stopping)
     key = {__MODULE__, make_ref()}
 
     fn metrics ->
@@ -81,7 +100,7 @@ defmodule ExBurn.Callbacks do
       state = Process.get(key, %{best: nil, wait: 0, snapshot: nil})
 
       state =
-        if state.best == nil or value < state.best - min_delta do
+        if improves?(value, state.best, min_delta) do
           snapshot = if opts[:restore_best], do: Model.clone(metrics.model), else: nil
           %{best: value, wait: 0, snapshot: snapshot}
         else
@@ -106,6 +125,9 @@ defmodule ExBurn.Callbacks do
   """
   @spec checkpoint(pos_integer(), Path.t()) :: callback()
   def checkpoint(every, path) do
+    Options.check!(every, :pos_integer, "every", :checkpoint)
+    Options.check!(path, :string, "path", :checkpoint)
+
     fn metrics ->
       if rem(metrics.epoch, every) == 0 do
         file =
@@ -132,11 +154,18 @@ defmodule ExBurn.Callbacks do
   @doc "Sends `{:ex_burn_history, metrics}` (without the model) to `pid` after each epoch."
   @spec history(pid()) :: callback()
   def history(pid) do
+    Options.check!(pid, :pid, "pid", :history)
+
     fn metrics ->
       send(pid, {:ex_burn_history, Map.delete(metrics, :model)})
       metrics
     end
   end
+
+  @plateau_opts [
+                   factor: [type: {:number, 0, 1}, default: 0.5, doc: "multiplier of the learning rate"],
+                   min_lr: [type: :non_neg_number, default: 1.0e-6, doc: "the lowest learning rate"]
+                 ] ++ @monitor_opts
 
   @doc """
   Multiplies the learning rate by `factor` when the monitored value has not improved for
@@ -144,20 +173,19 @@ defmodule ExBurn.Callbacks do
 
   ## Options
 
-    * `:factor` - default 0.5
-    * `:min_lr` - default 1.0e-6
-    * `:monitor` - metric to watch (default `:val_loss`, else `:loss`)
+  #{Options.docs(@plateau_opts)}
   """
   @spec reduce_lr_on_plateau(pos_integer(), keyword()) :: callback()
   def reduce_lr_on_plateau(patience, opts \\ []) do
-    opts = Keyword.validate!(opts, factor: 0.5, min_lr: 1.0e-6, monitor: nil)
+    Options.check!(patience, :pos_integer, "patience", :reduce_lr_on_plateau)
+    opts = Options.validate!(opts, @plateau_opts, :reduce_lr_on_plateau)
     key = {__MODULE__, make_ref()}
 
     fn metrics ->
       value = monitor(metrics, opts[:monitor])
       {best, wait} = Process.get(key, {nil, 0})
 
-      {best, wait} = if best == nil or value < best, do: {value, 0}, else: {best, wait + 1}
+      {best, wait} = if improves?(value, best, 0), do: {value, 0}, else: {best, wait + 1}
 
       if wait >= patience do
         Process.put(key, {best, 0})
@@ -175,6 +203,7 @@ defmodule ExBurn.Callbacks do
   """
   @spec warmup(pos_integer()) :: callback()
   def warmup(epochs) do
+    Options.check!(epochs, :pos_integer, "epochs", :warmup)
     key = {__MODULE__, make_ref()}
 
     fn metrics ->
@@ -187,6 +216,8 @@ defmodule ExBurn.Callbacks do
   @doc "Sends `{:training_progress, epoch, loss, val_loss}` to `pid` after each epoch."
   @spec screen_callback(pid()) :: callback()
   def screen_callback(pid) do
+    Options.check!(pid, :pid, "pid", :screen_callback)
+
     fn metrics ->
       send(pid, {:training_progress, metrics.epoch, metrics.loss, metrics[:val_loss]})
       metrics

@@ -129,9 +129,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp run_program(program, refs, device) do
-      # A program's cost is unknown in advance (loops): always on a dirty scheduler.
-      flavour = if device == :cpu, do: :cpu, else: :io
-      Native.call(:program_run, [program, refs, device], :defn, flavour)
+      Native.call(:program_run, [program, refs, device], :defn)
     end
 
     # Runs a stage's program (and its hooks), calls its function on the argument

@@ -7,11 +7,29 @@ defmodule ExBurn.Dataset do
   Every operation runs on the tensors' device (no host copies), through `ExBurn.BurnBridge`.
   """
 
-  alias ExBurn.{BurnBridge, Tensor}
+  alias ExBurn.{BurnBridge, Options, Tensor}
 
   @type dataset :: {Tensor.t(), Tensor.t()}
 
   defp n(%Tensor{shape: s}), do: elem(s, 0)
+
+  # A dataset: two tensors of rank >= 1 with the same number of samples.
+  defp dataset!({%Tensor{shape: xs} = x, %Tensor{shape: ys} = y}, op)
+       when tuple_size(xs) > 0 and tuple_size(ys) > 0 do
+    if elem(xs, 0) != elem(ys, 0) do
+      Options.fail(op, "inputs and targets have #{elem(xs, 0)} and #{elem(ys, 0)} samples")
+    end
+
+    {x, y}
+  end
+
+  defp dataset!(other, op),
+    do: Options.fail(op, "expected {inputs, targets} tensors of rank >= 1, got #{Options.short(other)}")
+
+  defp tensor!(%Tensor{} = t, _op), do: t
+  defp tensor!(other, op), do: Tensor.not_a_tensor(other, op)
+
+  @seed {:number, 0, 18_446_744_073_709_551_615}
 
   defp rows(%Tensor{} = t, %Tensor{} = idx), do: ExBurn.Op.eval1(:take, [t, idx], axis: 0)
 
@@ -26,19 +44,24 @@ defmodule ExBurn.Dataset do
     |> then(&ExBurn.Op.eval1(:argsort, [&1], axis: 0))
   end
 
+  @loader_opts [
+    batch_size: [type: :pos_integer, default: 32, doc: "samples per batch"],
+    shuffle: [type: :boolean, default: false, doc: "shuffle once, seeded by `:seed`"],
+    seed: [type: @seed, default: 0, doc: "shuffling seed (an integer)"],
+    drop_last: [type: :boolean, default: false, doc: "drop a final smaller batch"]
+  ]
+
   @doc """
   A stream of `{inputs, targets}` batches cut on the device.
 
   ## Options
 
-    * `:batch_size` - default 32
-    * `:shuffle` - default `false`
-    * `:seed` - shuffling seed (default 0)
-    * `:drop_last` - drop a final smaller batch (default `false`)
+  #{Options.docs(@loader_opts)}
   """
   @spec loader(dataset(), keyword()) :: Enumerable.t()
-  def loader({x, y}, opts \\ []) do
-    opts = Keyword.validate!(opts, batch_size: 32, shuffle: false, seed: 0, drop_last: false)
+  def loader(data, opts \\ []) do
+    {x, y} = dataset!(data, :loader)
+    opts = Options.validate!(opts, @loader_opts, :loader)
     count = n(x)
     bs = opts[:batch_size]
     {x, y} = if opts[:shuffle], do: shuffle({x, y}, opts[:seed]), else: {x, y}
@@ -55,28 +78,41 @@ defmodule ExBurn.Dataset do
 
   @doc "The dataset in a seeded random order."
   @spec shuffle(dataset(), integer()) :: dataset()
-  def shuffle({x, y}, seed \\ 0) do
+  def shuffle(data, seed \\ 0) do
+    {x, y} = dataset!(data, :shuffle)
+    Options.check!(seed, @seed, "seed", :shuffle)
+    unless is_integer(seed), do: Options.fail(:shuffle, "the seed must be an integer")
     perm = permutation(n(x), seed, x.device)
     {rows(x, perm), rows(y, perm)}
   end
+
+  @split_opts [
+    ratio: [type: {:number, 0, 1}, default: 0.8, doc: "fraction for training"],
+    shuffle: [type: :boolean, default: true, doc: "shuffle first"],
+    seed: [type: @seed, default: 0, doc: "shuffling seed (an integer)"]
+  ]
 
   @doc """
   Splits into `{train, validation}`.
 
   ## Options
 
-    * `:ratio` - fraction for training (default 0.8)
-    * `:shuffle` - shuffle first (default `true`)
-    * `:seed` - shuffling seed (default 0)
+  #{Options.docs(@split_opts)}
   """
   @spec split(dataset(), keyword()) :: {dataset(), dataset()}
-  def split({x, y}, opts \\ []) do
-    opts = Keyword.validate!(opts, ratio: 0.8, shuffle: true, seed: 0)
+  def split(data, opts \\ []) do
+    {x, y} = dataset!(data, :split)
+    opts = Options.validate!(opts, @split_opts, :split)
     {x, y} = if opts[:shuffle], do: shuffle({x, y}, opts[:seed]), else: {x, y}
     count = n(x)
     k = round(count * opts[:ratio])
     {{slice_rows(x, 0, k), slice_rows(y, 0, k)}, {slice_rows(x, k, count - k), slice_rows(y, k, count - k)}}
   end
+
+  @normalize_opts [
+    axes: [type: {:list, :non_neg_integer}, default: [0], doc: "axes to average over (per feature by default)"],
+    epsilon: [type: :non_neg_number, default: 1.0e-7, doc: "added to the standard deviation"]
+  ]
 
   @doc """
   Standardises features to zero mean and unit variance; returns `{normalized, stats}` where
@@ -84,12 +120,12 @@ defmodule ExBurn.Dataset do
 
   ## Options
 
-    * `:axes` - axes to average over (default `[0]`, per feature)
-    * `:epsilon` - added to the standard deviation (default 1.0e-7)
+  #{Options.docs(@normalize_opts)}
   """
   @spec normalize(Tensor.t(), keyword()) :: {Tensor.t(), %{mean: Tensor.t(), std: Tensor.t()}}
-  def normalize(%Tensor{} = x, opts \\ []) do
-    opts = Keyword.validate!(opts, axes: [0], epsilon: 1.0e-7)
+  def normalize(x, opts \\ []) do
+    x = tensor!(x, :normalize)
+    opts = Options.validate!(opts, @normalize_opts, :normalize)
     x = to_float(x)
     mean = BurnBridge.mean(x, axes: opts[:axes], keep_axes: true)
     centered = BurnBridge.subtract(x, mean)
@@ -101,25 +137,42 @@ defmodule ExBurn.Dataset do
 
   @doc "Applies `(x - mean) / std` with statistics from `normalize/2`."
   @spec normalize_with_stats(Tensor.t(), %{mean: Tensor.t(), std: Tensor.t()}) :: Tensor.t()
-  def normalize_with_stats(%Tensor{} = x, %{mean: mean, std: std}) do
+  def normalize_with_stats(%Tensor{} = x, %{mean: %Tensor{} = mean, std: %Tensor{} = std}) do
     x |> to_float() |> BurnBridge.subtract(mean) |> BurnBridge.divide(std)
+  end
+
+  def normalize_with_stats(x, stats) do
+    Options.fail(
+      :normalize_with_stats,
+      "expected a tensor and %{mean: tensor, std: tensor}, got #{Options.short(x)} and #{Options.short(stats)}"
+    )
   end
 
   defp to_float(%Tensor{type: t} = x),
     do: if(ExBurn.Type.float?(t), do: x, else: BurnBridge.as_type(x, {:f, 32}))
+
+  @one_hot_opts [
+    num_classes: [type: :pos_integer, required: true, doc: "the number of classes"],
+    type: [type: :type, default: {:f, 32}, doc: "element type of the result"]
+  ]
 
   @doc """
   One-hot encodes integer labels `[n]` into `[n, num_classes]`.
 
   ## Options
 
-    * `:num_classes` - required
-    * `:type` - default `{:f, 32}`
+  #{Options.docs(@one_hot_opts)}
   """
   @spec one_hot(Tensor.t(), keyword()) :: Tensor.t()
-  def one_hot(%Tensor{} = labels, opts) do
-    opts = Keyword.validate!(opts, [:num_classes, type: {:f, 32}])
-    c = opts[:num_classes] || raise ArgumentError, "one_hot needs :num_classes"
+  def one_hot(labels, opts) do
+    labels = tensor!(labels, :one_hot)
+    opts = Options.validate!(opts, @one_hot_opts, :one_hot)
+    c = opts[:num_classes]
+
+    if tuple_size(labels.shape) != 1 or ExBurn.Type.float?(labels.type) do
+      Options.fail(:one_hot, "expected integer labels of shape {n}, got #{inspect(labels.type)} #{inspect(labels.shape)}")
+    end
+
     classes = BurnBridge.iota({1, c}, :s64, device: labels.device)
     col = BurnBridge.reshape(BurnBridge.as_type(labels, {:s, 64}), {n(labels), 1})
     classes |> BurnBridge.equal(col) |> BurnBridge.as_type(opts[:type])
@@ -130,7 +183,8 @@ defmodule ExBurn.Dataset do
   (`classes` counts distinct labels for integer targets).
   """
   @spec stats(dataset()) :: map()
-  def stats({x, y}) do
+  def stats(data) do
+    {x, y} = dataset!(data, :stats)
     xf = to_float(x)
     scalar = fn t -> Tensor.to_list(t) end
     mean = scalar.(BurnBridge.mean(xf))
@@ -170,20 +224,35 @@ defmodule ExBurn.Dataset do
     0x0E => {:f, 64}
   }
 
+  @device_opts [device: [type: {:or, [nil, :device]}, default: nil, doc: "default `ExBurn.default_device/0`"]]
+
   @doc """
   Reads an IDX file (the MNIST format: big-endian header with type code and dimensions,
   optionally gzip-compressed) into a tensor.
 
   ## Options
 
-    * `:device` - default `ExBurn.default_device/0`
+  #{Options.docs(@device_opts)}
   """
   @spec read_idx(Path.t(), keyword()) :: Tensor.t()
   def read_idx(path, opts \\ []) do
-    opts = Keyword.validate!(opts, [:device])
-    bin = File.read!(path)
-    bin = if match?(<<0x1F, 0x8B, _::binary>>, bin), do: :zlib.gunzip(bin), else: bin
+    opts = Options.validate!(opts, @device_opts, :read_idx)
+    Options.check!(path, :string, "path", :read_idx)
+
+    bin =
+      case File.read(path) do
+        {:ok, bin} -> bin
+        {:error, reason} -> raise ExBurn.Error.new(kind: :io, op: :read_idx, message: "cannot read #{path}: #{:file.format_error(reason)}")
+      end
+
+    bin = if match?(<<0x1F, 0x8B, _::binary>>, bin), do: gunzip(bin), else: bin
     parse_idx(bin, opts[:device])
+  end
+
+  defp gunzip(bin) do
+    :zlib.gunzip(bin)
+  rescue
+    _ in ErlangError -> raise ExBurn.Error.new(kind: :corrupt, op: :read_idx, message: "bad gzip data")
   end
 
   @doc false
@@ -235,6 +304,9 @@ defmodule ExBurn.Dataset do
   """
   @spec mnist(Path.t(), keyword()) :: {dataset(), dataset()}
   def mnist(dir, opts \\ []) do
+    Options.check!(dir, :string, "dir", :mnist)
+    opts = Options.validate!(opts, @device_opts, :mnist)
+
     find = fn base ->
       Enum.find([Path.join(dir, base), Path.join(dir, base <> ".gz")], &File.exists?/1) ||
         raise ExBurn.Error.new(kind: :io, op: :mnist, message: "#{base} not found in #{dir}")
@@ -243,7 +315,11 @@ defmodule ExBurn.Dataset do
     load = fn prefix ->
       images = read_idx(find.("#{prefix}-images-idx3-ubyte"), opts)
       labels = read_idx(find.("#{prefix}-labels-idx1-ubyte"), opts)
-      {count, _, _} = images.shape
+      count =
+        case images.shape do
+          {count, 28, 28} -> count
+          other -> raise ExBurn.Error.new(kind: :corrupt, op: :mnist, message: "images of shape #{inspect(other)}, not {n, 28, 28}")
+        end
 
       x =
         images |> BurnBridge.reshape({count, 784}) |> BurnBridge.as_type({:f, 32}) |> BurnBridge.divide(255.0)

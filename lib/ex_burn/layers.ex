@@ -46,6 +46,7 @@ defmodule ExBurn.Layers do
   @doc "The rank (with the batch axis) of a layer's output."
   @spec rank(t()) :: pos_integer()
   def rank(%__MODULE__{id: id, nodes: nodes}), do: nodes[id].rank
+  def rank(other), do: ExBurn.Options.fail(:rank, "expected an ExBurn.Layers model, got #{ExBurn.Options.short(other)}")
 
   defp out_rank({:input, %{shape: shape}}, []), do: length(shape) + 1
   defp out_rank(:flatten, _), do: 2
@@ -53,7 +54,41 @@ defmodule ExBurn.Layers do
   defp out_rank({:embedding, _}, [x]), do: rank(x) + 1
   defp out_rank(_op, [x | _]), do: rank(x)
 
-  defp opts!(opts, allowed), do: Keyword.validate!(opts, allowed)
+  alias ExBurn.Options
+
+  # A layer node given to a builder, or an error naming the builder.
+  defp layer!(%__MODULE__{} = x, _op), do: x
+  defp layer!(other, op), do: Options.fail(op, "expected an ExBurn.Layers model, got #{Options.short(other)}")
+
+  @doc false
+  def name_opt(n) when is_binary(n), do: if(String.valid?(n) and n != "", do: {:ok, n}, else: :error)
+  def name_opt(n) when is_atom(n) and n not in [nil, true, false], do: {:ok, Atom.to_string(n)}
+  def name_opt(_), do: :error
+
+  @doc false
+  # An integer for every spatial axis, or one per axis as a tuple or list.
+  def sizes_opt(n) when is_integer(n) and n > 0, do: {:ok, n}
+
+  def sizes_opt(t) when is_tuple(t) or is_list(t) do
+    l = if is_tuple(t), do: Tuple.to_list(t), else: t
+    if l != [] and Enum.all?(l, &(is_integer(&1) and &1 > 0)), do: {:ok, t}, else: :error
+  end
+
+  def sizes_opt(_), do: :error
+
+  @name [
+    name: [
+      type: {:or, [nil, {:custom, &__MODULE__.name_opt/1, "a non-empty string"}]},
+      default: nil,
+      doc: "layer name"
+    ]
+  ]
+  @activation [
+    activation: [type: {:or, [nil, {:in, @activations}]}, default: nil, doc: "an activation applied after (see `activations/0`)"]
+  ]
+  @sizes {:custom, &__MODULE__.sizes_opt/1, "a positive integer or a tuple of them"}
+  @channels [channels: [type: {:in, [:last, :first]}, default: :last, doc: "`:last` or `:first`"]]
+  @padding [padding: [type: {:in, [:valid, :same]}, default: :valid, doc: "`:valid` or `:same`"]]
 
   # An activation given as a layer option becomes its own layer, named after the layer when
   # that has a name (`hidden` -> `hidden_relu`), else generated like any other.
@@ -66,45 +101,66 @@ defmodule ExBurn.Layers do
     end
   end
 
+  @input_opts [
+    shape: [
+      type: {:custom, &__MODULE__.input_shape/1, "a tuple {nil, d1, d2, ...} of positive dimensions"},
+      required: true,
+      doc: "the batch axis as `nil` first, e.g. `{nil, 784}`"
+    ],
+    type: [type: :type, default: {:f, 32}, doc: "element type fed to the input (integer types for embeddings)"]
+  ]
+
+  @doc false
+  def input_shape(shape) when is_tuple(shape) and tuple_size(shape) > 1 do
+    case Tuple.to_list(shape) do
+      [nil | rest] -> if Enum.all?(rest, &(is_integer(&1) and &1 > 0)), do: {:ok, rest}, else: :error
+      _ -> :error
+    end
+  end
+
+  def input_shape(_), do: :error
+
   @doc """
   A model input.
 
   ## Options
 
-    * `:shape` - required; the batch axis as `nil` first, e.g. `{nil, 784}`
-    * `:type` - element type fed to the input (`{:f, 32}`; integer types for embeddings)
+  #{Options.docs(@input_opts)}
   """
   @spec input(String.t(), keyword()) :: t()
   def input(name, opts) do
-    opts = opts!(opts, [:shape, type: {:f, 32}])
-    shape = opts[:shape] |> Tuple.to_list()
-
-    case shape do
-      [nil | rest] ->
-        node({:input, %{shape: rest, dtype: ExBurn.Type.normalize!(opts[:type])}}, [], name, :input)
-
-      _ ->
-        raise ArgumentError, "input shape must start with nil (the batch axis), got #{inspect(opts[:shape])}"
-    end
+    name = Options.check!(name, {:custom, &name_opt/1}, "name", :input)
+    opts = Options.validate!(opts, @input_opts, :input)
+    node({:input, %{shape: opts[:shape], dtype: opts[:type]}}, [], name, :input)
   end
+
+  @dense_opts @name ++ @activation ++ [use_bias: [type: :boolean, default: true, doc: "add a bias"]]
 
   @doc """
   A fully connected layer on the last axis (`kernel` `[in, units]`, `bias` `[units]`).
 
   ## Options
 
-    * `:activation` - an activation applied after (see `activations/0`)
-    * `:use_bias` - default `true`
-    * `:name` - layer name
+  #{Options.docs(@dense_opts)}
   """
   @spec dense(t(), pos_integer(), keyword()) :: t()
-  def dense(x, units, opts \\ []) when is_integer(units) and units > 0 do
-    opts = opts!(opts, [:name, :activation, use_bias: true])
+  def dense(x, units, opts \\ []) do
+    x = layer!(x, :dense)
+    units = Options.check!(units, :pos_integer, "units", :dense)
+    opts = Options.validate!(opts, @dense_opts, :dense)
 
     {:dense, %{units: units, use_bias: opts[:use_bias]}}
     |> node([x], opts[:name], :dense)
     |> with_activation(opts[:activation])
   end
+
+  @conv_opts [
+               kernel_size: [type: @sizes, default: {3, 3}, doc: "integer (every spatial axis) or tuple"],
+               strides: [type: {:or, [nil, @sizes]}, default: nil, doc: "integer or tuple (default 1)"]
+             ] ++
+               @padding ++
+               [kernel_dilation: [type: {:or, [nil, @sizes]}, default: nil, doc: "integer or tuple (default 1)"]] ++
+               @channels ++ @dense_opts
 
   @doc """
   A 1d or 2d convolution (by the length of `:kernel_size`), Burn kernel layout
@@ -112,27 +168,13 @@ defmodule ExBurn.Layers do
 
   ## Options
 
-    * `:kernel_size` - integer (every spatial axis) or tuple (default 3)
-    * `:strides` - integer or tuple (default 1)
-    * `:padding` - `:valid` (default) or `:same`
-    * `:kernel_dilation` - integer or tuple (default 1)
-    * `:channels` - `:last` (default) or `:first`
-    * `:activation`, `:use_bias`, `:name` - as in `dense/3`
+  #{Options.docs(@conv_opts)}
   """
   @spec conv(t(), pos_integer(), keyword()) :: t()
   def conv(x, filters, opts \\ []) do
-    opts =
-      opts!(opts, [
-        :name,
-        :activation,
-        :strides,
-        :kernel_dilation,
-        kernel_size: {3, 3},
-        padding: :valid,
-        channels: :last,
-        use_bias: true
-      ])
-
+    x = layer!(x, :conv)
+    filters = Options.check!(filters, :pos_integer, "filters", :conv)
+    opts = Options.validate!(opts, @conv_opts, :conv)
     ks = window(opts[:kernel_size], x)
     n = length(ks)
 
@@ -149,21 +191,23 @@ defmodule ExBurn.Layers do
     {:conv, attrs} |> node([x], opts[:name], :conv) |> with_activation(opts[:activation])
   end
 
+  @pool_opts [
+               kernel_size: [type: @sizes, default: 2, doc: "integer (every spatial axis) or tuple"],
+               strides: [type: {:or, [nil, @sizes]}, default: nil, doc: "default: the kernel size"]
+             ] ++ @padding ++ @channels ++ @name
+
   for {fun, op} <- [max_pool: :max_pool, avg_pool: :avg_pool] do
     @doc """
     #{if op == :max_pool, do: "Max", else: "Average"} pooling (1d or 2d).
 
     ## Options
 
-      * `:kernel_size` - integer (every spatial axis) or tuple (default 2)
-      * `:strides` - default: the kernel size
-      * `:padding` - `:valid` (default) or `:same`
-      * `:channels` - `:last` (default) or `:first`
-      * `:name` - layer name
+    #{Options.docs(@pool_opts)}
     """
     @spec unquote(fun)(t(), keyword()) :: t()
     def unquote(fun)(x, opts \\ []) do
-      opts = opts!(opts, [:name, :strides, kernel_size: 2, padding: :valid, channels: :last])
+      x = layer!(x, unquote(fun))
+      opts = Options.validate!(opts, @pool_opts, unquote(fun))
       ks = window(opts[:kernel_size], x)
 
       attrs = %{
@@ -177,18 +221,20 @@ defmodule ExBurn.Layers do
     end
   end
 
+  @gap_opts @channels ++
+              [keep_axes: [type: :boolean, default: false, doc: "keep the spatial axes with size 1"]] ++ @name
+
   @doc """
   Mean over all spatial axes.
 
   ## Options
 
-    * `:channels` - `:last` (default) or `:first`
-    * `:keep_axes` - keep the spatial axes with size 1 (default `false`)
-    * `:name` - layer name
+  #{Options.docs(@gap_opts)}
   """
   @spec global_avg_pool(t(), keyword()) :: t()
   def global_avg_pool(x, opts \\ []) do
-    opts = opts!(opts, [:name, channels: :last, keep_axes: false])
+    x = layer!(x, :global_avg_pool)
+    opts = Options.validate!(opts, @gap_opts, :global_avg_pool)
 
     node(
       {:global_avg_pool, %{channels: opts[:channels], keep_axes: opts[:keep_axes]}},
@@ -198,33 +244,55 @@ defmodule ExBurn.Layers do
     )
   end
 
-  @doc "Flattens every axis after the batch axis. Options: `:name`."
+  @doc """
+  Flattens every axis after the batch axis.
+
+  ## Options
+
+  #{Options.docs(@name)}
+  """
   @spec flatten(t(), keyword()) :: t()
   def flatten(x, opts \\ []) do
-    opts = opts!(opts, [:name])
+    x = layer!(x, :flatten)
+    opts = Options.validate!(opts, @name, :flatten)
     node(:flatten, [x], opts[:name], :flatten)
   end
 
-  @doc "Randomly zeroes activations during training. Options: `:rate` (default 0.5), `:name`."
+  @dropout_opts [rate: [type: {:custom, &ExBurn.Model.fraction/1}, default: 0.5, doc: "drop probability in [0, 1)"]] ++
+                  @name
+
+  @doc """
+  Randomly zeroes activations during training.
+
+  ## Options
+
+  #{Options.docs(@dropout_opts)}
+  """
   @spec dropout(t(), keyword()) :: t()
   def dropout(x, opts \\ []) do
-    opts = opts!(opts, [:name, rate: 0.5])
+    x = layer!(x, :dropout)
+    opts = Options.validate!(opts, @dropout_opts, :dropout)
     node({:dropout, %{rate: opts[:rate] * 1.0}}, [x], opts[:name], :dropout)
   end
+
+  @epsilon [epsilon: [type: {:number, 1.0e-300, 1}, default: 1.0e-5, doc: "added to the variance, in (0, 1]"]]
+  @bn_opts @epsilon ++
+             [
+               momentum: [type: {:number, 0, 1}, default: 0.1, doc: "running-statistics momentum in [0, 1]"],
+               channel_index: [type: :integer, default: -1, doc: "the channel axis (negative: from the end)"]
+             ] ++ @name
 
   @doc """
   Batch normalisation (`gamma`, `beta`, running `mean` and `var`).
 
   ## Options
 
-    * `:epsilon` - default `1.0e-5`
-    * `:momentum` - running-statistics momentum, default `0.1`
-    * `:channel_index` - default `-1` (last)
-    * `:name` - layer name
+  #{Options.docs(@bn_opts)}
   """
   @spec batch_norm(t(), keyword()) :: t()
   def batch_norm(x, opts \\ []) do
-    opts = opts!(opts, [:name, epsilon: 1.0e-5, momentum: 0.1, channel_index: -1])
+    x = layer!(x, :batch_norm)
+    opts = Options.validate!(opts, @bn_opts, :batch_norm)
 
     attrs = %{
       epsilon: opts[:epsilon] * 1.0,
@@ -235,17 +303,35 @@ defmodule ExBurn.Layers do
     node({:batch_norm, attrs}, [x], opts[:name], :batch_norm)
   end
 
-  @doc "Layer normalisation over the last axis. Options: `:epsilon` (default `1.0e-5`), `:name`."
+  @ln_opts @epsilon ++ @name
+
+  @doc """
+  Layer normalisation over the last axis.
+
+  ## Options
+
+  #{Options.docs(@ln_opts)}
+  """
   @spec layer_norm(t(), keyword()) :: t()
   def layer_norm(x, opts \\ []) do
-    opts = opts!(opts, [:name, epsilon: 1.0e-5])
+    x = layer!(x, :layer_norm)
+    opts = Options.validate!(opts, @ln_opts, :layer_norm)
     node({:layer_norm, %{epsilon: opts[:epsilon] * 1.0}}, [x], opts[:name], :layer_norm)
   end
 
-  @doc "Integer ids `[batch, seq]` to vectors `[batch, seq, embedding_size]`. Options: `:name`."
+  @doc """
+  Integer ids `[batch, seq]` to vectors `[batch, seq, embedding_size]`.
+
+  ## Options
+
+  #{Options.docs(@name)}
+  """
   @spec embedding(t(), pos_integer(), pos_integer(), keyword()) :: t()
   def embedding(x, vocab_size, embedding_size, opts \\ []) do
-    opts = opts!(opts, [:name])
+    x = layer!(x, :embedding)
+    vocab_size = Options.check!(vocab_size, :pos_integer, "vocab_size", :embedding)
+    embedding_size = Options.check!(embedding_size, :pos_integer, "embedding_size", :embedding)
+    opts = Options.validate!(opts, @name, :embedding)
 
     node(
       {:embedding, %{vocab_size: vocab_size, embedding_size: embedding_size}},
@@ -255,17 +341,26 @@ defmodule ExBurn.Layers do
     )
   end
 
+  @act_opts [
+              alpha: [
+                type: {:or, [nil, {:number, -1.0e6, 1.0e6}]},
+                default: nil,
+                doc: "slope for `:leaky_relu` (default 0.01) and scale for `:elu` (default 1.0)"
+              ]
+            ] ++ @name
+
   @doc """
   An element-wise activation (see `activations/0`).
 
   ## Options
 
-    * `:alpha` - slope for `:leaky_relu` (default 0.01) and scale for `:elu` (default 1.0)
-    * `:name` - layer name
+  #{Options.docs(@act_opts)}
   """
   @spec activation(t(), atom(), keyword()) :: t()
-  def activation(x, act, opts \\ []) when act in @activations do
-    opts = opts!(opts, [:name, :alpha])
+  def activation(x, act, opts \\ []) do
+    x = layer!(x, :activation)
+    act = Options.check!(act, {:in, @activations}, "activation", :activation)
+    opts = Options.validate!(opts, @act_opts, :activation)
     alpha = opts[:alpha] || if(act == :elu, do: 1.0, else: 0.01)
     node({:activation, %{activation: act, alpha: alpha * 1.0}}, [x], opts[:name], act)
   end
@@ -276,24 +371,43 @@ defmodule ExBurn.Layers do
     def unquote(act)(x, opts \\ []), do: activation(x, unquote(act), opts)
   end
 
-  @doc "Element-wise sum of two (or more) layers of equal shape. Options: `:name`."
+  @doc """
+  Element-wise sum of two (or more) layers of equal shape.
+
+  ## Options
+
+  #{Options.docs(@name)}
+  """
   @spec add(t() | [t()], t() | keyword(), keyword()) :: t()
   def add(a, b, opts \\ [])
   def add(%__MODULE__{} = a, %__MODULE__{} = b, opts), do: add([a, b], opts)
+  def add(layers, opts, []) when is_list(layers), do: join(:add, layers, opts, @name, & &1)
+  def add(a, b, _opts), do: Options.fail(:add, "expected layers, got #{Options.short(a)} and #{Options.short(b)}")
 
-  def add(layers, opts, []) when is_list(layers) do
-    opts = opts!(opts, [:name])
-    node(:add, layers, opts[:name], :add)
-  end
+  @concat_opts [axis: [type: :integer, default: -1, doc: "the axis (negative: from the end)"]] ++ @name
 
-  @doc "Concatenates layers along `:axis` (default -1). Options: `:axis`, `:name`."
+  @doc """
+  Concatenates layers along `:axis`.
+
+  ## Options
+
+  #{Options.docs(@concat_opts)}
+  """
   @spec concatenate(t() | [t()], t() | keyword(), keyword()) :: t()
   def concatenate(a, b, opts \\ [])
   def concatenate(%__MODULE__{} = a, %__MODULE__{} = b, opts), do: concatenate([a, b], opts)
 
-  def concatenate(layers, opts, []) when is_list(layers) do
-    opts = opts!(opts, [:name, axis: -1])
-    node({:concatenate, %{axis: opts[:axis]}}, layers, opts[:name], :concatenate)
+  def concatenate(layers, opts, []) when is_list(layers),
+    do: join(:concatenate, layers, opts, @concat_opts, &{:concatenate, %{axis: &1[:axis]}})
+
+  def concatenate(a, b, _opts),
+    do: Options.fail(:concatenate, "expected layers, got #{Options.short(a)} and #{Options.short(b)}")
+
+  defp join(kind, layers, opts, schema, op) do
+    opts = Options.validate!(opts, schema, kind)
+    if layers == [], do: Options.fail(kind, "expected at least one layer")
+    layers = Enum.map(layers, &layer!(&1, kind))
+    node(if(kind == :add, do: :add, else: op.(opts)), layers, opts[:name], kind)
   end
 
   @doc """
@@ -301,7 +415,7 @@ defmodule ExBurn.Layers do
   indices, and the output index.
   """
   @spec to_spec(t()) :: map()
-  def to_spec(%__MODULE__{id: out, nodes: nodes}) do
+  def to_spec(%__MODULE__{id: out, nodes: nodes}) when is_map_key(nodes, out) do
     order = nodes |> Map.keys() |> Enum.sort()
     index = order |> Enum.with_index() |> Map.new()
 
@@ -333,6 +447,8 @@ defmodule ExBurn.Layers do
 
     %{layers: layers, output: Map.fetch!(index, out)}
   end
+
+  def to_spec(other), do: Options.fail(:to_spec, "expected an ExBurn.Layers model, got #{Options.short(other)}")
 
   # An integer window size applies to every spatial axis (Axon's convention).
   defp window(n, x) when is_integer(n), do: List.duplicate(n, max(rank(x) - 2, 1))

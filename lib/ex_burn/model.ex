@@ -11,7 +11,7 @@ defmodule ExBurn.Model do
   `load/2`, which return new ones. Parameters are addressed as `"layer.param"`.
   """
 
-  alias ExBurn.{Native, Tensor}
+  alias ExBurn.{Native, Options, Tensor}
 
   defstruct [:ref, :spec, :device, :loss, :optimizer, :learning_rate, :optimizer_config, :seed, history: []]
 
@@ -29,19 +29,54 @@ defmodule ExBurn.Model do
 
   @losses [:cross_entropy, :mse, :binary_cross_entropy]
   @optimizers [:sgd, :adam, :adamw, :rmsprop]
-  @optimizer_keys [
-    :momentum,
-    :dampening,
-    :nesterov,
-    :beta_1,
-    :beta_2,
-    :epsilon,
-    :alpha,
-    :centered,
-    :weight_decay,
-    :clip_norm,
-    :clip_value
+  @fraction {:custom, &__MODULE__.fraction/1}
+
+  @doc false
+  def fraction(v) when is_number(v) and v >= 0 and v < 1, do: {:ok, v}
+  def fraction(_), do: :error
+
+  # Optimizer settings (nil: Burn's default); also overridable per `ExBurn.Training.fit/3`.
+  @optimizer_schema [
+    momentum: [type: {:or, [nil, @fraction]}, doc: "SGD / RMSprop momentum in [0, 1)"],
+    dampening: [type: {:or, [nil, {:number, 0, 1}]}, doc: "SGD momentum dampening in [0, 1]"],
+    nesterov: [type: {:or, [nil, :boolean]}, doc: "SGD Nesterov momentum (needs `:momentum`)"],
+    beta_1: [type: {:or, [nil, @fraction]}, doc: "Adam/AdamW first-moment decay in [0, 1)"],
+    beta_2: [type: {:or, [nil, @fraction]}, doc: "Adam/AdamW second-moment decay in [0, 1)"],
+    epsilon: [type: {:or, [nil, {:number, 1.0e-300, 1}]}, doc: "Adam/AdamW/RMSprop epsilon in (0, 1]"],
+    alpha: [type: {:or, [nil, {:number, 0, 1}]}, doc: "RMSprop smoothing constant in [0, 1]"],
+    centered: [type: {:or, [nil, :boolean]}, doc: "RMSprop centred variant"],
+    weight_decay: [type: {:or, [nil, :non_neg_number]}, doc: "L2 penalty (AdamW: decoupled decay)"],
+    clip_norm: [type: {:or, [nil, :pos_number]}, doc: "clip each parameter's gradient to this L2 norm"],
+    clip_value: [type: {:or, [nil, :pos_number]}, doc: "clip each gradient element to `[-v, v]`"]
   ]
+  @optimizer_keys Keyword.keys(@optimizer_schema)
+
+  @doc false
+  def optimizer_schema, do: @optimizer_schema
+
+  @compile_opts [
+                  loss: [
+                    type: {:in, @losses},
+                    default: :cross_entropy,
+                    doc:
+                      "`:cross_entropy` (integer labels or one-hot targets), `:mse`, `:binary_cross_entropy`"
+                  ],
+                  optimizer: [type: {:in, @optimizers}, default: :adam, doc: "`:adam`, `:sgd`, `:adamw`, `:rmsprop`"],
+                  learning_rate: [type: :non_neg_number, default: 1.0e-3, doc: "the base learning rate"],
+                  device: [type: {:or, [nil, :device]}, default: nil, doc: "default `ExBurn.default_device/0`"],
+                  seed: [
+                    type: {:number, 0, 18_446_744_073_709_551_615},
+                    default: 0,
+                    doc: "initialisation (and dropout) seed, an integer"
+                  ],
+                  type: [
+                    type: {:in, [{:f, 32}, {:f, 64}, {:f, 16}, {:bf, 16}, :f32, :f64, :f16, :bf16]},
+                    default: {:f, 32},
+                    doc: "float type of parameters and activations"
+                  ]
+                ] ++ @optimizer_schema
+
+  @device_opts [device: [type: {:or, [nil, :device]}, default: nil, doc: "default `ExBurn.default_device/0`"]]
 
   @doc """
   Builds a model's parameters (Glorot-uniform kernels, zero biases, from `:seed`) and its
@@ -49,54 +84,26 @@ defmodule ExBurn.Model do
 
   ## Options
 
-    * `:loss` - `:cross_entropy` (integer labels or one-hot targets; default), `:mse`,
-      `:binary_cross_entropy`
-    * `:optimizer` - `:adam` (default), `:sgd`, `:adamw`, `:rmsprop`
-    * `:learning_rate` - default `1.0e-3`
-    * `:weight_decay` - L2 penalty (AdamW: decoupled decay)
-    * `:momentum`, `:dampening`, `:nesterov` - SGD (RMSprop: `:momentum`) settings
-    * `:beta_1`, `:beta_2`, `:epsilon` - Adam/AdamW settings; `:alpha`, `:centered` - RMSprop
-    * `:clip_norm`, `:clip_value` - clip each parameter's gradient by L2 norm or by value
-    * `:device` - default `ExBurn.default_device/0`
-    * `:seed` - initialisation seed (default 0)
+  #{Options.docs(@compile_opts)}
 
   Absent optimizer settings take Burn's defaults (Adam: betas 0.9/0.999, epsilon 1e-5;
-  SGD momentum dampening 0.1; RMSprop alpha 0.99, momentum 0.9).
+  SGD momentum dampening 0.1; RMSprop alpha 0.99, momentum 0.9). Settings that do not belong
+  to the chosen optimizer are refused.
   """
   @spec compile(ExBurn.Layers.t() | struct(), keyword()) :: t()
   def compile(model, opts \\ []) do
-    opts =
-      Keyword.validate!(
-        opts,
-        [loss: :cross_entropy, optimizer: :adam, learning_rate: 1.0e-3, device: nil, seed: 0] ++
-          @optimizer_keys
-      )
-
-    unless opts[:loss] in @losses do
-      raise ExBurn.Error.new(
-              kind: :argument,
-              op: :compile,
-              message: "unknown loss #{inspect(opts[:loss])} (#{inspect(@losses)})"
-            )
-    end
-
-    unless opts[:optimizer] in @optimizers do
-      raise ExBurn.Error.new(
-              kind: :argument,
-              op: :compile,
-              message: "unknown optimizer #{inspect(opts[:optimizer])} (#{inspect(@optimizers)})"
-            )
-    end
-
+    opts = Options.validate!(opts, @compile_opts, :compile)
+    unless is_integer(opts[:seed]), do: Options.fail(:compile, "the seed must be an integer")
     spec = to_spec(model)
-    device = ExBurn.Device.normalize!(opts[:device] || ExBurn.default_device())
+    device = opts[:device] || ExBurn.default_device()
     optimizer = optimizer_config(opts[:optimizer], opts)
 
     options = %{
       loss: opts[:loss],
       optimizer: optimizer,
       seed: opts[:seed],
-      learning_rate: opts[:learning_rate] * 1.0
+      learning_rate: opts[:learning_rate] * 1.0,
+      dtype: ExBurn.Type.normalize!(opts[:type])
     }
 
     ref = Native.call(:model_new, [spec, options, device], :compile)
@@ -144,11 +151,7 @@ defmodule ExBurn.Model do
   end
 
   defp to_spec(other) do
-    raise ExBurn.Error.new(
-            kind: :argument,
-            op: :compile,
-            message: "expected an ExBurn.Layers or Axon model, got #{inspect(other)}"
-          )
+    Options.fail(:compile, "expected an ExBurn.Layers or Axon model, got #{Options.short(other)}")
   end
 
   @doc "The layers, shapes and parameter counts of a compiled model or a layers model."
@@ -163,6 +166,11 @@ defmodule ExBurn.Model do
   end
 
   def info(%ExBurn.Layers{} = layers), do: layers |> ExBurn.Layers.to_spec() |> layer_info()
+  def info(other), do: not_a_model(other, :info)
+
+  @doc false
+  # The error of a public function given something that is not a compiled model.
+  def not_a_model(other, op), do: Options.fail(op, "expected a compiled ExBurn.Model, got #{Options.short(other)}")
 
   defp layer_info(spec) do
     %{shapes: shapes, params: params} = Native.call(:spec_info, [spec], :info)
@@ -187,7 +195,7 @@ defmodule ExBurn.Model do
 
   @doc "A Keras-style table of layers, output shapes and parameter counts."
   @spec summary(t() | ExBurn.Layers.t()) :: String.t()
-  def summary(model) do
+  def summary(model) when is_struct(model, __MODULE__) or is_struct(model, ExBurn.Layers) do
     info = info(model)
     frozen = if is_struct(model, __MODULE__), do: Map.get(info, :frozen, []), else: []
 
@@ -219,6 +227,8 @@ defmodule ExBurn.Model do
     )
   end
 
+  def summary(other), do: not_a_model(other, :summary)
+
   defp group(n),
     do:
       n
@@ -230,14 +240,17 @@ defmodule ExBurn.Model do
   @doc "The loss the model trains with."
   @spec loss_function(t()) :: atom()
   def loss_function(%__MODULE__{loss: l}), do: l
+  def loss_function(other), do: not_a_model(other, :loss_function)
 
   @doc "The optimizer the model trains with."
   @spec optimizer(t()) :: atom()
   def optimizer(%__MODULE__{optimizer: o}), do: o
+  def optimizer(other), do: not_a_model(other, :optimizer)
 
   @doc "The weight decay (L2 penalty) in use, or `nil`."
   @spec weight_decay(t()) :: float() | nil
   def weight_decay(%__MODULE__{optimizer_config: c}), do: Map.get(c, :weight_decay)
+  def weight_decay(other), do: not_a_model(other, :weight_decay)
 
   @doc "Parameters (and batch-norm running statistics) as `%{\"layer.param\" => tensor}`."
   @spec parameters(t()) :: %{String.t() => Tensor.t()}
@@ -245,56 +258,109 @@ defmodule ExBurn.Model do
     ref |> call(:parameters) |> Map.new(fn {n, t} -> {n, Tensor.wrap(t)} end)
   end
 
-  @doc "Replaces parameters by name (shapes must match); returns the model."
-  @spec put_parameters(t(), %{String.t() => Tensor.t()}) :: t()
-  def put_parameters(%__MODULE__{} = model, params) do
-    list =
-      Enum.map(params, fn {n, %Tensor{} = t} -> {to_string(n), Tensor.to_device(t, model.device).ref} end)
+  def parameters(other), do: not_a_model(other, :parameters)
 
-    Native.call(:model_set_parameters, [model.ref, list], :put_parameters)
+  @put_opts [
+    convert: [
+      type: :boolean,
+      default: false,
+      doc: "convert parameters of another type to the model's float type (otherwise they are refused)"
+    ]
+  ]
+
+  @doc """
+  Replaces parameters by name and returns the model. Each must have the shape and the float
+  type of the parameter it replaces.
+
+  ## Options
+
+  #{Options.docs(@put_opts)}
+  """
+  @spec put_parameters(t(), %{String.t() => Tensor.t()}, keyword()) :: t()
+  def put_parameters(model, params, opts \\ [])
+
+  def put_parameters(%__MODULE__{} = model, params, opts) when is_map(params) or is_list(params) do
+    opts = Options.validate!(opts, @put_opts, :put_parameters)
+
+    list =
+      Enum.map(params, fn
+        {n, %Tensor{} = t} when is_binary(n) or is_atom(n) -> {to_string(n), Tensor.to_device(t, model.device).ref}
+        other -> Options.fail(:put_parameters, "expected {name, tensor} pairs, got #{Options.short(other)}")
+      end)
+
+    Native.call(:model_set_parameters, [model.ref, list, opts[:convert]], :put_parameters)
     model
   end
+
+  def put_parameters(%__MODULE__{}, params, _opts),
+    do: Options.fail(:put_parameters, "expected a map of name => tensor, got #{Options.short(params)}")
+
+  def put_parameters(other, _params, _opts), do: not_a_model(other, :put_parameters)
 
   @doc "Freezes layers by name: their parameters stop changing. Returns the model."
   @spec freeze(t(), [String.t()]) :: t()
   def freeze(%__MODULE__{} = model, layers) do
-    call(model.ref, {:freeze, Enum.map(layers, &to_string/1)})
+    call(model.ref, {:freeze, names!(layers, :freeze)})
     model
   end
+
+  def freeze(other, _layers), do: not_a_model(other, :freeze)
 
   @doc "Unfreezes layers by name (all of them with `:all`). Returns the model."
   @spec unfreeze(t(), [String.t()] | :all) :: t()
   def unfreeze(%__MODULE__{} = model, :all), do: unfreeze(model, [])
 
   def unfreeze(%__MODULE__{} = model, layers) do
-    call(model.ref, {:unfreeze, Enum.map(layers, &to_string/1)})
+    call(model.ref, {:unfreeze, names!(layers, :unfreeze)})
     model
   end
 
+  def unfreeze(other, _layers), do: not_a_model(other, :unfreeze)
+
+  defp names!(layers, op) when is_list(layers) do
+    Enum.map(layers, fn
+      n when is_binary(n) or (is_atom(n) and not is_nil(n)) -> to_string(n)
+      other -> Options.fail(op, "expected layer names, got #{Options.short(other)}")
+    end)
+  end
+
+  defp names!(other, op), do: Options.fail(op, "expected a list of layer names, got #{Options.short(other)}")
+
   @doc "Whether a layer is frozen."
   @spec frozen?(t(), String.t()) :: boolean()
-  def frozen?(%__MODULE__{} = model, layer), do: to_string(layer) in frozen_layers(model)
+  def frozen?(%__MODULE__{} = model, layer) do
+    [name] = names!([layer], :frozen?)
+    name in frozen_layers(model)
+  end
+
+  def frozen?(other, _layer), do: not_a_model(other, :frozen?)
 
   @doc "Names of the frozen layers."
   @spec frozen_layers(t()) :: MapSet.t(String.t())
   def frozen_layers(%__MODULE__{ref: ref}), do: MapSet.new(call(ref, :info).frozen)
+  def frozen_layers(other), do: not_a_model(other, :frozen_layers)
 
   @doc "An independent copy (parameters, optimizer state, frozen layers)."
   @spec clone(t()) :: t()
   def clone(%__MODULE__{} = model), do: %{model | ref: call(model.ref, :clone)}
+  def clone(other), do: not_a_model(other, :clone)
 
   @doc "A copy on another device (parameters and optimizer state move); same device: the model."
   @spec to_device(t(), ExBurn.Device.t() | atom()) :: t()
   def to_device(%__MODULE__{} = model, device) do
-    device = ExBurn.Device.normalize!(device)
+    device = Options.check!(device, :device, "device", :to_device)
 
     if device == model.device,
       do: model,
       else: %{model | ref: call(model.ref, {:to_device, device}), device: device}
   end
 
+  def to_device(other, _device), do: not_a_model(other, :to_device)
+
   @doc "A copy with float parameters cast to `type` (`{:f, 16}` or `{:bf, 16}` for inference)."
   @spec quantize(t(), term()) :: t()
+  def quantize(other, _type) when not is_struct(other, __MODULE__), do: not_a_model(other, :quantize)
+
   def quantize(%__MODULE__{} = model, type) do
     type = ExBurn.Type.normalize!(type)
 
@@ -320,7 +386,7 @@ defmodule ExBurn.Model do
     * `:batch_size` - evaluate in batches of this size (default: all at once)
   """
   @spec predict(t(), term(), keyword()) :: {:ok, Tensor.t() | struct()} | {:error, ExBurn.Error.t()}
-  def predict(%__MODULE__{} = model, input, opts \\ []) do
+  def predict(model, input, opts \\ []) do
     {:ok, ExBurn.Training.predict(model, input, opts)}
   rescue
     e in ExBurn.Error -> {:error, e}
@@ -336,8 +402,16 @@ defmodule ExBurn.Model do
   """
   @spec save(t(), Path.t()) :: :ok
   def save(%__MODULE__{} = model, path) do
-    call(model.ref, {:save, Path.expand(path)})
+    call(model.ref, {:save, path!(path, :save)})
     :ok
+  end
+
+  def save(other, _path), do: not_a_model(other, :save)
+
+  defp path!(path, op) do
+    if is_binary(path) and String.valid?(path) and path != "",
+      do: Path.expand(path),
+      else: Options.fail(op, "expected a file path (a non-empty string), got #{Options.short(path)}")
   end
 
   @doc """
@@ -351,11 +425,14 @@ defmodule ExBurn.Model do
   A truncated, corrupt or foreign file gives `{:error, %ExBurn.Error{kind: :corrupt}}`.
   """
   @spec load(Path.t() | t(), keyword() | Path.t()) :: {:ok, t()} | {:error, ExBurn.Error.t()}
-  def load(%__MODULE__{device: d}, path) when is_binary(path), do: load(path, device: d)
+  def load(path_or_model, opts_or_path \\ [])
 
-  def load(path, opts) when is_binary(path) do
-    opts = Keyword.validate!(opts, [:device])
-    {:ok, from_native(Native.call(:model_load, [Path.expand(path), device(opts)], :load), device(opts))}
+  def load(%__MODULE__{device: d}, path), do: load(path, device: d)
+
+  def load(path, opts) do
+    opts = Options.validate!(opts, @device_opts, :load)
+    source = {:path, path!(path, :load)}
+    {:ok, from_native(Native.call(:model_load, [source, device(opts)], :load), device(opts))}
   rescue
     e in ExBurn.Error -> {:error, e}
   end
@@ -363,67 +440,108 @@ defmodule ExBurn.Model do
   @doc "The whole model as a binary (the `save/2` format), e.g. to send over the network."
   @spec serialize_params(t()) :: binary()
   def serialize_params(%__MODULE__{ref: ref}), do: call(ref, :serialize)
+  def serialize_params(other), do: not_a_model(other, :serialize_params)
 
-  @doc "A model from `serialize_params/1` output. Options: `:device`."
+  @doc """
+  A model from `serialize_params/1` output (the bytes themselves, never a path).
+
+  ## Options
+
+  #{Options.docs(@device_opts)}
+  """
   @spec deserialize_params(binary(), keyword()) :: {:ok, t()} | {:error, ExBurn.Error.t()}
-  def deserialize_params(binary, opts \\ []) when is_binary(binary) do
-    {:ok, from_native(Native.call(:model_load, [binary, device(opts)], :deserialize_params), device(opts))}
+  def deserialize_params(binary, opts \\ []) do
+    opts = Options.validate!(opts, @device_opts, :deserialize_params)
+
+    unless is_binary(binary),
+      do: Options.fail(:deserialize_params, "expected a binary, got #{Options.short(binary)}")
+
+    {:ok, from_native(Native.call(:model_load, [{:bytes, binary}, device(opts)], :deserialize_params), device(opts))}
   rescue
     e in ExBurn.Error -> {:error, e}
   end
+
+  @export_opts [
+    metadata: [
+      type: {:or, [:map, :keyword]},
+      default: %{},
+      doc: "string metadata to store beside `exported_by: ex_burn`"
+    ]
+  ]
 
   @doc """
   Writes the parameters alone to a safetensors file that other tools read.
 
   ## Options
 
-    * `:metadata` - map of string metadata to store (default: the layer names)
+  #{Options.docs(@export_opts)}
   """
   @spec export(t(), Path.t(), keyword()) :: :ok
-  def export(%__MODULE__{} = model, path, opts \\ []) do
-    opts = Keyword.validate!(opts, metadata: %{})
+  def export(model, path, opts \\ [])
+
+  def export(%__MODULE__{} = model, path, opts) do
+    opts = Options.validate!(opts, @export_opts, :export)
+    path = path!(path, :export)
     tensors = model |> parameters() |> Enum.map(fn {n, t} -> {n, t.ref} end)
-    meta = Enum.map(opts[:metadata], fn {k, v} -> {to_string(k), to_string(v)} end)
-    Native.call(:tensors_save, [tensors, Path.expand(path), [{"exported_by", "ex_burn"} | meta]], :export)
+    meta = Enum.map(opts[:metadata], fn {k, v} -> {text!(k), text!(v)} end)
+    Native.call(:tensors_save, [tensors, path, [{"exported_by", "ex_burn"} | meta]], :export)
     :ok
   end
 
+  def export(other, _path, _opts), do: not_a_model(other, :export)
+
+  defp text!(v) when is_binary(v) or is_atom(v) or is_number(v), do: to_string(v)
+  defp text!(v), do: Options.fail(:export, "metadata keys and values must be strings, got #{Options.short(v)}")
+
+  @import_opts [
+    rename: [type: {:fun, 1}, default: &Function.identity/1, doc: "maps file names to parameter names"],
+    strict: [type: :boolean, default: true, doc: "fail on file tensors the model lacks"],
+    convert: [
+      type: :boolean,
+      default: false,
+      doc: "convert tensors of another type (f16, f64, ...) to the model's float type; otherwise refused"
+    ]
+  ]
+
   @doc """
   Loads parameters from a safetensors file (e.g. written by `export/3` or another tool) into
-  the model by name.
+  the model by name. Shapes must match; types must be the model's unless `convert: true`.
 
   ## Options
 
-    * `:rename` - a function mapping file names to parameter names (default: identity)
-    * `:strict` - fail on file tensors the model lacks (default `true`)
+  #{Options.docs(@import_opts)}
   """
   @spec import_params(t(), Path.t(), keyword()) :: t()
-  def import_params(%__MODULE__{} = model, path, opts \\ []) do
-    opts = Keyword.validate!(opts, rename: & &1, strict: true)
-    {tensors, _meta} = Native.call(:tensors_load, [Path.expand(path), model.device], :import_params)
+  def import_params(model, path, opts \\ [])
+
+  def import_params(%__MODULE__{} = model, path, opts) do
+    opts = Options.validate!(opts, @import_opts, :import_params)
+    source = {:path, path!(path, :import_params)}
+    {tensors, _meta} = Native.call(:tensors_load, [source, model.device], :import_params)
     known = model |> parameters() |> Map.keys() |> MapSet.new()
 
     params =
       for {name, t} <- tensors, new = opts[:rename].(name), reduce: %{} do
         acc ->
           cond do
+            not is_binary(new) ->
+              Options.fail(:import_params, ":rename must return strings, got #{Options.short(new)}")
+
             new in known ->
               Map.put(acc, new, Tensor.wrap(t))
 
             opts[:strict] ->
-              raise ExBurn.Error.new(
-                      kind: :argument,
-                      op: :import_params,
-                      message: "the model has no parameter #{inspect(new)}"
-                    )
+              Options.fail(:import_params, "the model has no parameter #{inspect(new)}")
 
             true ->
               acc
           end
       end
 
-    put_parameters(model, params)
+    put_parameters(model, params, convert: opts[:convert])
   end
+
+  def import_params(other, _path, _opts), do: not_a_model(other, :import_params)
 
   defp from_native(ref, device) do
     # Reconstruct the Elixir view from the stored spec and options.

@@ -1,40 +1,17 @@
 defmodule ExBurn.Native do
   @moduledoc false
-  # The one place that calls ExBurn.Nif: picks the scheduler flavour by cost class, turns
-  # {:error, {kind, message}} into ExBurn.Error, and reports a missing library clearly.
+  # The one place that calls ExBurn.Nif: turns {:error, {kind, message}} into ExBurn.Error and
+  # reports a missing library clearly. Where a call runs (normal or dirty scheduler) is decided
+  # by the native side from the decoded arguments.
 
   alias ExBurn.Error
 
-  # Work on at most this many elements runs on a normal scheduler (well under 1 ms on CPU).
-  @small 16_384
-
-  @doc false
-  def small_limit, do: @small
-
-  @doc """
-  The scheduler flavour for work of `elements` elements on `device`: `:normal` for small host
-  work, `:cpu` (dirty CPU) for large host work, `:io` (dirty IO) for GPU work.
-  """
-  def flavour(:cpu, elements) when elements <= @small, do: :normal
-  def flavour(:cpu, _elements), do: :cpu
-  def flavour(_gpu, _elements), do: :io
-
-  @doc "Calls `name` (or its `_cpu`/`_io` flavour) and unwraps the result."
-  def call(name, args, op \\ nil, flavour \\ :normal) do
-    fun =
-      case flavour do
-        :normal -> name
-        :cpu -> :"#{name}_cpu"
-        :io -> :"#{name}_io"
-      end
-
+  @doc "Calls the NIF `name` with `args` and unwraps the result; `op` names it in errors."
+  def call(name, args, op \\ nil) do
     ExBurn.Nif
-    |> apply(fun, args)
+    |> apply(name, args)
     |> unwrap(op)
   rescue
-    e in ArgumentError ->
-      reraise Error.new(kind: :argument, op: op, message: Exception.message(e)), __STACKTRACE__
-
     e in ErlangError ->
       case e.original do
         :nif_not_loaded -> raise not_loaded(op)

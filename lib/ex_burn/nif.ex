@@ -8,46 +8,34 @@ defmodule ExBurn.Nif do
 
   alias ExBurn.Nif.Config
 
+  # One name per operation: each NIF starts on a normal scheduler and moves itself to a dirty
+  # one when its work is costly (native/ex_burn_nif/src/sched.rs).
   @nifs [
     tensor_from_binary: 4,
-    tensor_from_binary_cpu: 4,
-    tensor_from_binary_io: 4,
     tensor_to_binary: 2,
-    tensor_to_binary_cpu: 2,
-    tensor_to_binary_io: 2,
     tensor_info: 1,
     tensor_to_device: 2,
     tensor_deallocate: 1,
     eval_op: 3,
-    eval_op_cpu: 3,
-    eval_op_io: 3,
-    program_compile: 1,
+    program_build: 2,
     program_run: 3,
-    program_run_cpu: 3,
-    program_run_io: 3,
     build_info: 0,
     device_info: 1,
     device_sync: 1,
+    memory_limit: 1,
     model_new: 3,
     spec_info: 1,
-    model_train_step_cpu: 4,
-    model_train_step_io: 4,
-    model_train_epoch_cpu: 5,
-    model_train_epoch_io: 5,
-    model_evaluate_cpu: 5,
-    model_evaluate_io: 5,
-    model_predict_cpu: 3,
-    model_predict_io: 3,
-    model_gradients_cpu: 3,
-    model_gradients_io: 3,
-    model_profile_step_cpu: 4,
-    model_profile_step_io: 4,
+    model_train_step: 4,
+    model_train_epoch: 5,
+    model_evaluate: 4,
+    model_predict: 3,
+    model_gradients: 3,
+    model_profile_step: 4,
     model_call: 2,
-    model_set_parameters: 2,
+    model_set_parameters: 3,
     model_load: 2,
     tensors_save: 3,
-    tensors_load: 2,
-    program_build: 2
+    tensors_load: 2
   ]
 
   @doc false

@@ -5,10 +5,11 @@ defmodule ExBurn.Op do
   Every tensor operation of ExBurn (the Nx backend, `ExBurn.BurnBridge`, compiled programs)
   is a value of the engine's op table: an atom for ops without attributes (`:exp`) or
   `{name, attrs}` with a map of attributes. `eval/4` runs one op: an eager op is a
-  one-instruction program, one NIF call.
+  one-instruction program, one NIF call. Attributes the op does not have are refused
+  (`ExBurn.Error` of kind `:argument` naming them and the accepted ones).
   """
 
-  alias ExBurn.{Native, Tensor}
+  alias ExBurn.{Native, Options, Tensor}
 
   @doc """
   Encodes an op and its attributes for the engine.
@@ -24,61 +25,87 @@ defmodule ExBurn.Op do
   """
   @spec encode(atom(), keyword()) :: atom() | {atom(), map()}
   def encode(name, []), do: name
-  def encode(name, attrs), do: {name, Map.new(attrs, &encode_attr/1)}
+  def encode(name, attrs), do: {name, Map.new(attrs, &encode_attr(&1, name))}
 
-  defp encode_attr({:value, v}), do: {:value, scalar(v)}
-  defp encode_attr({k, v}) when k in [:dtype, :out] and not is_nil(v), do: {k, ExBurn.Type.normalize!(v)}
-  defp encode_attr(kv), do: kv
+  defp encode_attr({:value, v}, op), do: {:value, scalar(v, op)}
+  defp encode_attr({k, v}, _op) when k in [:dtype, :out] and not is_nil(v), do: {k, ExBurn.Type.normalize!(v)}
+  defp encode_attr(kv, _op), do: kv
 
   @doc """
   Tags a number for the engine: `{:f, float}`, `{:i, int}`, `{:u, int}` (above the s64
   range), or `:nan`, `:infinity`, `:neg_infinity`.
   """
-  @spec scalar(number() | atom()) :: tuple() | atom()
-  def scalar(x) when x in [:nan, :infinity, :neg_infinity], do: x
-  def scalar(x) when is_float(x), do: {:f, x}
-  def scalar(x) when is_integer(x) and x > 9_223_372_036_854_775_807, do: {:u, x}
-  def scalar(x) when is_integer(x), do: {:i, x}
+  @spec scalar(number() | atom(), atom()) :: tuple() | atom()
+  def scalar(x, op \\ :scalar)
+  def scalar(x, _op) when x in [:nan, :infinity, :neg_infinity], do: x
+  def scalar(x, _op) when is_float(x), do: {:f, x}
+
+  def scalar(x, _op) when is_integer(x) and x > 9_223_372_036_854_775_807 and x <= 18_446_744_073_709_551_615,
+    do: {:u, x}
+
+  def scalar(x, _op) when is_integer(x) and x >= -9_223_372_036_854_775_808 and x <= 9_223_372_036_854_775_807,
+    do: {:i, x}
+
+  def scalar(x, op) do
+    Options.fail(
+      op,
+      "expected a number in the 64-bit range or :nan, :infinity, :neg_infinity, got #{Options.short(x)}"
+    )
+  end
+
+  @eval_opts [
+    device: [
+      type: {:or, [nil, :device]},
+      default: nil,
+      doc: "where creation ops (no inputs) place their result (default: `ExBurn.default_device/0`)"
+    ]
+  ]
 
   @doc """
   Runs one op on `inputs` and returns its result tensors.
 
   ## Options
 
-    * `:device` - where creation ops (no inputs) place their result (default: the inputs'
-      device, else `ExBurn.default_device/0`)
+  #{Options.docs(@eval_opts)}
   """
   @spec eval(atom(), [Tensor.t()], keyword(), keyword()) :: [Tensor.t()]
   def eval(name, inputs, attrs \\ [], opts \\ []) do
-    device = device_of(inputs, opts)
-    refs = Enum.map(inputs, fn %Tensor{ref: r} -> r end)
-    size = work_size(name, inputs, attrs)
+    unless is_atom(name), do: Options.fail(:eval, "the op name must be an atom, got #{Options.short(name)}")
+    opts = Options.validate!(opts, @eval_opts, name)
+    refs = refs!(inputs, name)
+    attrs = attrs!(attrs, name)
+    device = device_of(inputs, opts[:device])
 
     :eval_op
-    |> Native.call([encode(name, attrs), refs, device], name, Native.flavour(device, size))
+    |> Native.call([encode(name, attrs), refs, device], name)
     |> Enum.map(&Tensor.wrap/1)
   end
 
   @doc "Like `eval/4` for ops with one result."
   @spec eval1(atom(), [Tensor.t()], keyword(), keyword()) :: Tensor.t()
   def eval1(name, inputs, attrs \\ [], opts \\ []) do
-    [t] = eval(name, inputs, attrs, opts)
-    t
+    case eval(name, inputs, attrs, opts) do
+      [t] -> t
+      other -> Options.fail(name, "the op gives #{length(other)} results, not one")
+    end
   end
 
-  defp device_of([%Tensor{device: d} | _], _opts), do: d
-  defp device_of([], opts), do: ExBurn.Device.normalize!(opts[:device] || ExBurn.default_device())
-
-  # Ops whose cost grows faster than their input size count extra when picking a scheduler.
-  @superlinear [:dot, :conv, :window_sum, :window_product, :window_max, :window_min, :sort, :argsort]
-
-  defp work_size(_name, [], attrs), do: attrs |> Keyword.get(:shape, []) |> Enum.product()
-
-  defp work_size(name, inputs, _attrs) do
-    size = Enum.reduce(inputs, 0, fn %Tensor{shape: s}, acc -> acc + product(s) end)
-    if name in @superlinear, do: size * 64, else: size
+  defp refs!(inputs, op) when is_list(inputs) do
+    Enum.map(inputs, fn
+      %Tensor{ref: r} -> r
+      other -> Options.fail(op, "expected a list of ExBurn.Tensor, got an element #{Options.short(other)}")
+    end)
   end
 
-  defp product(shape) when tuple_size(shape) == 0, do: 1
-  defp product(shape), do: shape |> Tuple.to_list() |> Enum.product()
+  defp refs!(other, op), do: Options.fail(op, "expected a list of ExBurn.Tensor, got #{Options.short(other)}")
+
+  defp attrs!(attrs, op) do
+    if is_list(attrs) and Keyword.keyword?(attrs),
+      do: attrs,
+      else: Options.fail(op, "attributes must be a keyword list, got #{Options.short(attrs)}")
+  end
+
+  defp device_of([%Tensor{device: d} | _], _device), do: d
+  defp device_of([], nil), do: ExBurn.default_device()
+  defp device_of([], device), do: device
 end

@@ -55,7 +55,7 @@ defmodule ExBurn.Progress do
         loop(s)
 
       {:done, metrics, from} ->
-        line = ExBurn.Callbacks.format(metrics, s.epochs) <> "  (#{Float.round(metrics.seconds, 2)}s)"
+        line = ExBurn.Callbacks.format(metrics, s.epochs) <> "  (#{Float.round(metrics.seconds * 1.0, 2)}s)"
 
         if s.tty, do: IO.write("\r\e[2K" <> line <> "\n"), else: IO.puts(line)
         send(from, {:printed, self()})
@@ -65,6 +65,10 @@ defmodule ExBurn.Progress do
         :ok
     end
   end
+
+  # Losses arrive as floats, or as :nan / :infinity / :neg_infinity.
+  defp format_loss(loss) when is_number(loss), do: :erlang.float_to_binary(loss * 1.0, decimals: 4)
+  defp format_loss(loss), do: inspect(loss)
 
   defp draw(s, done, total, loss) do
     elapsed = max(now() - s.t0, 1)
@@ -79,7 +83,7 @@ defmodule ExBurn.Progress do
     rate = round(s.samples * done / max(total, 1) / (elapsed / 1000))
 
     IO.write(
-      "\r\e[2KEpoch #{s.epoch}/#{s.epochs} [#{bar}] #{done}/#{total}  loss #{:erlang.float_to_binary(loss * 1.0, decimals: 4)}  " <>
+      "\r\e[2KEpoch #{s.epoch}/#{s.epochs} [#{bar}] #{done}/#{total}  loss #{format_loss(loss)}  " <>
         "ETA #{Float.round(eta / 1000, 1)}s  #{rate} samples/s"
     )
   end

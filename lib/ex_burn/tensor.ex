@@ -15,7 +15,7 @@ defmodule ExBurn.Tensor do
   """
 
   import Kernel, except: [byte_size: 1]
-  alias ExBurn.{Device, Native, Type}
+  alias ExBurn.{Device, Native, Options, Type}
 
   defstruct [:ref, :shape, :type, :device]
 
@@ -25,48 +25,52 @@ defmodule ExBurn.Tensor do
   @doc false
   def wrap({ref, shape, type, device}), do: %__MODULE__{ref: ref, shape: shape, type: type, device: device}
 
+  @device_opts [
+    device: [type: {:or, [nil, :device]}, default: nil, doc: "where to place it (default `ExBurn.default_device/0`)"]
+  ]
+
   @doc """
-  Builds a tensor from Nx-layout binary data.
+  Builds a tensor from Nx-layout binary data (little-endian elements of `type`, row-major).
+  The binary's size must be the shape's element count times the type's size.
 
   ## Options
 
-    * `:device` - where to place it (default `ExBurn.default_device/0`)
+  #{Options.docs(@device_opts)}
   """
   @spec from_binary(binary(), shape() | [non_neg_integer()], term(), keyword()) :: t()
   def from_binary(data, shape, type, opts \\ []) do
-    opts = Keyword.validate!(opts, [:device])
+    opts = Options.validate!(opts, @device_opts, :from_binary)
+    unless is_binary(data), do: Options.fail(:from_binary, "expected a binary, got #{Options.short(data)}")
     type = Type.normalize!(type)
     shape = normalize_shape!(shape)
-    device = Device.normalize!(opts[:device] || ExBurn.default_device())
+    device = opts[:device] || ExBurn.default_device()
 
-    unless is_binary(data) do
-      raise ExBurn.Error.new(
-              kind: :argument,
-              op: :from_binary,
-              message: "expected a binary, got #{inspect(data)}"
-            )
-    end
-
-    flavour = Native.flavour(device, div(Kernel.byte_size(data), Type.byte_size(type)))
-
-    Native.call(:tensor_from_binary, [data, shape, type, device], :from_binary, flavour)
+    Native.call(:tensor_from_binary, [data, shape, type, device], :from_binary)
     |> wrap()
   end
 
+  @new_opts [
+    type: [
+      type: {:or, [nil, :type]},
+      default: nil,
+      doc: "element type (default `{:f, 32}` when any element is a float, else `{:s, 32}`)"
+    ]
+  ] ++ @device_opts
+
   @doc """
-  Builds a tensor from a number or a nested list.
+  Builds a tensor from a number or a nested list of numbers (floats may also be `:nan`,
+  `:infinity`, `:neg_infinity`).
 
   ## Options
 
-    * `:type` - element type (default `{:f, 32}` when any element is a float, else `{:s, 32}`)
-    * `:device` - where to place it (default `ExBurn.default_device/0`)
+  #{Options.docs(@new_opts)}
   """
-  @spec new(number() | list(), keyword()) :: t()
+  @spec new(number() | atom() | list(), keyword()) :: t()
   def new(data, opts \\ []) do
-    opts = Keyword.validate!(opts, [:type, :device])
+    opts = Options.validate!(opts, @new_opts, :new)
     {shape, flat} = flatten(data)
-    type = Type.normalize!(opts[:type] || if(Enum.any?(flat, &is_float/1), do: {:f, 32}, else: {:s, 32}))
-    from_binary(Type.encode(flat, type), shape, type, device: opts[:device])
+    type = opts[:type] || if(Enum.any?(flat, &(is_float(&1) or is_atom(&1))), do: {:f, 32}, else: {:s, 32})
+    from_binary(Type.encode(flat, type, :new), shape, type, device: opts[:device])
   end
 
   defp flatten(n) when is_number(n) or n in [:nan, :infinity, :neg_infinity], do: {{}, [n]}
@@ -87,6 +91,9 @@ defmodule ExBurn.Tensor do
     end
   end
 
+  defp flatten(other),
+    do: Options.fail(:new, "expected a number or a nested list of numbers, got #{Options.short(other)}")
+
   @doc """
   Reads the data back as an Nx-layout binary.
 
@@ -95,12 +102,14 @@ defmodule ExBurn.Tensor do
     * `:limit` - read only the first `limit` elements
   """
   @spec to_binary(t(), keyword()) :: binary()
-  def to_binary(%__MODULE__{} = t, opts \\ []) do
-    opts = Keyword.validate!(opts, [:limit])
-    limit = opts[:limit]
-    n = if limit, do: min(limit, numel(t)), else: numel(t)
-    Native.call(:tensor_to_binary, [t.ref, limit], :to_binary, Native.flavour(t.device, n))
+  def to_binary(t, opts \\ [])
+
+  def to_binary(%__MODULE__{} = t, opts) do
+    opts = Options.validate!(opts, [limit: [type: {:or, [nil, :non_neg_integer]}, default: nil]], :to_binary)
+    Native.call(:tensor_to_binary, [t.ref, opts[:limit]], :to_binary)
   end
+
+  def to_binary(other, _opts), do: not_a_tensor(other, :to_binary)
 
   @doc "The elements as a nested list (non-finite floats as `:nan`, `:infinity`, `:neg_infinity`)."
   @spec to_list(t()) :: number() | list()
@@ -108,6 +117,8 @@ defmodule ExBurn.Tensor do
     flat = t |> to_binary() |> Type.decode(t.type)
     nest(flat, Tuple.to_list(t.shape))
   end
+
+  def to_list(other), do: not_a_tensor(other, :to_list)
 
   defp nest([x], []), do: x
   defp nest(flat, [_]), do: flat
@@ -124,6 +135,8 @@ defmodule ExBurn.Tensor do
     :ok
   end
 
+  def free(other), do: not_a_tensor(other, :free)
+
   @doc "Copies the tensor to `device`."
   @spec to_device(t(), Device.t() | atom()) :: t()
   def to_device(%__MODULE__{} = t, device) do
@@ -131,31 +144,44 @@ defmodule ExBurn.Tensor do
     if device == t.device, do: t, else: wrap(Native.call(:tensor_to_device, [t.ref, device], :to_device))
   end
 
+  def to_device(other, _device), do: not_a_tensor(other, :to_device)
+
   @doc "Rank (number of axes)."
   @spec rank(t()) :: non_neg_integer()
   def rank(%__MODULE__{shape: s}), do: tuple_size(s)
+  def rank(other), do: not_a_tensor(other, :rank)
 
   @doc "Number of elements."
   @spec numel(t()) :: non_neg_integer()
   def numel(%__MODULE__{shape: s}), do: s |> Tuple.to_list() |> Enum.product()
+  def numel(other), do: not_a_tensor(other, :numel)
 
   @doc "Size in bytes of the data."
   @spec byte_size(t()) :: non_neg_integer()
   def byte_size(%__MODULE__{type: type} = t), do: numel(t) * Type.byte_size(type)
+  def byte_size(other), do: not_a_tensor(other, :byte_size)
+
+  @doc false
+  # The error of a public function given something that is not an ExBurn.Tensor.
+  def not_a_tensor(other, op), do: Options.fail(op, "expected an ExBurn.Tensor, got #{Options.short(other)}")
 
   @doc false
   def normalize_shape!(shape) when is_tuple(shape), do: normalize_shape!(Tuple.to_list(shape))
 
   def normalize_shape!(shape) when is_list(shape) do
-    if Enum.all?(shape, &(is_integer(&1) and &1 >= 0)) do
+    if proper?(shape) and Enum.all?(shape, &(is_integer(&1) and &1 >= 0)) do
       List.to_tuple(shape)
     else
-      raise ExBurn.Error.new(kind: :argument, message: "invalid shape #{inspect(shape)}")
+      Options.fail(:shape, "invalid shape #{Options.short(shape)} (expected a tuple of non-negative integers)")
     end
   end
 
   def normalize_shape!(other),
-    do: raise(ExBurn.Error.new(kind: :argument, message: "invalid shape #{inspect(other)}"))
+    do: Options.fail(:shape, "invalid shape #{Options.short(other)} (expected a tuple of non-negative integers)")
+
+  defp proper?([]), do: true
+  defp proper?([_ | t]), do: proper?(t)
+  defp proper?(_), do: false
 
   defimpl Inspect do
     import Inspect.Algebra

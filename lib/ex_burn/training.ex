@@ -12,7 +12,90 @@ defmodule ExBurn.Training do
   float values (one-hot, regression targets).
   """
 
-  alias ExBurn.{Callbacks, Model, Native, Progress, Tensor}
+  alias ExBurn.{Callbacks, Model, Native, Options, Progress, Tensor}
+
+  @non_finite [
+    type: {:in, [:raise, :skip, :stop]},
+    default: :raise,
+    doc:
+      "what a batch whose loss is NaN or infinite does (the loss is checked before the " <>
+        "backward pass, so it never updates the weights): `:raise` (an `ExBurn.Error` of kind " <>
+        "`:non_finite` naming the epoch and batch; the weights are as before that step), `:skip` " <>
+        "(leave the batch out), `:stop` (end training after the epoch's completed steps)"
+  ]
+
+  @fit_opts [
+              epochs: [type: :non_neg_integer, default: 10, doc: "epochs to train (0: none)"],
+              batch_size: [type: :pos_integer, default: 32, doc: "samples per batch"],
+              shuffle: [
+                type: :boolean,
+                default: true,
+                doc: "reshuffle each epoch (seeded by the model seed and the epoch)"
+              ],
+              validation_data: [
+                type: {:or, [nil, {:custom, &__MODULE__.pair/1}]},
+                default: nil,
+                doc: "`{inputs, targets}` evaluated after each epoch"
+              ],
+              callbacks: [
+                type: {:list, {:fun, 1}},
+                default: [],
+                doc:
+                  "functions `metrics -> metrics` called after each epoch (see `ExBurn.Callbacks`); " <>
+                    "`stop_training: true` in the returned map stops training"
+              ],
+              verbose: [
+                type: :boolean,
+                default: true,
+                doc:
+                  "progress output: a bar with loss, accuracy, ETA and samples/s on a terminal, " <>
+                    "plain lines otherwise"
+              ],
+              lr_schedule: [
+                type: {:or, [nil, {:custom, &__MODULE__.schedule/1}]},
+                default: nil,
+                doc:
+                  "`{:step, base, every, gamma}`, `{:exponential, base, gamma}`, `{:cosine, base, min}` " <>
+                    "(per epoch; default: the model's learning rate)"
+              ],
+              warmup: [type: :non_neg_integer, default: 0, doc: "linear warmup over this many optimizer steps"],
+              accumulate_gradients: [type: :pos_integer, default: 1, doc: "micro-batches per optimizer step"],
+              accuracy: [
+                type: {:or, [nil, :boolean]},
+                default: nil,
+                doc:
+                  "count correct predictions and report accuracy (default: `true` for classification " <>
+                    "losses; `false` skips the per-batch argmax and compare)"
+              ],
+              on_non_finite: @non_finite
+            ] ++
+              Enum.map(
+                Keyword.take(Model.optimizer_schema(), [:clip_norm, :clip_value, :weight_decay, :nesterov]),
+                fn {k, spec} ->
+                  {k, Keyword.update!(spec, :doc, &(&1 <> "; overrides the compiled setting (the optimizer then starts afresh)"))}
+                end
+              )
+
+  @doc false
+  def pair({_, _} = p), do: {:ok, p}
+  def pair(_), do: :error
+
+  @doc false
+  def schedule(lr) when is_number(lr) and lr >= 0, do: {:ok, lr}
+
+  def schedule({:step, base, every, gamma} = s)
+      when is_number(base) and base >= 0 and is_integer(every) and every > 0 and is_number(gamma) and gamma >= 0,
+      do: {:ok, s}
+
+  def schedule({:exponential, base, gamma} = s)
+      when is_number(base) and base >= 0 and is_number(gamma) and gamma >= 0,
+      do: {:ok, s}
+
+  def schedule({:cosine, base, min} = s)
+      when is_number(base) and base >= 0 and is_number(min) and min >= 0,
+      do: {:ok, s}
+
+  def schedule(_), do: :error
 
   @doc """
   Trains for `:epochs` epochs and returns the model with `history` (one metrics map per
@@ -20,62 +103,33 @@ defmodule ExBurn.Training do
 
   ## Options
 
-    * `:epochs` - default 10
-    * `:batch_size` - default 32
-    * `:shuffle` - reshuffle each epoch (seeded by the model seed and the epoch; default `true`)
-    * `:validation_data` - `{inputs, targets}` evaluated after each epoch
-    * `:callbacks` - functions `metrics -> metrics` called after each epoch (see
-      `ExBurn.Callbacks`); `stop_training: true` in the returned map stops training
-    * `:verbose` - progress output: a bar with loss, accuracy, ETA and samples/s on a
-      terminal, plain lines otherwise (default `true`)
-    * `:lr_schedule` - `{:step, base, every, gamma}`, `{:exponential, base, gamma}`,
-      `{:cosine, base, min}` (per epoch; default: the model's learning rate)
-    * `:warmup` - linear warmup over this many optimizer steps (default 0)
-    * `:clip_norm`, `:clip_value`, `:weight_decay`, `:nesterov` - override the compiled
-      optimizer settings (the optimizer then starts afresh)
-    * `:accumulate_gradients` - micro-batches per optimizer step (default 1)
-    * `:accuracy` - count correct predictions and report accuracy (default: `true` for
-      classification losses; `false` skips the per-batch argmax and compare)
+  #{Options.docs(@fit_opts)}
   """
   @spec fit(Model.t(), {term(), term()}, keyword()) :: Model.t()
-  def fit(%Model{} = model, {inputs, targets}, opts \\ []) do
-    opts =
-      Keyword.validate!(opts,
-        epochs: 10,
-        batch_size: 32,
-        shuffle: true,
-        validation_data: nil,
-        callbacks: [],
-        verbose: true,
-        lr_schedule: nil,
-        warmup: 0,
-        clip_norm: nil,
-        clip_value: nil,
-        weight_decay: nil,
-        nesterov: nil,
-        accumulate_gradients: 1,
-        accuracy: nil
-      )
+  def fit(model, data, opts \\ [])
 
+  def fit(%Model{} = model, {inputs, targets}, opts) do
+    opts = Options.validate!(opts, @fit_opts, :fit)
     model = override_optimizer(model, opts)
-    data = device_data(model, inputs, targets)
+    data = device_data(model, inputs, targets, :fit)
 
     val =
       opts[:validation_data] &&
-        device_data(model, elem(opts[:validation_data], 0), elem(opts[:validation_data], 1))
+        device_data(model, elem(opts[:validation_data], 0), elem(opts[:validation_data], 1), :fit)
 
     n = samples(data)
+    if n == 0, do: Options.fail(:fit, "the training data has no samples")
 
     steps_per_epoch =
       div(ceil_div(n, opts[:batch_size]) + opts[:accumulate_gradients] - 1, opts[:accumulate_gradients])
 
-    accuracy? = Keyword.get(opts, :accuracy) || (Keyword.get(opts, :accuracy) == nil and model.loss != :mse)
-    progress = if opts[:verbose], do: Progress.start(opts[:epochs], n), else: nil
+    accuracy? = if opts[:accuracy] == nil, do: model.loss != :mse, else: opts[:accuracy]
+    progress = if opts[:verbose] and opts[:epochs] > 0, do: Progress.start(opts[:epochs], n), else: nil
 
     state = %{model: model, lr_scale: 1.0, history: [], step: 0}
 
     final =
-      Enum.reduce_while(1..opts[:epochs], state, fn epoch, state ->
+      Enum.reduce_while(1..opts[:epochs]//1, state, fn epoch, state ->
         base =
           schedule_lr(opts[:lr_schedule] || model.learning_rate, epoch - 1, opts[:epochs]) * state.lr_scale
 
@@ -87,12 +141,14 @@ defmodule ExBurn.Training do
             model,
             data,
             %{
+              epoch: epoch,
               batch_size: opts[:batch_size],
-              shuffle: if(opts[:shuffle], do: model.seed * 1_000_003 + epoch, else: nil),
+              shuffle: if(opts[:shuffle], do: rem(model.seed * 1_000_003 + epoch, 18_446_744_073_709_551_616), else: nil),
               lrs: lrs,
               accumulate: opts[:accumulate_gradients],
               progress_every: if(progress, do: max(1, div(ceil_div(n, opts[:batch_size]), 50)), else: 0),
-              accuracy: accuracy?
+              accuracy: accuracy?,
+              on_non_finite: opts[:on_non_finite]
             },
             progress
           )
@@ -106,11 +162,13 @@ defmodule ExBurn.Training do
             seconds: stats.seconds
           }
           |> put_if(accuracy?, :accuracy, Map.get(stats, :accuracy))
+          |> put_if(stats.skipped > 0, :skipped_batches, stats.skipped)
           |> put_validation(model, val, accuracy?)
           |> Map.put(:model, model)
 
         Progress.epoch_done(progress, metrics)
         metrics = Callbacks.run(opts[:callbacks], metrics)
+        metrics = if stats.stopped, do: Map.put(metrics, :stopped, :non_finite), else: metrics
         # History keeps the rate this epoch trained with; a callback's new rate applies next.
         history = [metrics |> Map.drop([:model]) |> Map.put(:learning_rate, base) | state.history]
 
@@ -121,12 +179,17 @@ defmodule ExBurn.Training do
             lr_scale: lr_scale(metrics, base, state.lr_scale)
         }
 
-        if metrics[:stop_training], do: {:halt, state}, else: {:cont, state}
+        if metrics[:stop_training] || stats.stopped, do: {:halt, state}, else: {:cont, state}
       end)
 
     Progress.stop(progress)
     %{model | history: Enum.reverse(final.history)}
   end
+
+  def fit(%Model{}, data, _opts),
+    do: Options.fail(:fit, "expected the data as {inputs, targets}, got #{Options.short(data)}")
+
+  def fit(other, _data, _opts), do: Model.not_a_model(other, :fit)
 
   defp put_if(map, true, key, value) when not is_nil(value), do: Map.put(map, key, value)
   defp put_if(map, _, _, _), do: map
@@ -134,12 +197,13 @@ defmodule ExBurn.Training do
   defp put_validation(metrics, _model, nil, _acc?), do: metrics
 
   defp put_validation(metrics, model, val, acc?) do
-    s = stats_call(:model_evaluate, model, val, [max(samples(val), 1), acc?])
+    s = stats_call(model, val, %{batch_size: max(samples(val), 1), accuracy: acc?})
     metrics |> Map.put(:val_loss, s.loss) |> put_if(acc?, :val_accuracy, Map.get(s, :accuracy))
   end
 
   # A callback may lower the learning rate by returning a smaller :learning_rate.
-  defp lr_scale(%{learning_rate: lr}, base, scale) when base > 0, do: scale * lr / base
+  defp lr_scale(%{learning_rate: lr}, base, scale) when is_number(lr) and lr >= 0 and base > 0,
+    do: scale * lr / base
   defp lr_scale(_, _, scale), do: scale
 
   defp override_optimizer(model, opts) do
@@ -151,10 +215,10 @@ defmodule ExBurn.Training do
     if overrides == [] do
       model
     else
-      config = Model.optimizer_config(model.optimizer, Map.to_list(model.optimizer_config) ++ overrides)
+      config = Model.optimizer_config(model.optimizer, Keyword.merge(Map.to_list(model.optimizer_config), overrides))
 
       config =
-        if config[:nesterov] and not Map.has_key?(config, :momentum),
+        if config[:nesterov] == true and not Map.has_key?(config, :momentum),
           do: Map.put(config, :momentum, 0.9),
           else: config
 
@@ -174,6 +238,11 @@ defmodule ExBurn.Training do
       0.05
   """
   @spec schedule_lr(number() | tuple(), non_neg_integer(), pos_integer()) :: float()
+  def schedule_lr(schedule, epoch, epochs)
+      when not (is_integer(epoch) and epoch >= 0 and is_integer(epochs) and epochs > 0) do
+    Options.fail(:schedule_lr, "expected epoch >= 0 and epochs > 0, got #{Options.short({schedule, epoch, epochs})}")
+  end
+
   def schedule_lr(lr, _epoch, _epochs) when is_number(lr), do: lr * 1.0
   def schedule_lr({:step, base, every, gamma}, epoch, _), do: base * :math.pow(gamma, div(epoch, every))
   def schedule_lr({:exponential, base, gamma}, epoch, _), do: base * :math.pow(gamma, epoch)
@@ -183,47 +252,78 @@ defmodule ExBurn.Training do
   end
 
   def schedule_lr(other, _, _),
-    do: raise(ExBurn.Error.new(kind: :argument, op: :fit, message: "unknown lr_schedule #{inspect(other)}"))
+    do: Options.fail(:schedule_lr, "unknown lr_schedule #{Options.short(other)}")
 
   @doc "The linear-warmup factor at optimizer step `step` (0-based) for `warmup` steps."
   @spec warmup(non_neg_integer(), non_neg_integer()) :: float()
+  def warmup(step, warmup) when not (is_integer(step) and step >= 0 and is_integer(warmup) and warmup >= 0),
+    do: Options.fail(:warmup, "expected non-negative integers, got #{Options.short({step, warmup})}")
+
   def warmup(_step, 0), do: 1.0
   def warmup(step, warmup), do: min(1.0, (step + 1) / warmup)
 
+  @step_opts [
+    learning_rate: [type: {:or, [nil, :non_neg_number]}, default: nil, doc: "default: the model's"],
+    on_non_finite: Keyword.put(@non_finite, :doc, "`:raise` (default) or `:skip`/`:stop` (no update; the loss is returned)")
+  ]
+
   @doc """
   One optimizer step (forward, backward, update in one NIF call); returns `{loss, model}`.
+  A NaN or infinite loss is found before the backward pass and never updates the weights.
 
   ## Options
 
-    * `:learning_rate` - default: the model's
+  #{Options.docs(@step_opts)}
   """
-  @spec train_step(Model.t(), {term(), term()}, keyword()) :: {float(), Model.t()}
-  def train_step(%Model{} = model, {inputs, targets}, opts \\ []) do
-    opts = Keyword.validate!(opts, learning_rate: nil)
-    d = device_data(model, inputs, targets)
+  @spec train_step(Model.t(), {term(), term()}, keyword()) :: {float() | atom(), Model.t()}
+  def train_step(model, data, opts \\ [])
+
+  def train_step(%Model{} = model, {inputs, targets}, opts) do
+    opts = Options.validate!(opts, @step_opts, :train_step)
+    d = device_data(model, inputs, targets, :train_step)
     lr = (opts[:learning_rate] || model.learning_rate) * 1.0
-    loss = Native.call(:model_train_step, [model.ref, d.inputs, d.target, lr], :train_step, flavour(model))
+    step_opts = %{learning_rate: lr, on_non_finite: opts[:on_non_finite]}
+    {loss, _applied} = Native.call(:model_train_step, [model.ref, d.inputs, d.target, step_opts], :train_step)
     {loss, model}
   end
+
+  def train_step(%Model{}, data, _opts),
+    do: Options.fail(:train_step, "expected the batch as {inputs, targets}, got #{Options.short(data)}")
+
+  def train_step(other, _data, _opts), do: Model.not_a_model(other, :train_step)
+
+  @evaluate_opts [
+    batch_size: [type: :pos_integer, default: 256, doc: "samples per batch"],
+    accuracy: [type: :boolean, default: false, doc: "return `{loss, accuracy}`"]
+  ]
 
   @doc """
   Loss over a dataset without training; with `accuracy?` also the accuracy.
 
-  ## Options (as a keyword list in place of `accuracy?`)
+  ## Options (a keyword list in place of `accuracy?`)
 
-    * `:batch_size` - default 256
-    * `:accuracy` - return `{loss, accuracy}` (default `false`)
+  #{Options.docs(@evaluate_opts)}
   """
   @spec evaluate(Model.t(), {term(), term()}, boolean() | keyword()) :: float() | {float(), float()}
   def evaluate(model, data, accuracy_or_opts \\ [])
   def evaluate(model, data, acc?) when is_boolean(acc?), do: evaluate(model, data, accuracy: acc?)
 
   def evaluate(%Model{} = model, {inputs, targets}, opts) do
-    opts = Keyword.validate!(opts, batch_size: 256, accuracy: false)
-    data = device_data(model, inputs, targets)
-    s = stats_call(:model_evaluate, model, data, [opts[:batch_size], opts[:accuracy]])
+    opts = Options.validate!(opts, @evaluate_opts, :evaluate)
+    data = device_data(model, inputs, targets, :evaluate)
+    if samples(data) == 0, do: Options.fail(:evaluate, "the data has no samples")
+    s = stats_call(model, data, %{batch_size: opts[:batch_size], accuracy: opts[:accuracy]})
     if opts[:accuracy], do: {s.loss, Map.get(s, :accuracy)}, else: s.loss
   end
+
+  def evaluate(%Model{}, data, _opts),
+    do: Options.fail(:evaluate, "expected the data as {inputs, targets}, got #{Options.short(data)}")
+
+  def evaluate(other, _data, _opts), do: Model.not_a_model(other, :evaluate)
+
+  @predict_opts [
+    batch_size: [type: {:or, [nil, :pos_integer]}, default: nil, doc: "evaluate in batches of this size (default: all at once)"]
+  ]
 
   @doc """
   The model's output in inference mode, one NIF call. `inputs` are `ExBurn.Tensor`s or, when
@@ -232,19 +332,23 @@ defmodule ExBurn.Training do
 
   ## Options
 
-    * `:batch_size` - evaluate in batches of this size (default: all at once)
+  #{Options.docs(@predict_opts)}
   """
   @spec predict(Model.t(), term(), keyword()) :: Tensor.t() | struct()
-  def predict(%Model{} = model, inputs, opts \\ []) do
-    opts = Keyword.validate!(opts, batch_size: nil)
-    d = device_data(model, inputs, nil)
+  def predict(model, inputs, opts \\ [])
+
+  def predict(%Model{} = model, inputs, opts) do
+    opts = Options.validate!(opts, @predict_opts, :predict)
+    d = device_data(model, inputs, nil, :predict)
     bs = opts[:batch_size] || max(samples(d), 1)
 
     model.ref
-    |> then(&Native.call(:model_predict, [&1, d.inputs, bs], :predict, flavour(model)))
+    |> then(&Native.call(:model_predict, [&1, d.inputs, bs], :predict))
     |> Tensor.wrap()
     |> like_input(inputs)
   end
+
+  def predict(other, _inputs, _opts), do: Model.not_a_model(other, :predict)
 
   if Code.ensure_loaded?(Nx) do
     defp like_input(out, [first | _]), do: like_input(out, first)
@@ -259,14 +363,23 @@ defmodule ExBurn.Training do
 
   @doc "Exact gradients (Burn autodiff) of the loss on a batch: `%{\"layer.param\" => tensor}`."
   @spec compute_gradients(Model.t(), {term(), term()}, keyword()) :: %{String.t() => Tensor.t()}
-  def compute_gradients(%Model{} = model, {inputs, targets}, opts \\ []) do
-    Keyword.validate!(opts, [])
-    d = device_data(model, inputs, targets)
+  def compute_gradients(model, data, opts \\ [])
+
+  def compute_gradients(%Model{} = model, {inputs, targets}, opts) do
+    Options.validate!(opts, [], :compute_gradients)
+    d = device_data(model, inputs, targets, :compute_gradients)
 
     :model_gradients
-    |> Native.call([model.ref, d.inputs, d.target], :compute_gradients, flavour(model))
+    |> Native.call([model.ref, d.inputs, d.target], :compute_gradients)
     |> Map.new(fn {n, t} -> {n, Tensor.wrap(t)} end)
   end
+
+  def compute_gradients(%Model{}, data, _opts),
+    do: Options.fail(:compute_gradients, "expected the batch as {inputs, targets}, got #{Options.short(data)}")
+
+  def compute_gradients(other, _data, _opts), do: Model.not_a_model(other, :compute_gradients)
+
+  @profile_opts [learning_rate: [type: {:or, [nil, :non_neg_number]}, default: nil, doc: "default: the model's"]]
 
   @doc """
   Times one training step's phases (the device is synchronised after each):
@@ -274,38 +387,43 @@ defmodule ExBurn.Training do
 
   ## Options
 
-    * `:learning_rate` - default: the model's
+  #{Options.docs(@profile_opts)}
   """
   @spec profile_step(Model.t(), {term(), term()}, keyword()) :: map()
-  def profile_step(%Model{} = model, {inputs, targets}, opts \\ []) do
-    opts = Keyword.validate!(opts, learning_rate: nil)
-    d = device_data(model, inputs, targets)
+  def profile_step(model, data, opts \\ [])
+
+  def profile_step(%Model{} = model, {inputs, targets}, opts) do
+    opts = Options.validate!(opts, @profile_opts, :profile_step)
+    d = device_data(model, inputs, targets, :profile_step)
     lr = (opts[:learning_rate] || model.learning_rate) * 1.0
-    Native.call(:model_profile_step, [model.ref, d.inputs, d.target, lr], :profile_step, flavour(model))
+    Native.call(:model_profile_step, [model.ref, d.inputs, d.target, lr], :profile_step)
   end
+
+  def profile_step(%Model{}, data, _opts),
+    do: Options.fail(:profile_step, "expected the batch as {inputs, targets}, got #{Options.short(data)}")
+
+  def profile_step(other, _data, _opts), do: Model.not_a_model(other, :profile_step)
 
   # ---- data plumbing ----
 
-  defp flavour(%Model{device: :cpu}), do: :cpu
-  defp flavour(_), do: :io
-
   defp epoch_call(model, data, opts, progress) do
     pid = Progress.pid(progress)
-    Native.call(:model_train_epoch, [model.ref, data.inputs, data.target, opts, pid], :fit, flavour(model))
+    Native.call(:model_train_epoch, [model.ref, data.inputs, data.target, opts, pid], :fit)
   end
 
-  defp stats_call(name, model, data, extra) do
-    Native.call(name, [model.ref, data.inputs, data.target | extra], :evaluate, flavour(model))
+  defp stats_call(model, data, opts) do
+    Native.call(:model_evaluate, [model.ref, data.inputs, data.target, opts], :evaluate)
   end
 
   @doc false
-  def device_data(model, inputs, targets) do
+  def device_data(model, inputs, targets, op) do
     inputs = if is_list(inputs), do: inputs, else: [inputs]
-    tensors = Enum.map(inputs, &to_tensor(&1, model.device))
+    if inputs == [], do: Options.fail(op, "expected at least one input tensor")
+    tensors = Enum.map(inputs, &to_tensor(&1, model.device, op))
 
     %{
       inputs: Enum.map(tensors, & &1.ref),
-      target: targets && to_tensor(targets, model.device).ref,
+      target: targets && to_tensor(targets, model.device, op).ref,
       n:
         case tensors do
           [%Tensor{shape: shape} | _] when tuple_size(shape) > 0 -> elem(shape, 0)
@@ -316,23 +434,17 @@ defmodule ExBurn.Training do
 
   defp samples(%{n: n}), do: n
 
-  defp to_tensor(%Tensor{} = t, device), do: Tensor.to_device(t, device)
+  defp to_tensor(%Tensor{} = t, device, _op), do: Tensor.to_device(t, device)
 
   if Code.ensure_loaded?(Nx) do
     # Nx tensors on ExBurn.Backend are used in place; others are copied once.
-    defp to_tensor(%Nx.Tensor{data: %{__struct__: ExBurn.Backend}} = t, device),
+    defp to_tensor(%Nx.Tensor{data: %{__struct__: ExBurn.Backend}} = t, device, _op),
       do: t |> ExBurn.Backend.burn_tensor() |> Tensor.to_device(device)
 
-    defp to_tensor(%Nx.Tensor{} = t, device), do: ExBurn.BurnBridge.from_nx(t, device: device)
+    defp to_tensor(%Nx.Tensor{} = t, device, _op), do: ExBurn.BurnBridge.from_nx(t, device: device)
   end
 
-  defp to_tensor(other, _device) do
-    raise ExBurn.Error.new(
-            kind: :argument,
-            op: :fit,
-            message: "expected an ExBurn.Tensor, got #{inspect(other)}"
-          )
-  end
+  defp to_tensor(other, _device, op), do: Tensor.not_a_tensor(other, op)
 
   defp ceil_div(a, b), do: div(a + b - 1, b)
 end

@@ -127,12 +127,29 @@ defmodule ExBurn.Type do
     end
   end
 
-  @doc "Encodes numbers (and `:nan`, `:infinity`, `:neg_infinity`) as little-endian elements of `type`."
-  @spec encode([number() | atom()], t()) :: binary()
-  def encode(values, type), do: for(v <- values, into: <<>>, do: encode1(v, type))
+  @doc """
+  Encodes numbers (and `:nan`, `:infinity`, `:neg_infinity` for float types) as
+  little-endian elements of `type`; integers wrap to the type's width as in Nx. Anything else
+  raises `ExBurn.Error` of kind `:argument` naming `op`.
+  """
+  @spec encode([number() | atom()], t(), atom()) :: binary()
+  def encode(values, type, op \\ :encode) do
+    for v <- values, into: <<>> do
+      if encodable?(v, type),
+        do: encode1(v, type),
+        else: ExBurn.Options.fail(op, "cannot store #{ExBurn.Options.short(v)} in a tensor of type #{inspect(type)}")
+    end
+  end
+
+  defp encodable?(v, _type) when is_integer(v), do: true
+  defp encodable?(v, {class, _}) when is_float(v), do: class in [:f, :bf] or abs(v) < 1.0e19
+  defp encodable?(v, {class, _}) when v in [:nan, :infinity, :neg_infinity], do: class in [:f, :bf]
+  defp encodable?(_v, _type), do: false
 
   defp encode1(v, {:s, b}), do: <<trunc(v)::signed-little-size(b)>>
   defp encode1(v, {:u, b}), do: <<trunc(v)::unsigned-little-size(b)>>
+  defp encode1(v, {:bf, 16}) when is_integer(v) and abs(v) >= 3.4e38, do: encode1(sign_inf(v), {:bf, 16})
+  defp encode1(v, {:f, b}) when is_integer(v) and abs(v) >= 1.0e300, do: encode1(sign_inf(v), {:f, b})
   defp encode1(v, {:bf, 16}), do: binary_part(encode1(v, {:f, 32}), 2, 2)
   defp encode1(:nan, {:f, 16}), do: <<0x7E00::little-16>>
   defp encode1(:infinity, {:f, 16}), do: <<0x7C00::little-16>>
@@ -143,5 +160,10 @@ defmodule ExBurn.Type do
   defp encode1(:nan, {:f, 64}), do: <<0x7FF8000000000000::little-64>>
   defp encode1(:infinity, {:f, 64}), do: <<0x7FF0000000000000::little-64>>
   defp encode1(:neg_infinity, {:f, 64}), do: <<0xFFF0000000000000::little-64>>
+  defp encode1(v, {:f, 16}) when abs(v) > 65504.0, do: encode1(sign_inf(v), {:f, 16})
+  defp encode1(v, {:f, 32}) when abs(v) > 3.4028234663852886e38, do: encode1(sign_inf(v), {:f, 32})
   defp encode1(v, {:f, b}), do: <<v * 1.0::float-little-size(b)>>
+
+  defp sign_inf(v) when v < 0, do: :neg_infinity
+  defp sign_inf(_v), do: :infinity
 end

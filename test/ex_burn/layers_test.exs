@@ -36,7 +36,7 @@ defmodule ExBurn.LayersTest do
     assert %ExBurn.Error{kind: :shape} = catch_error(ExBurn.Model.info(bad))
     dup = Layers.input("x", shape: {nil, 4}) |> Layers.dense(2, name: "x")
     assert %ExBurn.Error{kind: :argument} = catch_error(Layers.to_spec(dup))
-    assert_raise ArgumentError, fn -> Layers.input("x", shape: {4}) end
+    assert %ExBurn.Error{kind: :argument, op: :input} = catch_error(Layers.input("x", shape: {4}))
   end
 
   test "conv, pools, norms and embeddings infer shapes" do

@@ -291,6 +291,7 @@ mod engine {
                 accumulate: 1,
                 progress_every: 0,
                 accuracy: false,
+                ..Default::default()
             };
             let mut engine = Engine {
                 model,

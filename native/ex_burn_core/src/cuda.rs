@@ -85,3 +85,27 @@ pub fn device_name(index: usize) -> Result<String> {
         ))
     })
 }
+
+/// Total memory of CUDA device `index` in bytes.
+pub fn total_memory(index: usize) -> Result<u64> {
+    static TOTAL: OnceLock<std::sync::Mutex<Vec<Option<u64>>>> = OnceLock::new();
+    let cache = TOTAL.get_or_init(Default::default);
+    if let Some(Some(v)) = cache.lock().ok().and_then(|c| c.get(index).copied()) {
+        return Ok(v);
+    }
+    check(index)?;
+    let total = crate::guard(|| {
+        let dev = drv::device::get(index as i32).map_err(|e| Error::Device(format!("{e:?}")))?;
+        // SAFETY: `dev` is a valid device handle from the driver.
+        unsafe { drv::device::total_mem(dev) }
+            .map(|m| m as u64)
+            .map_err(|e| Error::Device(format!("{e:?}")))
+    })?;
+    if let Ok(mut c) = cache.lock() {
+        if c.len() <= index {
+            c.resize(index + 1, None);
+        }
+        c[index] = Some(total);
+    }
+    Ok(total)
+}

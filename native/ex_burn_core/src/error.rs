@@ -39,7 +39,14 @@ pub enum Error {
     /// A truncated, corrupt or foreign file.
     #[error("{0}")]
     Corrupt(String),
-    /// A backend failure while running (out of memory, kernel failure).
+    /// A request larger than the device can hold (or than the configured limit), refused
+    /// before allocating; also a backend allocation failure.
+    #[error("{0}")]
+    OutOfMemory(String),
+    /// A training loss that is NaN or infinite, detected before the optimizer step.
+    #[error("{0}")]
+    NonFinite(String),
+    /// A backend failure while running (kernel failure).
     #[error("{0}")]
     Execution(String),
     /// A panic inside Burn or the engine, caught before it reached the VM.
@@ -61,6 +68,8 @@ impl Error {
             Error::Argument(_) => "argument",
             Error::Io(_) => "io",
             Error::Corrupt(_) => "corrupt",
+            Error::OutOfMemory(_) => "out_of_memory",
+            Error::NonFinite(_) => "non_finite",
             Error::Execution(_) => "execution",
             Error::Panic(_) => "panic",
         }
@@ -82,6 +91,7 @@ impl Error {
             Error::Unsupported(m) => Error::Unsupported(wrap(m)),
             Error::Argument(m) => Error::Argument(wrap(m)),
             Error::Execution(m) => Error::Execution(wrap(m)),
+            Error::OutOfMemory(m) => Error::OutOfMemory(wrap(m)),
             Error::Panic(m) => Error::Panic(wrap(m)),
             other => other,
         }

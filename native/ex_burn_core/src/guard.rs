@@ -47,6 +47,12 @@ const EXBURN_STREAM: u64 = u64::MAX - 0xE8B;
 /// Runs `f` on ExBurn's stream, returning its result, or `Error::Panic` with the panic's
 /// message.
 pub fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch(f).and_then(|r| r)
+}
+
+/// Like [`guard`], but tells a panic (the outer `Err`, classified) from an error `f` returned
+/// (the inner one), so that callers can restore state a panic may have left half-changed.
+pub fn catch<T>(f: impl FnOnce() -> Result<T>) -> std::result::Result<Result<T>, Error> {
     install_hook();
     GUARDED.with(|g| g.set(g.get() + 1));
     let stream = burn::tensor::StreamId {
@@ -55,7 +61,7 @@ pub fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     let r = panic::catch_unwind(AssertUnwindSafe(|| stream.executes(f)));
     GUARDED.with(|g| g.set(g.get() - 1));
     match r {
-        Ok(r) => r,
+        Ok(r) => Ok(r),
         Err(_) => {
             let msg = MESSAGE
                 .with(|m| m.borrow_mut().take())
@@ -69,7 +75,7 @@ pub fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 fn classify(msg: String) -> Error {
     let lower = msg.to_lowercase();
     if lower.contains("out of memory") || lower.contains("outofmemory") {
-        Error::Execution(format!("device out of memory: {msg}"))
+        Error::OutOfMemory(format!("device out of memory: {msg}"))
     } else if lower.contains("nvrtc")
         || lower.contains("cuda_path")
         || lower.contains("cuda installation")
@@ -97,7 +103,8 @@ pub fn exclusive<T>(device: crate::Device, f: impl FnOnce() -> Result<T>) -> Res
 
 /// Drops device data on ExBurn's stream, holding the GPU lock: a handle dropped from another
 /// thread's stream (the BEAM's garbage collector runs anywhere) would otherwise confuse the
-/// stream that owns it.
+/// stream that owns it. This waits for the lock: callers on normal schedulers use
+/// [`release_later`].
 pub fn release<T>(device: crate::Device, value: T) {
     if device.is_host() {
         drop(value);
@@ -109,4 +116,42 @@ pub fn release<T>(device: crate::Device, value: T) {
             Ok(())
         })
     });
+}
+
+type Release = Box<dyn FnOnce() + Send>;
+
+/// Drops device data like [`release`] without waiting: host data is dropped at once, GPU data
+/// by a background thread that takes the GPU lock (the garbage collector must not wait for a
+/// long GPU op to finish).
+pub fn release_later<T: Send + 'static>(device: crate::Device, value: T) {
+    if device.is_host() {
+        drop(value);
+        return;
+    }
+    static QUEUE: std::sync::OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<Release>>>> =
+        std::sync::OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Release>();
+        std::thread::Builder::new()
+            .name("ex_burn_release".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })
+            .ok()
+            .map(|_| std::sync::Mutex::new(tx))
+    });
+    let job: Release = Box::new(move || release(device, value));
+    match queue {
+        Some(tx) => match tx.lock() {
+            Ok(tx) => {
+                if let Err(e) = tx.send(job) {
+                    (e.0)();
+                }
+            }
+            Err(_) => job(),
+        },
+        None => job(),
+    }
 }

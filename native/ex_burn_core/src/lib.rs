@@ -23,6 +23,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod guard;
+pub mod memory;
 pub mod op;
 pub mod program;
 pub mod scalar;

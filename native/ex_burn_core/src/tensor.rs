@@ -36,9 +36,11 @@ pub(crate) fn prim_shape(shape: &[usize]) -> Shape {
     }
 }
 
-/// Number of elements of a shape (1 for rank 0).
+/// Number of elements of a shape (1 for rank 0), saturating at `usize::MAX` so that a shape
+/// whose count overflows can never pass for a small one (see [`crate::op::plan::numel`] for
+/// the checked count).
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
 }
 
 fn read<F>(f: F) -> Result<TensorData>
@@ -111,15 +113,17 @@ impl Tensor {
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
-        let n = numel(shape);
-        let want = n
-            .checked_mul(dtype.size())
-            .ok_or_else(|| Error::Shape(format!("shape {shape:?} is too large")))?;
-        if bytes.len() != want {
+        let n = crate::op::plan::numel(shape)?;
+        let want = n * dtype.size() as u128;
+        if bytes.len() as u128 != want {
             return Err(Error::Shape(format!(
                 "binary of {} bytes does not match shape {shape:?} of type {dtype} ({want} bytes expected)",
                 bytes.len()
             )));
+        }
+        crate::memory::reserve(Device::Cpu, want, &|| "a copy of the binary".into())?;
+        if !device.is_host() {
+            crate::memory::reserve(device, want, &|| "the tensor".into())?;
         }
         let data = TensorData::from_bytes_vec(bytes.to_vec(), prim_shape(shape), dtype.burn());
         Tensor::from_data(data, dtype, shape.to_vec(), device)
@@ -161,6 +165,11 @@ impl Tensor {
         if t.numel() == 0 {
             return Ok(Vec::new());
         }
+        // The data crosses to the host (and is converted there for booleans).
+        let host = (t.numel() as u128) * (dtype.size() as u128);
+        crate::memory::reserve(Device::Cpu, host.saturating_mul(2), &|| {
+            "reading the tensor back".into()
+        })?;
         let t = if t.kind == Kind::Bool {
             t.cast(DType::U8)?
         } else {

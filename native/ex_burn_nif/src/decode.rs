@@ -1,12 +1,16 @@
-//! Decoding Erlang terms into core types through one serde `Deserializer`, so ops, programs,
-//! devices and types are declared once (in `ex_burn_core`) and decoded as tagged enums.
+//! Decoding the recursive terms (ops, programs, model specs and the training options stored
+//! with them) into core types through one serde `Deserializer`, so they are declared once (in
+//! `ex_burn_core`). Fixed-shape arguments go through `args` instead.
 //!
-//! Conventions: an enum variant is an atom (`:exp`, `:cpu`; struct variants then take their
-//! defaults), `{atom, value}` (newtype, or struct variant with a map/keyword list of fields),
-//! or `{atom, a, b, ...}` (tuple variant). Structs are maps with atom keys or keyword lists.
-//! `nil` is `None`. Floats accept integers.
+//! Conventions: an enum variant is an atom (`:exp`; struct variants then take their defaults),
+//! `{atom, value}` (newtype, or struct variant with a map/keyword list of fields), or
+//! `{atom, a, b, ...}` (tuple variant). Structs are maps with atom keys or keyword lists.
+//! `nil` is `None`. Floats accept integers and `:nan`, `:infinity`, `:neg_infinity`.
+//!
+//! Terms nested deeper than [`MAX_DEPTH`] are refused (the decoder recurses with the term), and
+//! the core types refuse unknown keys, naming the accepted ones.
 
-use ex_burn_core::{DType, Device, Error, Result};
+use ex_burn_core::{Error, Result};
 use rustler::{Term, TermType};
 use serde::de::{
     self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor,
@@ -32,15 +36,12 @@ impl de::Error for DeError {
     }
 }
 
+/// Deepest term nesting decoded (a program's while loop nested in another costs about six).
+pub const MAX_DEPTH: usize = 128;
+
 /// Decodes any `Deserialize` value from a term; `what` names it in the error.
 pub fn decode<'de, T: Deserialize<'de>>(term: Term, what: &str) -> Result<T> {
-    T::deserialize(De(term)).map_err(|e| Error::Argument(format!("invalid {what}: {e}")))
-}
-
-/// Decodes an Nx type tuple; unsupported types keep their `:unsupported_dtype` kind.
-pub fn dtype(term: Term) -> Result<DType> {
-    let (class, bits): (String, u32) = decode(term, "type")?;
-    DType::from_nx(&class, bits)
+    T::deserialize(De::new(term)).map_err(|e| Error::Argument(format!("invalid {what}: {e}")))
 }
 
 /// Decodes an op. Ops given as a bare atom (most eager calls) are decoded once and cached by
@@ -63,29 +64,25 @@ pub fn op(term: Term) -> Result<ex_burn_core::Op> {
     Ok(op)
 }
 
-/// Decodes a device (`:cpu`, `:cuda` = `{:cuda, 0}`, `{:cuda, i}`, ...).
-pub fn device(term: Term) -> Result<Device> {
-    if term == crate::reply::cpu().to_term(term.get_env()) {
-        return Ok(Device::Cpu);
+/// The term deserializer: a term and how deep it sits.
+pub struct De<'a>(Term<'a>, usize);
+
+impl<'a> De<'a> {
+    /// The deserializer of a root term.
+    pub fn new(term: Term<'a>) -> Self {
+        De(term, 0)
     }
-    if let Ok(name) = term.atom_to_string() {
-        match name.as_str() {
-            "cuda" => return Ok(Device::Cuda(0)),
-            "vulkan" => return Ok(Device::Vulkan(0)),
-            "metal" => return Ok(Device::Metal(0)),
-            _ => {}
-        }
-    }
-    decode(term, "device")
+
 }
 
-/// Decodes a shape given as a tuple or list of non-negative integers.
-pub fn shape(term: Term) -> Result<Vec<usize>> {
-    decode(term, "shape")
+fn child(term: Term, depth: usize) -> Result<De, DeError> {
+    if depth >= MAX_DEPTH {
+        return Err(DeError(format!(
+            "the term is nested more than {MAX_DEPTH} levels deep"
+        )));
+    }
+    Ok(De(term, depth + 1))
 }
-
-/// The term deserializer.
-pub struct De<'a>(pub Term<'a>);
 
 fn is_keyword(term: Term) -> bool {
     match term.decode::<Vec<Term>>() {
@@ -102,7 +99,7 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
     type Error = DeError;
 
     fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
-        let t = self.0;
+        let (t, depth) = (self.0, self.1);
         match t.get_type() {
             TermType::Atom => {
                 let s = t.atom_to_string().map_err(|_| DeError("bad atom".into()))?;
@@ -128,11 +125,13 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
             TermType::List => v.visit_seq(Seq::new(
                 t.decode::<Vec<Term>>()
                     .map_err(|_| DeError("improper list".into()))?,
+                depth,
             )),
             TermType::Tuple => v.visit_seq(Seq::new(
                 rustler::types::tuple::get_tuple(t).map_err(|_| DeError("bad tuple".into()))?,
+                depth,
             )),
-            TermType::Map => v.visit_map(Map::from_map(t)?),
+            TermType::Map => v.visit_map(Map::from_map(t, depth)?),
             TermType::Binary => {
                 let b: rustler::Binary = t.decode().map_err(|_| DeError("bad binary".into()))?;
                 match std::str::from_utf8(b.as_slice()) {
@@ -180,8 +179,10 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
         v: V,
     ) -> Result<V::Value, DeError> {
         match self.0.get_type() {
-            TermType::Map => v.visit_map(Map::from_map(self.0)?),
-            TermType::List if is_keyword(self.0) => v.visit_map(Map::from_keyword(self.0)?),
+            TermType::Map => v.visit_map(Map::from_map(self.0, self.1)?),
+            TermType::List if is_keyword(self.0) => {
+                v.visit_map(Map::from_keyword(self.0, self.1)?)
+            }
             _ => Err(DeError("expected a map or keyword list".into())),
         }
     }
@@ -198,6 +199,7 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
             return v.visit_enum(Enum {
                 name,
                 payload: Payload::None,
+                depth: self.1,
             });
         }
         let items = rustler::types::tuple::get_tuple(t)
@@ -211,7 +213,11 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
             2 => Payload::One(items[1]),
             _ => Payload::Many(items[1..].to_vec()),
         };
-        v.visit_enum(Enum { name, payload })
+        v.visit_enum(Enum {
+            name,
+            payload,
+            depth: self.1,
+        })
     }
 
     fn deserialize_tuple<V: Visitor<'de>>(self, _len: usize, v: V) -> Result<V::Value, DeError> {
@@ -230,12 +236,14 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
 
 struct Seq<'a> {
     items: std::vec::IntoIter<Term<'a>>,
+    depth: usize,
 }
 
 impl<'a> Seq<'a> {
-    fn new(items: Vec<Term<'a>>) -> Self {
+    fn new(items: Vec<Term<'a>>, depth: usize) -> Self {
         Seq {
             items: items.into_iter(),
+            depth,
         }
     }
 }
@@ -246,29 +254,31 @@ impl<'de, 'a> SeqAccess<'de> for Seq<'a> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, DeError> {
-        self.items
-            .next()
-            .map(|t| seed.deserialize(De(t)))
-            .transpose()
+        match self.items.next() {
+            Some(t) => seed.deserialize(child(t, self.depth)?).map(Some),
+            None => Ok(None),
+        }
     }
 }
 
 struct Map<'a> {
     entries: std::vec::IntoIter<(Term<'a>, Term<'a>)>,
     value: Option<Term<'a>>,
+    depth: usize,
 }
 
 impl<'a> Map<'a> {
-    fn from_map(t: Term<'a>) -> Result<Self, DeError> {
+    fn from_map(t: Term<'a>, depth: usize) -> Result<Self, DeError> {
         let iter =
             rustler::types::map::MapIterator::new(t).ok_or_else(|| DeError("bad map".into()))?;
         Ok(Map {
             entries: iter.collect::<Vec<_>>().into_iter(),
             value: None,
+            depth,
         })
     }
 
-    fn from_keyword(t: Term<'a>) -> Result<Self, DeError> {
+    fn from_keyword(t: Term<'a>, depth: usize) -> Result<Self, DeError> {
         let items: Vec<Term> = t.decode().map_err(|_| DeError("bad keyword list".into()))?;
         let mut entries = Vec::with_capacity(items.len());
         for i in items {
@@ -279,13 +289,15 @@ impl<'a> Map<'a> {
         Ok(Map {
             entries: entries.into_iter(),
             value: None,
+            depth,
         })
     }
 
-    fn empty() -> Self {
+    fn empty(depth: usize) -> Self {
         Map {
             entries: Vec::new().into_iter(),
             value: None,
+            depth,
         }
     }
 }
@@ -299,7 +311,7 @@ impl<'de, 'a> MapAccess<'de> for Map<'a> {
         match self.entries.next() {
             Some((k, v)) => {
                 self.value = Some(v);
-                seed.deserialize(De(k)).map(Some)
+                seed.deserialize(child(k, self.depth)?).map(Some)
             }
             None => Ok(None),
         }
@@ -310,7 +322,7 @@ impl<'de, 'a> MapAccess<'de> for Map<'a> {
             .value
             .take()
             .ok_or_else(|| DeError("value without key".into()))?;
-        seed.deserialize(De(v))
+        seed.deserialize(child(v, self.depth)?)
     }
 }
 
@@ -323,42 +335,46 @@ enum Payload<'a> {
 struct Enum<'a> {
     name: String,
     payload: Payload<'a>,
+    depth: usize,
 }
+
+/// An enum variant's payload and its depth.
+struct Variant<'a>(Payload<'a>, usize);
 
 impl<'de, 'a> de::EnumAccess<'de> for Enum<'a> {
     type Error = DeError;
-    type Variant = Payload<'a>;
+    type Variant = Variant<'a>;
     fn variant_seed<S: DeserializeSeed<'de>>(
         self,
         seed: S,
-    ) -> Result<(S::Value, Payload<'a>), DeError> {
+    ) -> Result<(S::Value, Variant<'a>), DeError> {
         let name: de::value::StringDeserializer<DeError> = self.name.into_deserializer();
-        Ok((seed.deserialize(name)?, self.payload))
+        Ok((seed.deserialize(name)?, Variant(self.payload, self.depth)))
     }
 }
 
-impl<'de, 'a> de::VariantAccess<'de> for Payload<'a> {
+impl<'de, 'a> de::VariantAccess<'de> for Variant<'a> {
     type Error = DeError;
 
     fn unit_variant(self) -> Result<(), DeError> {
-        match self {
+        match self.0 {
             Payload::None => Ok(()),
             _ => Err(DeError("this variant takes no arguments".into())),
         }
     }
 
     fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, DeError> {
-        match self {
-            Payload::One(t) => seed.deserialize(De(t)),
+        match self.0 {
+            Payload::One(t) => seed.deserialize(child(t, self.1)?),
             Payload::None => Err(DeError("this variant needs a value: {tag, value}".into())),
             Payload::Many(_) => Err(DeError("this variant takes one value".into())),
         }
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, _len: usize, v: V) -> Result<V::Value, DeError> {
-        match self {
-            Payload::Many(items) => v.visit_seq(Seq::new(items)),
-            Payload::One(t) => De(t).deserialize_any(v),
+        match self.0 {
+            Payload::Many(items) => v.visit_seq(Seq::new(items, self.1)),
+            Payload::One(t) => child(t, self.1)?.deserialize_any(v),
             Payload::None => Err(DeError("this variant needs values".into())),
         }
     }
@@ -368,9 +384,9 @@ impl<'de, 'a> de::VariantAccess<'de> for Payload<'a> {
         _fields: &'static [&'static str],
         v: V,
     ) -> Result<V::Value, DeError> {
-        match self {
-            Payload::None => v.visit_map(Map::empty()),
-            Payload::One(t) => De(t).deserialize_struct("", &[], v),
+        match self.0 {
+            Payload::None => v.visit_map(Map::empty(self.1)),
+            Payload::One(t) => child(t, self.1)?.deserialize_struct("", &[], v),
             Payload::Many(_) => Err(DeError("struct variants take a map or keyword list".into())),
         }
     }

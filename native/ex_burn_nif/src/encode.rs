@@ -1,6 +1,6 @@
 //! Encoding serde values (model specs, options) as Erlang terms, the mirror of `decode`:
 //! structs become maps with atom keys, unit variants atoms, other variants `{tag, value}`,
-//! sequences lists, `None` `nil`.
+//! sequences lists, `None` `nil`, non-finite floats `:nan`, `:infinity`, `:neg_infinity`.
 
 use rustler::{Atom, Encoder, Env, Term};
 use serde::ser::{self, Serialize};
@@ -101,10 +101,13 @@ impl<'a> ser::Serializer for Ser<'a> {
     type SerializeStructVariant = Map<'a>;
 
     enc!(serialize_bool: bool, serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
-         serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64, serialize_f64: f64, serialize_str: &str);
+         serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64, serialize_str: &str);
 
+    fn serialize_f64(self, v: f64) -> Result<Term<'a>, EncError> {
+        Ok(crate::reply::Num(v).encode(self.env))
+    }
     fn serialize_f32(self, v: f32) -> Result<Term<'a>, EncError> {
-        Ok((v as f64).encode(self.env))
+        Ok(crate::reply::Num(v as f64).encode(self.env))
     }
     fn serialize_char(self, v: char) -> Result<Term<'a>, EncError> {
         Ok(v.to_string().encode(self.env))

@@ -1,10 +1,8 @@
 //! Erlang NIF bindings of ExBurn: the only crate that knows Erlang terms. Each NIF decodes
-//! its arguments (`decode`), calls `ex_burn_core` inside a panic guard, and encodes the result
-//! as `{:ok, value}` or `{:error, {kind, message}}` (`reply`).
-//!
-//! Scheduling by cost class: metadata NIFs run on normal schedulers; the data and compute NIFs
-//! come in three flavours (`name`, `name_cpu`, `name_io`) for normal, dirty-CPU and dirty-IO
-//! schedulers, chosen on the Elixir side by device and size.
+//! its arguments (`args` for fixed-shape terms, `decode` for ops, programs and specs), calls
+//! `ex_burn_core` inside a panic guard, and encodes the result as `{:ok, value}` or
+//! `{:error, {kind, message}}` (`reply`). Every NIF starts on a normal scheduler and moves
+//! itself to a dirty one when its work is costly (`sched`).
 
 /// mimalloc for everything Rust allocates in the NIF. Training allocates and frees
 /// multi-megabyte tensors every step; glibc malloc serves those with fresh mmaps (page faults on
@@ -13,11 +11,13 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod args;
 mod decode;
 mod encode;
 mod nifs;
 mod reply;
 mod resource;
+mod sched;
 
 fn load(_env: rustler::Env, _info: rustler::Term) -> bool {
     // Install the panic hook now so the first guarded call does not race to install it.

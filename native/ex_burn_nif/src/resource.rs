@@ -1,8 +1,9 @@
-//! Resource types held by Elixir: tensors (freed on `deallocate` or garbage collection) and
-//! validated programs.
+//! Resource types held by Elixir: tensors (freed on `deallocate` or garbage collection),
+//! validated programs and compiled models.
 
-use ex_burn_core::{Error, Program, Result, Tensor};
-use std::sync::RwLock;
+use ex_burn_core::train::Model;
+use ex_burn_core::{guard, Device, Error, Program, Result, Tensor};
+use std::sync::{Mutex, PoisonError, RwLock};
 
 /// A tensor owned by the BEAM. `deallocate` drops the device memory at once; later use is
 /// an `:deallocated` error.
@@ -23,37 +24,45 @@ impl TensorRes {
 
     /// A cheap handle to the tensor (Burn primitives are reference counted).
     pub fn get(&self) -> Result<Tensor> {
-        let guard = self
-            .inner
+        self.inner
             .read()
-            .map_err(|_| Error::Execution("tensor lock poisoned".into()))?;
-        guard
+            .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .ok_or_else(|| Error::Deallocated("tensor was deallocated and cannot be used".into()))
     }
 
-    /// Frees the tensor; returns whether it was still allocated.
-    pub fn free(&self) -> Result<bool> {
-        let mut guard = self
+    /// The tensor's device, if it is still allocated.
+    pub fn device(&self) -> Option<Device> {
+        self.inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(Tensor::device)
+    }
+
+    /// Frees the tensor (waiting for the GPU when it lives there); returns whether it was
+    /// still allocated.
+    pub fn free(&self) -> bool {
+        let taken = self
             .inner
             .write()
-            .map_err(|_| Error::Execution("tensor lock poisoned".into()))?;
-        let taken = guard.take();
-        drop(guard);
-        Ok(match taken {
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match taken {
             Some(t) => {
-                ex_burn_core::guard::release(t.device(), t);
+                guard::release(t.device(), t);
                 true
             }
             None => false,
-        })
+        }
     }
 }
 
 impl Drop for TensorRes {
     fn drop(&mut self) {
-        if let Some(t) = self.inner.get_mut().ok().and_then(|slot| slot.take()) {
-            ex_burn_core::guard::release(t.device(), t);
+        let slot = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = slot.take() {
+            guard::release_later(t.device(), t);
         }
     }
 }
@@ -67,9 +76,11 @@ pub struct ProgramRes {
 #[rustler::resource_impl]
 impl rustler::Resource for ProgramRes {}
 
-/// A compiled model. Calls on one model are serialised by the mutex.
+/// A compiled model. Calls on one model are serialised by the mutex; a panic inside a call
+/// restores the model as it was before the call (it is never left poisoned or half-updated).
 pub struct ModelRes {
-    inner: std::sync::Mutex<Option<ex_burn_core::train::Model>>,
+    device: Device,
+    inner: Mutex<Option<Model>>,
 }
 
 #[rustler::resource_impl]
@@ -77,33 +88,51 @@ impl rustler::Resource for ModelRes {}
 
 impl Drop for ModelRes {
     fn drop(&mut self) {
-        if let Some(model) = self.inner.get_mut().ok().and_then(|slot| slot.take()) {
-            ex_burn_core::guard::release(model.device(), model);
+        let slot = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(model) = slot.take() {
+            guard::release_later(self.device, model);
         }
     }
 }
 
 impl ModelRes {
     /// Wraps a model.
-    pub fn new(m: ex_burn_core::train::Model) -> Self {
+    pub fn new(m: Model) -> Self {
         ModelRes {
-            inner: std::sync::Mutex::new(Some(m)),
+            device: m.device(),
+            inner: Mutex::new(Some(m)),
         }
     }
 
-    /// Runs `f` with exclusive access to the model (and to the GPU when it lives on one).
-    pub fn with<T>(
-        &self,
-        f: impl FnOnce(&mut ex_burn_core::train::Model) -> Result<T>,
-    ) -> Result<T> {
-        let mut guard = self
-            .inner
-            .lock()
-            .map_err(|_| Error::Execution("model lock poisoned by an earlier panic".into()))?;
+    /// The device the model lives on (fixed for the resource's lifetime).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Runs `f` with shared access to the model (and exclusive access to the GPU when it lives
+    /// on one).
+    pub fn read<T>(&self, f: impl FnOnce(&Model) -> Result<T>) -> Result<T> {
+        let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let model = guard
+            .as_ref()
+            .ok_or_else(|| Error::Deallocated("model was released".into()))?;
+        guard::exclusive(self.device, || f(model))
+    }
+
+    /// Runs `f` with exclusive access to the model. When `f` panics, the model is put back as
+    /// it was before the call and the panic is returned as an error.
+    pub fn update<T>(&self, f: impl FnOnce(&mut Model) -> Result<T>) -> Result<T> {
+        let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let model = guard
             .as_mut()
             .ok_or_else(|| Error::Deallocated("model was released".into()))?;
-        let device = model.device();
-        ex_burn_core::guard::exclusive(device, || f(model))
+        let backup = model.clone();
+        match guard::catch(|| guard::exclusive(self.device, || f(model))) {
+            Ok(result) => result,
+            Err(panic) => {
+                *model = backup;
+                Err(panic)
+            }
+        }
     }
 }

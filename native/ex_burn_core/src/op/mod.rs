@@ -13,6 +13,7 @@ mod fold;
 mod index;
 mod linalg;
 mod nn;
+pub mod plan;
 mod reduce;
 mod scatter;
 pub(crate) mod shape;
@@ -715,6 +716,13 @@ impl Op {
 /// the device of their inputs (which must all be on one device).
 pub fn eval(op: &Op, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
     check_inputs(op, inputs)?;
+    let on = inputs.first().map_or(device, Tensor::device);
+    let guarded = plan::plan(op, inputs).and_then(|p| {
+        crate::memory::reserve(on, p.bytes, &|| "the result".into())
+    });
+    if let Err(e) = guarded {
+        return Err(e.in_op(&op.name()));
+    }
     let out = match op {
         Op::While { .. } | Op::Cond { .. } => crate::program::control(op, inputs, device),
         Op::Hook { id, .. } => crate::program::hook(*id, inputs),

@@ -195,7 +195,7 @@ pub fn from_bytes(bytes: &[u8], device: Device) -> Result<Model> {
         .map(|(n, s)| Ok((n, ParamId::deserialize(&s))))
         .collect::<Result<_>>()?;
     model
-        .set_parameters(&tensors, Some(&ids))
+        .set_parameters(&tensors, Some(&ids), false)
         .map_err(|e| Error::Corrupt(format!("stored parameters do not fit the model: {e}")))?;
     model.set_optimizer_state(state.to_bytes(None)?, steps)?;
     model.freeze(&frozen)?;

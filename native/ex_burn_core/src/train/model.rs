@@ -20,13 +20,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-/// A batch's loss (not synchronised), its gradients and, for classification, which samples
-/// were predicted right.
-type BatchGrads = (
-    burn::tensor::Tensor<B, 1>,
-    GradientsParams,
-    Option<burn::tensor::Tensor<B, 1, Bool>>,
-);
+/// A batch's forward pass: the loss on the autodiff graph, the same loss off it, its value on
+/// the host and, for classification, which samples were predicted right.
+struct Forward {
+    loss: burn::tensor::Tensor<B, 1>,
+    inner: burn::tensor::Tensor<B, 1>,
+    value: f64,
+    hits: Option<burn::tensor::Tensor<B, 1, Bool>>,
+}
 
 /// How a model trains.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -48,6 +49,19 @@ pub struct CompileOptions {
     pub dtype: DType,
 }
 
+impl CompileOptions {
+    /// Checks the learning rate and the optimizer's settings.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.learning_rate.is_finite() && self.learning_rate >= 0.0) {
+            return Err(Error::Argument(format!(
+                "learning_rate must be a finite non-negative number, got {}",
+                self.learning_rate
+            )));
+        }
+        self.optimizer.validate()
+    }
+}
+
 fn default_dtype() -> DType {
     DType::F32
 }
@@ -63,6 +77,29 @@ pub struct Data {
     pub inputs: Vec<Tensor>,
     /// Targets: class ids `[n]` or float values.
     pub target: Option<Tensor>,
+}
+
+/// What training does with a batch whose loss is NaN or infinite. The loss is read before
+/// the backward pass, so no such batch ever reaches the optimizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnNonFinite {
+    /// Fail with [`Error::NonFinite`] naming the epoch and step; the weights stay as they were
+    /// before that step.
+    #[default]
+    Raise,
+    /// Leave the batch out (no update) and go on.
+    Skip,
+    /// End the epoch there (no update); [`Stats::stopped`] tells.
+    Stop,
+}
+
+/// The result of one training step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step {
+    /// The batch's loss.
+    pub loss: f64,
+    /// Whether the optimizer applied the step (false for a skipped non-finite loss).
+    pub applied: bool,
 }
 
 /// Per-epoch options.
@@ -81,6 +118,10 @@ pub struct EpochOptions {
     /// Count correct predictions for the epoch's accuracy (classification losses only; when
     /// false no per-batch argmax/compare runs and [`Stats::accuracy`] is `None`).
     pub accuracy: bool,
+    /// What a non-finite loss does.
+    pub on_non_finite: OnNonFinite,
+    /// The epoch's number (1-based) for error messages.
+    pub epoch: usize,
 }
 
 /// What an epoch (or an evaluation) measured.
@@ -96,6 +137,10 @@ pub struct Stats {
     pub steps: usize,
     /// Wall time.
     pub seconds: f64,
+    /// Batches left out because their loss was not finite.
+    pub skipped: usize,
+    /// Whether a non-finite loss ended the epoch early.
+    pub stopped: bool,
 }
 
 /// Milliseconds spent in each phase of one training step (device synchronised after each).
@@ -135,16 +180,21 @@ fn sync_err(e: burn::tensor::backend::ExecutionError) -> Error {
 impl Model {
     /// Builds a model on `device`.
     pub fn new(spec: ModelSpec, options: CompileOptions, device: Device) -> Result<Model> {
-        let ad = ad_device(device)?;
-        let (net, slots) = net::build(&spec, options.seed, &ad)?;
-        let optim = options.optimizer.init()?;
-        B::seed(&ad, options.seed);
+        options.validate()?;
         let dtype = options.dtype;
         if !dtype.is_float() {
             return Err(Error::Dtype(format!(
                 "models compute in a float type, got {dtype}"
             )));
         }
+        let params = spec.param_elements()?;
+        crate::memory::reserve(device, params * dtype.size().max(4) as u128, &|| {
+            format!("the model's {params} parameters")
+        })?;
+        let ad = ad_device(device)?;
+        let (net, slots) = net::build(&spec, options.seed, &ad)?;
+        let optim = options.optimizer.init()?;
+        B::seed(&ad, options.seed);
         let mut model = Model {
             spec,
             options,
@@ -161,7 +211,7 @@ impl Model {
                 .into_iter()
                 .map(|(n, t)| Ok((n, t.cast(dtype)?)))
                 .collect::<Result<_>>()?;
-            model.set_parameters(&cast, None)?;
+            model.set_parameters(&cast, None, false)?;
         }
         Ok(model)
     }
@@ -238,6 +288,19 @@ impl Model {
         Ok(n)
     }
 
+    /// Refuses batches whose activations (kept for the backward pass) cannot fit the device.
+    fn check_batch_memory(&self, rows: usize, training: bool) -> Result<()> {
+        let per_sample = self.spec.activation_elements()?;
+        let factor: u128 = if training { 3 } else { 1 };
+        let bytes = per_sample
+            .saturating_mul(rows as u128)
+            .saturating_mul(self.options.dtype.size() as u128)
+            .saturating_mul(factor);
+        crate::memory::reserve(self.device, bytes, &|| {
+            format!("the activations of a batch of {rows}")
+        })
+    }
+
     /// Checks that integer class ids are valid for the loss: one device read per call, so the
     /// batches of an epoch never wait for the device.
     fn check_classes(&self, data: &Data) -> Result<()> {
@@ -274,11 +337,43 @@ impl Model {
         Ok(())
     }
 
-    /// One optimizer step on a batch; returns the loss.
-    pub fn train_step(&mut self, batch: &Data, lr: f64) -> Result<f64> {
-        self.check_data(batch, true)?;
-        let loss = self.step_on(batch, lr, 1)?;
-        Ok(scalar(loss))
+    /// One optimizer step on a batch. A non-finite loss is found before the backward pass:
+    /// [`OnNonFinite::Raise`] fails, the others leave the model unchanged (`applied: false`).
+    pub fn train_step(&mut self, batch: &Data, lr: f64, on: OnNonFinite) -> Result<Step> {
+        let n = self.check_data(batch, true)?;
+        self.check_batch_memory(n, true)?;
+        let f = self.forward_loss(batch, false)?;
+        if !f.value.is_finite() {
+            return match on {
+                OnNonFinite::Raise => Err(self.non_finite(f.value, None)),
+                _ => Ok(Step {
+                    loss: f.value,
+                    applied: false,
+                }),
+            };
+        }
+        let grads = self.grads(f.loss, 1)?;
+        self.apply(grads, lr)?;
+        Ok(Step {
+            loss: f.value,
+            applied: true,
+        })
+    }
+
+    /// The error of a non-finite loss at the next optimizer step.
+    fn non_finite(&self, value: f64, at: Option<(usize, usize, usize)>) -> Error {
+        let place = match at {
+            Some((epoch, batch, batches)) => {
+                format!("epoch {epoch}, batch {batch} of {batches}")
+            }
+            None => "a training step".into(),
+        };
+        Error::NonFinite(format!(
+            "the loss is {value} at {place} (optimizer step {}): the step was not applied and \
+             the weights are as before it; lower the learning rate, check the data for NaN or \
+             infinite values, clip gradients, or pass on_non_finite: :skip or :stop",
+            self.steps + 1
+        ))
     }
 
     /// The loss of a batch through `net` (on the autodiff device when `ad`), with the value it
@@ -318,32 +413,32 @@ impl Model {
             .transpose()
     }
 
-    /// Forward + backward of one (micro-)batch, scaled by `1/scale`; returns the loss tensor
-    /// (not synchronised), the gradients and, when `count`, the batch's hits.
-    fn grads_of(&self, batch: &Data, scale: usize, count: bool) -> Result<BatchGrads> {
+    /// Forward pass and loss of one (micro-)batch on the autodiff device. The loss is read
+    /// back (one device sync) so that a non-finite one is caught before any update.
+    fn forward_loss(&self, batch: &Data, count: bool) -> Result<Forward> {
         let net = self.net()?;
         let (loss, out, target) = self.batch_loss(net, batch, true)?;
-        let correct = self.batch_hits(count, &out, &target, true)?;
-        let value = loss.clone().inner();
+        let hits = self.batch_hits(count, &out, &target, true)?;
+        let inner = loss.clone().inner();
+        let value = scalar(inner.clone());
+        Ok(Forward {
+            loss,
+            inner,
+            value,
+            hits,
+        })
+    }
+
+    /// The gradients of `loss` scaled by `1/scale`, frozen layers left out.
+    fn grads(&self, loss: burn::tensor::Tensor<B, 1>, scale: usize) -> Result<GradientsParams> {
+        let net = self.net()?;
         let scaled = if scale > 1 {
             loss.div_scalar(scale as f64)
         } else {
             loss
         };
-        let grads = scaled.backward();
-        let grads = GradientsParams::from_grads::<B, Net<B>>(grads, net);
-        Ok((value, self.remove_frozen(grads), correct))
-    }
-
-    fn step_on(
-        &mut self,
-        batch: &Data,
-        lr: f64,
-        scale: usize,
-    ) -> Result<burn::tensor::Tensor<B, 1>> {
-        let (loss, grads, _) = self.grads_of(batch, scale, false)?;
-        self.apply(grads, lr)?;
-        Ok(loss)
+        let grads = GradientsParams::from_grads::<B, Net<B>>(scaled.backward(), net);
+        Ok(self.remove_frozen(grads))
     }
 
     fn apply(&mut self, grads: GradientsParams, lr: f64) -> Result<()> {
@@ -370,6 +465,7 @@ impl Model {
         }
         let t0 = Instant::now();
         let data = &ids_as_s32(data)?;
+        self.check_batch_memory(opts.batch_size.min(n), true)?;
         let order = opts
             .shuffle
             .map(|seed| permutation(n, seed, self.device))
@@ -379,14 +475,30 @@ impl Model {
         let count = self.counts_hits(opts.accuracy);
         let mut tally = Tally::new(opts.batch_size);
         let mut acc: Option<burn::optim::GradientsAccumulator<Net<B>>> = None;
-        let mut pending = 0;
-        let mut steps = 0;
+        let (mut pending, mut steps, mut seen, mut skipped, mut stopped) = (0, 0, 0, 0, false);
         let lr_at = |k: usize| opts.lrs.get(k).or(opts.lrs.last()).copied().unwrap_or(1e-3);
         for b in 0..batches {
             let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
             let batch = cut(data, lo, hi, order.as_ref())?;
-            let (loss, grads, hits) = self.grads_of(&batch, accumulate, count)?;
-            tally.add(loss, hi - lo, hits);
+            let f = self.forward_loss(&batch, count)?;
+            if !f.value.is_finite() {
+                match opts.on_non_finite {
+                    OnNonFinite::Raise => {
+                        return Err(self.non_finite(f.value, Some((opts.epoch, b + 1, batches))))
+                    }
+                    OnNonFinite::Skip => {
+                        skipped += 1;
+                        continue;
+                    }
+                    OnNonFinite::Stop => {
+                        stopped = true;
+                        break;
+                    }
+                }
+            }
+            let grads = self.grads(f.loss, accumulate)?;
+            tally.add(f.inner, hi - lo, f.hits);
+            seen += hi - lo;
             if accumulate == 1 {
                 self.apply(grads, lr_at(steps))?;
                 steps += 1;
@@ -403,18 +515,31 @@ impl Model {
             }
             if opts.progress_every > 0 && ((b + 1) % opts.progress_every == 0 || b + 1 == batches) {
                 let (loss_sum, _) = tally.totals();
-                progress(b + 1, batches, loss_sum / hi as f64);
+                progress(b + 1, batches, loss_sum / seen.max(1) as f64);
+            }
+        }
+        if pending > 0 {
+            if let Some(a) = acc.as_mut() {
+                let g = a.grads();
+                self.apply(g, lr_at(steps))?;
+                steps += 1;
             }
         }
         let (loss_sum, correct) = tally.totals();
-        let loss = loss_sum / n.max(1) as f64;
-        let accuracy = count.then(|| correct as f64 / n.max(1) as f64);
+        let loss = if seen == 0 {
+            f64::NAN
+        } else {
+            loss_sum / seen as f64
+        };
+        let accuracy = count.then(|| correct as f64 / seen.max(1) as f64);
         Ok(Stats {
             loss,
             accuracy,
-            samples: n,
+            samples: seen,
             steps,
             seconds: t0.elapsed().as_secs_f64(),
+            skipped,
+            stopped,
         })
     }
 
@@ -422,6 +547,7 @@ impl Model {
     /// With `accuracy` false no per-batch argmax/compare runs and [`Stats::accuracy`] is `None`.
     pub fn evaluate(&self, data: &Data, batch_size: usize, accuracy: bool) -> Result<Stats> {
         let n = self.check_data(data, true)?;
+        self.check_batch_memory(batch_size.max(1).min(n), false)?;
         let t0 = Instant::now();
         let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
         let count = self.counts_hits(accuracy);
@@ -443,6 +569,8 @@ impl Model {
             samples: n,
             steps: 0,
             seconds: t0.elapsed().as_secs_f64(),
+            skipped: 0,
+            stopped: false,
         })
     }
 
@@ -453,8 +581,9 @@ impl Model {
             target: None,
         };
         let n = self.check_data(&data, false)?;
-        let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
         let bs = batch_size.max(1).min(n.max(1));
+        self.check_batch_memory(bs, false)?;
+        let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
         let mut parts = Vec::new();
         for lo in (0..n.max(1)).step_by(bs) {
             let hi = (lo + bs).min(n);
@@ -478,7 +607,8 @@ impl Model {
 
     /// Exact gradients of the loss on `batch` for every trainable parameter.
     pub fn compute_gradients(&self, batch: &Data) -> Result<Vec<(String, Tensor)>> {
-        self.check_data(batch, true)?;
+        let n = self.check_data(batch, true)?;
+        self.check_batch_memory(n, true)?;
         let net = self.net()?;
         let (loss, _, _) = self.batch_loss(net, batch, true)?;
         let grads = loss.backward();
@@ -494,7 +624,8 @@ impl Model {
     /// Times forward, backward and optimizer phases of one step (synchronising the device
     /// after each).
     pub fn profile_step(&mut self, batch: &Data, lr: f64) -> Result<StepProfile> {
-        self.check_data(batch, true)?;
+        let n = self.check_data(batch, true)?;
+        self.check_batch_memory(n, true)?;
         let dev = ad_device(self.device)?;
         let sync = || B::sync(&dev).map_err(sync_err);
         sync()?;
@@ -503,6 +634,10 @@ impl Model {
         let (loss, _, _) = self.batch_loss(net, batch, true)?;
         sync()?;
         let t1 = Instant::now();
+        let value = scalar(loss.clone().inner());
+        if !value.is_finite() {
+            return Err(self.non_finite(value, None));
+        }
         let grads = GradientsParams::from_grads::<B, Net<B>>(loss.backward(), net);
         let grads = self.remove_frozen(grads);
         sync()?;
@@ -662,13 +797,32 @@ impl Model {
             .collect())
     }
 
-    /// Replaces parameters by name (shapes must match); `ids` restores saved parameter ids.
+    /// Replaces parameters by name. Shapes must match, and types must be the model's float
+    /// type unless `convert` (then they are converted); `ids` restores saved parameter ids.
     pub fn set_parameters(
         &mut self,
         params: &[(String, Tensor)],
         ids: Option<&[(String, ParamId)]>,
+        convert: bool,
     ) -> Result<()> {
         let current = self.parameters()?;
+        let dtype = self.options.dtype;
+        let mut converted = Vec::with_capacity(params.len());
+        for (name, t) in params {
+            if t.dtype() != dtype {
+                if !convert {
+                    return Err(Error::Dtype(format!(
+                        "parameter {name:?} is {}, but the model computes in {dtype}: convert it \
+                         first (or ask for conversion)",
+                        t.dtype()
+                    )));
+                }
+                converted.push((name.clone(), t.cast(dtype)?));
+            } else {
+                converted.push((name.clone(), t.clone()));
+            }
+        }
+        let params = &converted[..];
         for (name, t) in params {
             let Some((_, old)) = current.iter().find(|(n, _)| n == name) else {
                 return Err(Error::Argument(format!(
@@ -811,12 +965,8 @@ impl Model {
         dtype.float_dtype()?;
         let mut m = self.clone();
         let params = m.parameters()?;
-        let cast: Vec<(String, Tensor)> = params
-            .into_iter()
-            .map(|(n, t)| Ok((n, t.cast(dtype)?)))
-            .collect::<Result<_>>()?;
-        m.set_parameters(&cast, None)?;
         m.options.dtype = dtype;
+        m.set_parameters(&params, None, true)?;
         Ok(m)
     }
 

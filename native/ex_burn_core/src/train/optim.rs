@@ -84,6 +84,60 @@ pub enum Optim {
 }
 
 impl OptimConfig {
+    /// Checks every setting's range (and that the ones given belong to this optimizer).
+    pub fn validate(&self) -> Result<()> {
+        let range = |name: &str, v: Option<f64>, lo: f64, hi: f64, open_hi: bool| -> Result<()> {
+            match v {
+                Some(x) if !(x.is_finite() && x >= lo && (x < hi || (!open_hi && x == hi))) => {
+                    Err(Error::Argument(format!(
+                        "{name} must be in [{lo}, {hi}{}, got {x}",
+                        if open_hi { ")" } else { "]" }
+                    )))
+                }
+                _ => Ok(()),
+            }
+        };
+        let f = |v: Option<f32>| v.map(f64::from);
+        range("momentum", self.momentum, 0.0, 1.0, true)?;
+        range("dampening", self.dampening, 0.0, 1.0, false)?;
+        range("beta_1", f(self.beta_1), 0.0, 1.0, true)?;
+        range("beta_2", f(self.beta_2), 0.0, 1.0, true)?;
+        range("epsilon", f(self.epsilon), f64::MIN_POSITIVE, 1.0, false)?;
+        range("alpha", f(self.alpha), 0.0, 1.0, false)?;
+        range("weight_decay", self.weight_decay, 0.0, 1e6, false)?;
+        range("clip_norm", f(self.clip_norm), f64::MIN_POSITIVE, f64::MAX, false)?;
+        range("clip_value", f(self.clip_value), f64::MIN_POSITIVE, f64::MAX, false)?;
+        let misplaced: &[(&str, bool)] = match self.kind {
+            Kind::Sgd => &[
+                ("beta_1", self.beta_1.is_some()),
+                ("beta_2", self.beta_2.is_some()),
+                ("epsilon", self.epsilon.is_some()),
+                ("alpha", self.alpha.is_some()),
+                ("centered", self.centered),
+            ],
+            Kind::Adam | Kind::Adamw => &[
+                ("momentum", self.momentum.is_some()),
+                ("dampening", self.dampening.is_some()),
+                ("nesterov", self.nesterov),
+                ("alpha", self.alpha.is_some()),
+                ("centered", self.centered),
+            ],
+            Kind::Rmsprop => &[
+                ("dampening", self.dampening.is_some()),
+                ("nesterov", self.nesterov),
+                ("beta_1", self.beta_1.is_some()),
+                ("beta_2", self.beta_2.is_some()),
+            ],
+        };
+        if let Some((name, _)) = misplaced.iter().find(|(_, given)| *given) {
+            return Err(Error::Argument(format!(
+                "{name} is not a setting of the {:?} optimizer",
+                self.kind
+            )));
+        }
+        self.clipping().map(|_| ())
+    }
+
     fn clipping(&self) -> Result<Option<GradientClippingConfig>> {
         match (self.clip_norm, self.clip_value) {
             (Some(_), Some(_)) => Err(Error::Argument(

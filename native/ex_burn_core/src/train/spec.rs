@@ -209,8 +209,10 @@ impl ModelSpec {
                 )));
             }
             let ins: Vec<&Vec<usize>> = l.inputs.iter().map(|&j| &shapes[j]).collect();
-            let s =
-                output_shape(&l.op, &ins).map_err(|e| e.in_op(&format!("layer {:?}", l.name)))?;
+            let s = check_layer(&l.op)
+                .and_then(|_| output_shape(&l.op, &ins))
+                .and_then(|s| crate::op::plan::numel(&s).map(|_| s))
+                .map_err(|e| e.in_op(&format!("layer {:?}", l.name)))?;
             shapes.push(s);
         }
         Ok(shapes)
@@ -273,6 +275,27 @@ impl ModelSpec {
         }
     }
 
+    /// Number of parameter elements (running statistics included), counted without overflow.
+    pub fn param_elements(&self) -> Result<u128> {
+        let shapes = self.infer_shapes()?;
+        let mut total: u128 = 0;
+        for i in 0..self.layers.len() {
+            for (_, shape) in self.params_of(i, &shapes) {
+                total = total.saturating_add(crate::op::plan::numel(&shape)?);
+            }
+        }
+        Ok(total)
+    }
+
+    /// Number of activation elements one sample produces through the whole graph.
+    pub fn activation_elements(&self) -> Result<u128> {
+        let mut total: u128 = 0;
+        for shape in self.infer_shapes()? {
+            total = total.saturating_add(crate::op::plan::numel(&shape)?);
+        }
+        Ok(total)
+    }
+
     /// Total number of trainable parameters (batch-norm running statistics excluded).
     pub fn param_count(&self) -> Result<usize> {
         let shapes = self.infer_shapes()?;
@@ -333,6 +356,79 @@ fn with_channels(sp: Vec<usize>, c: usize, channels: Channels) -> Vec<usize> {
     match channels {
         Channels::Last => [sp, vec![c]].concat(),
         Channels::First => [vec![c], sp].concat(),
+    }
+}
+
+/// Checks a layer's own settings: sizes, windows, strides and dilations are positive, rates
+/// and constants finite and in range.
+fn check_layer(op: &LayerOp) -> Result<()> {
+    let positive = |what: &str, v: &[usize]| -> Result<()> {
+        if v.is_empty() && what == "kernel_size" || v.contains(&0) {
+            return Err(Error::Argument(format!("{what} must be positive, got {v:?}")));
+        }
+        Ok(())
+    };
+    let finite = |what: &str, v: f64, lo: f64, hi: f64| -> Result<()> {
+        if !(v.is_finite() && v >= lo && v <= hi) {
+            return Err(Error::Argument(format!(
+                "{what} must be a finite number in [{lo}, {hi}], got {v}"
+            )));
+        }
+        Ok(())
+    };
+    match op {
+        LayerOp::Input { shape, .. } => positive("input shape", shape),
+        LayerOp::Dense { units, .. } => positive("units", &[*units]),
+        LayerOp::Conv {
+            filters,
+            kernel_size,
+            strides,
+            dilation,
+            ..
+        } => {
+            positive("filters", &[*filters])?;
+            positive("kernel_size", kernel_size)?;
+            positive("strides", strides.as_deref().unwrap_or(&[]))?;
+            positive("dilation", dilation.as_deref().unwrap_or(&[]))?;
+            same_len(kernel_size, strides, "strides")?;
+            same_len(kernel_size, dilation, "dilation")
+        }
+        LayerOp::MaxPool {
+            kernel_size,
+            strides,
+            ..
+        }
+        | LayerOp::AvgPool {
+            kernel_size,
+            strides,
+            ..
+        } => {
+            positive("kernel_size", kernel_size)?;
+            positive("strides", strides.as_deref().unwrap_or(&[]))?;
+            same_len(kernel_size, strides, "strides")
+        }
+        LayerOp::BatchNorm {
+            epsilon, momentum, ..
+        } => {
+            finite("epsilon", *epsilon, f64::MIN_POSITIVE, 1.0)?;
+            finite("momentum", *momentum, 0.0, 1.0)
+        }
+        LayerOp::LayerNorm { epsilon } => finite("epsilon", *epsilon, f64::MIN_POSITIVE, 1.0),
+        LayerOp::Embedding {
+            vocab_size,
+            embedding_size,
+        } => positive("vocab_size and embedding_size", &[*vocab_size, *embedding_size]),
+        LayerOp::Activation { alpha, .. } => finite("alpha", *alpha, -1e6, 1e6),
+        _ => Ok(()),
+    }
+}
+
+fn same_len(kernel: &[usize], other: &Option<Vec<usize>>, what: &str) -> Result<()> {
+    match other {
+        Some(v) if v.len() != kernel.len() => Err(Error::Argument(format!(
+            "{what} {v:?} needs one entry per kernel axis ({kernel:?})"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -437,7 +533,8 @@ fn output_shape(op: &LayerOp, ins: &[&Vec<usize>]) -> Result<Vec<usize>> {
         }
         LayerOp::Flatten => {
             need(1)?;
-            Ok(vec![ins[0].iter().product()])
+            let n = crate::op::plan::numel(ins[0])?;
+            Ok(vec![usize::try_from(n).map_err(|_| Error::Shape("flatten: too many elements".into()))?])
         }
         LayerOp::Dropout { rate } => {
             need(1)?;
@@ -486,7 +583,9 @@ fn output_shape(op: &LayerOp, ins: &[&Vec<usize>]) -> Result<Vec<usize>> {
                         "cannot concatenate {ins:?} on axis {axis}"
                     )));
                 }
-                s[a] += other[a];
+                s[a] = s[a]
+                    .checked_add(other[a])
+                    .ok_or_else(|| Error::Shape("concatenation too large".into()))?;
             }
             Ok(s)
         }

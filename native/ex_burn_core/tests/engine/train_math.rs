@@ -6,7 +6,7 @@ use crate::train::{blobs, mlp, opts};
 use ex_burn_core::train::model::Data;
 use ex_burn_core::train::optim::Kind;
 use ex_burn_core::train::spec::{LayerOp, LayerSpec, ModelSpec};
-use ex_burn_core::train::{loss::Loss, EpochOptions, Model};
+use ex_burn_core::train::{loss::Loss, EpochOptions, Model, OnNonFinite};
 use ex_burn_core::{DType, Tensor};
 
 /// y = w x (one weight, no bias), MSE, in f64.
@@ -57,7 +57,7 @@ fn grad(w: f64) -> f64 {
 fn run(m: &mut Model, steps: usize, lr: f64) -> Vec<f64> {
     (0..steps)
         .map(|_| {
-            m.train_step(&data(), lr).unwrap();
+            m.train_step(&data(), lr, OnNonFinite::Raise).unwrap();
             weight(m)
         })
         .collect()
@@ -203,7 +203,7 @@ fn gradients_match_finite_differences_in_f64() {
                 let mut vals = base.clone();
                 vals[k] += delta;
                 let tp = t(&vals, p.shape(), DType::F64);
-                m.set_parameters(&[(name.clone(), tp)], None).unwrap();
+                m.set_parameters(&[(name.clone(), tp)], None, false).unwrap();
                 m.evaluate(&batch, 6, true).unwrap().loss
             };
             let fd = (loss_at(h) - loss_at(-h)) / (2.0 * h);
@@ -237,6 +237,7 @@ fn accumulation_equals_one_large_batch() {
         accumulate: 1,
         progress_every: 0,
         accuracy: true,
+        ..Default::default()
     };
     let acc = EpochOptions {
         batch_size: 8,
@@ -245,6 +246,7 @@ fn accumulation_equals_one_large_batch() {
         accumulate: 2,
         progress_every: 0,
         accuracy: true,
+        ..Default::default()
     };
     let sa = a.train_epoch(&data, &one, &mut |_, _, _| {}).unwrap();
     let sb = b.train_epoch(&data, &acc, &mut |_, _, _| {}).unwrap();
@@ -277,7 +279,7 @@ fn frozen_layers_do_not_move() {
     m.freeze(&["h".to_string()]).unwrap();
     let before: Vec<(String, Tensor)> = m.parameters().unwrap();
     for _ in 0..3 {
-        m.train_step(&data, 0.1).unwrap();
+        m.train_step(&data, 0.1, OnNonFinite::Raise).unwrap();
     }
     for ((n, b), (_, a)) in before.iter().zip(m.parameters().unwrap().iter()) {
         let moved = v(b) != v(a);
@@ -285,6 +287,6 @@ fn frozen_layers_do_not_move() {
     }
     assert!(m.freeze(&["nope".to_string()]).is_err());
     m.unfreeze(&[]);
-    m.train_step(&data, 0.1).unwrap();
+    m.train_step(&data, 0.1, OnNonFinite::Raise).unwrap();
     assert_ne!(v(&before[0].1), v(&m.parameters().unwrap()[0].1));
 }

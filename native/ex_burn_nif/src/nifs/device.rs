@@ -1,20 +1,23 @@
-//! Build and device queries.
+//! Build and device queries, and the memory limit.
 
-use crate::{decode, reply};
-use ex_burn_core::{device, Device};
+use crate::sched::{self, Class, Here};
+use crate::{args, reply};
+use ex_burn_core::{device, memory, Device};
 use rustler::{Atom, Encoder, Env, Term};
 
-rustler::atoms! { version, backends, nif_version, name, family, available, count, target }
+rustler::atoms! { version, backends, nif_version, name, family, available, count, target, memory_available }
+mod keys {
+    rustler::atoms! { memory_limit }
+}
 
-/// `%{version, backends, nif_version, target}` of the loaded library.
-#[rustler::nif]
-fn build_info<'a>(env: Env<'a>) -> Term<'a> {
+/// `()`: `%{version, backends, nif_version, target}` of the loaded library.
+pub fn build_info<'a>(env: Env<'a>, _a: &[Term<'a>], _here: Here) -> Term<'a> {
     reply::run(env, || {
         let backends: Vec<Atom> = device::compiled_backends()
             .iter()
             .filter_map(|b| Atom::from_str(env, b).ok())
             .collect();
-        let map = Term::map_from_pairs(
+        reply::map(
             env,
             &[
                 (version().encode(env), env!("CARGO_PKG_VERSION").encode(env)),
@@ -23,18 +26,16 @@ fn build_info<'a>(env: Env<'a>) -> Term<'a> {
                 (target().encode(env), std::env::consts::ARCH.encode(env)),
             ],
         )
-        .map_err(|_| ex_burn_core::Error::Execution("map".into()))?;
-        Ok(map)
     })
 }
 
-/// `%{name, family, available, count}` of a device; probing a GPU driver can block (dirty IO).
-#[rustler::nif(schedule = "DirtyIo")]
-fn device_info<'a>(env: Env<'a>, dev: Term<'a>) -> Term<'a> {
-    reply::run(env, || {
-        let d: Device = decode::device(dev)?;
+/// `(device)`: `%{name, family, available, count, memory_limit, memory_available}`; probing a
+/// GPU driver can block (dirty IO).
+pub fn device_info<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::always(env, a, here, Class::DirtyIo, || {
+        let d: Device = args::device(a[0])?;
         let ok = d.to_dispatch().is_ok();
-        let map = Term::map_from_pairs(
+        reply::map(
             env,
             &[
                 (name().encode(env), d.name().encode(env)),
@@ -46,18 +47,34 @@ fn device_info<'a>(env: Env<'a>, dev: Term<'a>) -> Term<'a> {
                 ),
                 (available().encode(env), ok.encode(env)),
                 (count().encode(env), Device::count(d.family()).encode(env)),
+                (keys::memory_limit().encode(env), memory::limit().encode(env)),
+                (
+                    memory_available().encode(env),
+                    memory::available(d).encode(env),
+                ),
             ],
         )
-        .map_err(|_| ex_burn_core::Error::Execution("map".into()))?;
-        Ok(map)
     })
 }
 
-/// Waits for all queued work on a device.
-#[rustler::nif(schedule = "DirtyIo")]
-fn device_sync<'a>(env: Env<'a>, dev: Term<'a>) -> Term<'a> {
+/// `(device)`: waits for all queued work on a device.
+pub fn device_sync<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::always(env, a, here, Class::DirtyIo, || {
+        args::device(a[0])?.sync()?;
+        Ok(rustler::types::atom::ok().encode(env))
+    })
+}
+
+/// `(bytes | nil)`: the largest allocation ExBurn makes (`nil`: what each device can hold).
+pub fn memory_limit<'a>(env: Env<'a>, a: &[Term<'a>], _here: Here) -> Term<'a> {
     reply::run(env, || {
-        decode::device(dev)?.sync()?;
+        let limit = if args::is_nil(a[0]) {
+            None
+        } else {
+            Some(args::get::<u64>(a[0], "memory limit (expected nil or a positive integer)")?)
+                .filter(|&b| b > 0)
+        };
+        memory::set_limit(limit);
         Ok(rustler::types::atom::ok().encode(env))
     })
 }

@@ -1,38 +1,37 @@
-//! The NIF functions, one file per concern.
+//! The NIF functions, one file per concern. Each is registered once (`sched::nif!`) and
+//! decides from its decoded arguments where it runs; the Elixir side calls one name per
+//! operation.
 
 mod device;
 mod eval;
+mod files;
+mod model;
 mod tensor;
-mod train;
 
-/// Declares one NIF body under three scheduler flavours: `$name` (normal), `$cpu` (dirty CPU)
-/// and `$io` (dirty IO). The Elixir side picks one by device and size.
-macro_rules! scheduled {
-    ($body:path, $name:ident, $cpu:ident, $io:ident, ($($arg:ident : $ty:ident $(<$lt:lifetime>)?),*)) => {
-        #[rustler::nif]
-        fn $name<'a>(env: rustler::Env<'a>, $($arg: $ty $(<$lt>)?),*) -> rustler::Term<'a> {
-            $body(env, $($arg),*)
-        }
-
-        #[rustler::nif(schedule = "DirtyCpu")]
-        fn $cpu<'a>(env: rustler::Env<'a>, $($arg: $ty $(<$lt>)?),*) -> rustler::Term<'a> {
-            $body(env, $($arg),*)
-        }
-
-        #[rustler::nif(schedule = "DirtyIo")]
-        fn $io<'a>(env: rustler::Env<'a>, $($arg: $ty $(<$lt>)?),*) -> rustler::Term<'a> {
-            $body(env, $($arg),*)
-        }
-    };
+crate::sched::nif! {
+    tensor_from_binary(data, shape, dtype, device) => super::tensor::from_binary;
+    tensor_to_binary(tensor, limit) => super::tensor::to_binary;
+    tensor_info(tensor) => super::tensor::info;
+    tensor_to_device(tensor, device) => super::tensor::to_device;
+    tensor_deallocate(tensor) => super::tensor::deallocate;
+    eval_op(op, args, device) => super::eval::eval_op;
+    program_build(program, constants) => super::eval::program_build;
+    program_run(program, args, device) => super::eval::program_run;
+    build_info() => super::device::build_info;
+    device_info(device) => super::device::device_info;
+    device_sync(device) => super::device::device_sync;
+    memory_limit(bytes) => super::device::memory_limit;
+    model_new(spec, options, device) => super::model::new;
+    spec_info(spec) => super::model::spec_info;
+    model_train_step(model, inputs, target, opts) => super::model::train_step;
+    model_train_epoch(model, inputs, target, opts, pid) => super::model::train_epoch;
+    model_evaluate(model, inputs, target, opts) => super::model::evaluate;
+    model_predict(model, inputs, batch_size) => super::model::predict;
+    model_gradients(model, inputs, target) => super::model::gradients;
+    model_profile_step(model, inputs, target, lr) => super::model::profile_step;
+    model_call(model, request) => super::model::call;
+    model_set_parameters(model, params, convert) => super::model::set_parameters;
+    model_load(source, device) => super::files::model_load;
+    tensors_save(tensors, path, metadata) => super::files::tensors_save;
+    tensors_load(source, device) => super::files::tensors_load;
 }
-
-pub(crate) use scheduled;
-
-/// Argument types of scheduled NIFs, as single identifiers (the macro above needs them so).
-pub(crate) type Refs = Vec<rustler::ResourceArc<crate::resource::TensorRes>>;
-/// A tensor handle.
-pub(crate) type Res = rustler::ResourceArc<crate::resource::TensorRes>;
-/// A program handle.
-pub(crate) type Prog = rustler::ResourceArc<crate::resource::ProgramRes>;
-/// An optional element limit.
-pub(crate) type Limit = Option<usize>;

@@ -1,54 +1,69 @@
 //! Tensor data in and out, metadata, transfers and deallocation.
 
-use super::{scheduled, Limit, Res};
-use crate::resource::TensorRes;
-use crate::{decode, reply};
-use ex_burn_core::Tensor;
-use rustler::{Binary, Encoder, Env, NewBinary, ResourceArc, Term};
+use crate::sched::{self, Class, Here};
+use crate::{args, reply};
+use ex_burn_core::{guard, Device, Tensor};
+use rustler::{Binary, Encoder, Env, NewBinary, Term};
 
-fn from_binary<'a>(
-    env: Env<'a>,
-    data: Binary<'a>,
-    shape: Term<'a>,
-    dtype: Term<'a>,
-    device: Term<'a>,
-) -> Term<'a> {
-    reply::run(env, || {
-        let (shape, dtype, device) = (
-            decode::shape(shape)?,
-            decode::dtype(dtype)?,
-            decode::device(device)?,
-        );
-        let t = ex_burn_core::guard::exclusive(device, || {
-            Tensor::from_bytes(data.as_slice(), &shape, dtype, device)
-        })?;
-        Ok(reply::tensor(env, t))
-    })
+/// Copying this many bytes or fewer stays on a normal scheduler.
+const NORMAL_BYTES: usize = 256 << 10;
+
+fn copy_class(device: Device, bytes: usize) -> Class {
+    match (device.is_host(), bytes <= NORMAL_BYTES) {
+        (false, _) => Class::DirtyIo,
+        (true, true) => Class::Normal,
+        (true, false) => Class::DirtyCpu,
+    }
 }
 
-scheduled!(from_binary, tensor_from_binary, tensor_from_binary_cpu, tensor_from_binary_io,
-    (data: Binary<'a>, shape: Term<'a>, dtype: Term<'a>, device: Term<'a>));
-
-fn to_binary<'a>(env: Env<'a>, t: ResourceArc<TensorRes>, limit: Option<usize>) -> Term<'a> {
-    reply::run(env, || {
-        let t = t.get()?;
-        let bytes = ex_burn_core::guard::exclusive(t.device(), || t.to_bytes(limit))?;
-        Ok(NewBinary::from_slice(env, &bytes).into())
-    })
+/// `(data, shape, type, device)`: a tensor from Nx-layout bytes.
+pub fn from_binary<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::run(
+        env,
+        a,
+        here,
+        || {
+            let data: Binary = args::get(a[0], "data (expected a binary)")?;
+            let device = args::device(a[3])?;
+            Ok(((data, device), copy_class(device, data.len())))
+        },
+        |(data, device)| {
+            let (shape, dtype) = (args::shape(a[1])?, args::dtype(a[2])?);
+            let t = guard::exclusive(device, || {
+                Tensor::from_bytes(data.as_slice(), &shape, dtype, device)
+            })?;
+            Ok(reply::tensor(env, t))
+        },
+    )
 }
 
-scheduled!(to_binary, tensor_to_binary, tensor_to_binary_cpu, tensor_to_binary_io,
-    (t: Res, limit: Limit));
+/// `(tensor, limit)`: the data as Nx-layout bytes (the first `limit` elements).
+pub fn to_binary<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::run(
+        env,
+        a,
+        here,
+        || {
+            let (t, limit) = (args::tensor(a[0])?, args::limit(a[1])?);
+            let n = limit.map_or(t.numel(), |l| l.min(t.numel()));
+            let class = copy_class(t.device(), n.saturating_mul(t.dtype().size()));
+            Ok(((t, limit), class))
+        },
+        |(t, limit)| {
+            let bytes = guard::exclusive(t.device(), || t.to_bytes(limit))?;
+            let mut bin = NewBinary::new(env, bytes.len());
+            bin.as_mut_slice().copy_from_slice(&bytes);
+            Ok(bin.into())
+        },
+    )
+}
 
-/// `{shape, type, device}` of a tensor.
-#[rustler::nif]
-fn tensor_info<'a>(env: Env<'a>, t: ResourceArc<TensorRes>) -> Term<'a> {
+/// `(tensor)`: `{shape, type, device}`.
+pub fn info<'a>(env: Env<'a>, a: &[Term<'a>], _here: Here) -> Term<'a> {
     reply::run(env, || {
-        let t = t.get()?;
-        let shape: Vec<Term> = t.shape().iter().map(|d| d.encode(env)).collect();
-        let shape = rustler::types::tuple::make_tuple(env, &shape);
+        let t = args::tensor(a[0])?;
         Ok((
-            shape,
+            reply::shape(env, t.shape()),
             reply::dtype(env, t.dtype()),
             reply::device(env, t.device()),
         )
@@ -56,26 +71,44 @@ fn tensor_info<'a>(env: Env<'a>, t: ResourceArc<TensorRes>) -> Term<'a> {
     })
 }
 
-/// Copies a tensor to another device (waits on the devices: dirty IO).
-#[rustler::nif(schedule = "DirtyIo")]
-fn tensor_to_device<'a>(env: Env<'a>, t: ResourceArc<TensorRes>, device: Term<'a>) -> Term<'a> {
-    reply::run(env, || {
-        let device = decode::device(device)?;
-        let t = t.get()?;
-        let on = if t.device().is_host() {
-            device
-        } else {
-            t.device()
-        };
-        Ok(reply::tensor(
-            env,
-            ex_burn_core::guard::exclusive(on, || t.to_device(device))?,
-        ))
-    })
+/// `(tensor, device)`: a copy on another device.
+pub fn to_device<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::run(
+        env,
+        a,
+        here,
+        || {
+            let (t, to) = (args::tensor(a[0])?, args::device(a[1])?);
+            let class = if t.device().is_host() && to.is_host() {
+                Class::Normal
+            } else {
+                Class::DirtyIo
+            };
+            Ok(((t, to), class))
+        },
+        |(t, to)| {
+            let on = if t.device().is_host() { to } else { t.device() };
+            let moved = guard::exclusive(on, || t.to_device(to))?;
+            Ok(reply::tensor(env, moved))
+        },
+    )
 }
 
-/// Frees the tensor's memory now; returns whether it was still allocated.
-#[rustler::nif]
-fn tensor_deallocate<'a>(env: Env<'a>, t: ResourceArc<TensorRes>) -> Term<'a> {
-    reply::run(env, || Ok(t.free()?.encode(env)))
+/// `(tensor)`: frees the memory now; answers whether it was still allocated.
+pub fn deallocate<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::run(
+        env,
+        a,
+        here,
+        || {
+            let r = args::tensor_ref(a[0])?;
+            // Freeing GPU memory waits for the device lock.
+            let class = match r.device() {
+                Some(d) if !d.is_host() => Class::DirtyIo,
+                _ => Class::Normal,
+            };
+            Ok((r, class))
+        },
+        |r| Ok(r.free().encode(env)),
+    )
 }

@@ -1,0 +1,162 @@
+//! Typed decoding of NIF arguments. Devices, types and shapes arrive in one canonical form,
+//! resolved once on the Elixir side (`ExBurn.Device`, `ExBurn.Type`): `:cpu` or `{:cuda, i}`,
+//! `{:f, 32}`, a tuple of non-negative integers. A term that does not decode is an
+//! `Error::Argument` naming the argument, never an exception.
+
+use crate::resource::{ModelRes, ProgramRes, TensorRes};
+use ex_burn_core::{DType, Device, Error, Result, Tensor};
+use rustler::{Atom, Binary, Decoder, LocalPid, NifTaggedEnum, ResourceArc, Term};
+
+/// Decodes `term` as `T`; `what` names the argument in the error.
+pub fn get<'a, T: Decoder<'a>>(term: Term<'a>, what: &str) -> Result<T> {
+    term.decode()
+        .map_err(|_| Error::Argument(format!("invalid {what}: {}", preview(term))))
+}
+
+/// A short rendering of a term for error messages (bounded: terms can be huge).
+pub fn preview(term: Term) -> String {
+    let mut s = format!("{term:?}");
+    if s.len() > 120 {
+        let mut end = 120;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("...");
+    }
+    s
+}
+
+/// A device in canonical form.
+#[derive(NifTaggedEnum, Clone, Copy)]
+enum DeviceTerm {
+    Cpu,
+    Cuda(u32),
+    Vulkan(u32),
+    Metal(u32),
+}
+
+/// `:cpu`, `{:cuda, i}`, `{:vulkan, i}` or `{:metal, i}`.
+pub fn device(term: Term) -> Result<Device> {
+    let d: DeviceTerm = term.decode().map_err(|_| {
+        Error::Argument(format!(
+            "invalid device {} (expected :cpu, {{:cuda, i}}, {{:vulkan, i}} or {{:metal, i}})",
+            preview(term)
+        ))
+    })?;
+    Ok(match d {
+        DeviceTerm::Cpu => Device::Cpu,
+        DeviceTerm::Cuda(i) => Device::Cuda(i as usize),
+        DeviceTerm::Vulkan(i) => Device::Vulkan(i as usize),
+        DeviceTerm::Metal(i) => Device::Metal(i as usize),
+    })
+}
+
+/// An Nx type tuple `{class, bits}`; types Burn lacks keep their `:unsupported_dtype` kind.
+pub fn dtype(term: Term) -> Result<DType> {
+    let (class, bits): (Atom, u32) = get(term, "type (expected {class, bits})")?;
+    let class = class
+        .to_term(term.get_env())
+        .atom_to_string()
+        .map_err(|_| Error::Argument("invalid type class".into()))?;
+    DType::from_nx(&class, bits)
+}
+
+/// A shape: a tuple of non-negative integers.
+pub fn shape(term: Term) -> Result<Vec<usize>> {
+    let dims = rustler::types::tuple::get_tuple(term)
+        .map_err(|_| Error::Argument(format!("invalid shape {} (expected a tuple)", preview(term))))?;
+    dims.iter()
+        .map(|d| {
+            d.decode::<u64>()
+                .ok()
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or_else(|| {
+                    Error::Argument(format!(
+                        "invalid shape {}: dimensions are non-negative integers",
+                        preview(term)
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// `nil` or a non-negative integer.
+pub fn limit(term: Term) -> Result<Option<usize>> {
+    if is_nil(term) {
+        return Ok(None);
+    }
+    let n: u64 = get(term, "limit (expected nil or a non-negative integer)")?;
+    Ok(Some(usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+/// Whether `term` is `nil`.
+pub fn is_nil(term: Term) -> bool {
+    term.atom_to_string().map(|s| s == "nil").unwrap_or(false)
+}
+
+/// A tensor handle.
+pub fn tensor_ref(term: Term) -> Result<ResourceArc<TensorRes>> {
+    get(term, "tensor handle")
+}
+
+/// A tensor (alive).
+pub fn tensor(term: Term) -> Result<Tensor> {
+    tensor_ref(term)?.get()
+}
+
+/// A list of tensors.
+pub fn tensors(term: Term) -> Result<Vec<Tensor>> {
+    let refs: Vec<ResourceArc<TensorRes>> = get(term, "list of tensor handles")?;
+    refs.iter().map(|r| r.get()).collect()
+}
+
+/// `nil` or a tensor.
+pub fn opt_tensor(term: Term) -> Result<Option<Tensor>> {
+    if is_nil(term) {
+        Ok(None)
+    } else {
+        tensor(term).map(Some)
+    }
+}
+
+/// A model handle.
+pub fn model(term: Term) -> Result<ResourceArc<ModelRes>> {
+    get(term, "model handle")
+}
+
+/// A program handle.
+pub fn program(term: Term) -> Result<ResourceArc<ProgramRes>> {
+    get(term, "program handle")
+}
+
+/// `nil` or a local pid.
+pub fn opt_pid(term: Term) -> Result<Option<LocalPid>> {
+    if is_nil(term) {
+        Ok(None)
+    } else {
+        get(term, "pid").map(Some)
+    }
+}
+
+/// Where a file's bytes come from: never a binary taken for a path.
+#[derive(NifTaggedEnum)]
+pub enum Source<'a> {
+    /// A file path.
+    Path(String),
+    /// The bytes themselves.
+    Bytes(Binary<'a>),
+}
+
+/// `{:path, path}` or `{:bytes, binary}`.
+pub fn source<'a>(term: Term<'a>) -> Result<Source<'a>> {
+    get(term, "source (expected {:path, path} or {:bytes, binary})")
+}
+
+/// A float option (integers accepted).
+pub fn float(term: Term, what: &str) -> Result<f64> {
+    if let Ok(i) = term.decode::<i64>() {
+        return Ok(i as f64);
+    }
+    get(term, what)
+}

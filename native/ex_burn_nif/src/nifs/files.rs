@@ -1,0 +1,61 @@
+//! Model checkpoints and safetensors files: reading and writing (dirty IO).
+
+use crate::args::{self, Source};
+use crate::resource::{ModelRes, TensorRes};
+use crate::sched::{self, Class, Here};
+use crate::reply;
+use ex_burn_core::train::checkpoint;
+use ex_burn_core::{Error, Result, Tensor};
+use rustler::{Encoder, Env, ResourceArc, Term};
+use std::path::Path;
+
+fn bytes_of(source: Source<'_>) -> Result<std::borrow::Cow<'_, [u8]>> {
+    Ok(match source {
+        Source::Path(p) => std::borrow::Cow::Owned(
+            std::fs::read(&p).map_err(|e| Error::Io(format!("cannot read {p}: {e}")))?,
+        ),
+        Source::Bytes(b) => std::borrow::Cow::Borrowed(b.as_slice()),
+    })
+}
+
+/// `({:path, p} | {:bytes, b}, device)`: a model saved by `Model.save/2`.
+pub fn model_load<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::always(env, a, here, Class::DirtyIo, || {
+        let dev = args::device(a[1])?;
+        let model = match args::source(a[0])? {
+            Source::Path(p) => checkpoint::load(Path::new(&p), dev)?,
+            Source::Bytes(b) => checkpoint::from_bytes(b.as_slice(), dev)?,
+        };
+        Ok(ResourceArc::new(ModelRes::new(model)).encode(env))
+    })
+}
+
+/// `([{name, tensor}], path, [{key, value}])`: writes a safetensors file atomically.
+pub fn tensors_save<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::always(env, a, here, Class::DirtyIo, || {
+        let tensors: Vec<(String, ResourceArc<TensorRes>)> =
+            args::get(a[0], "tensors (expected [{name, tensor}])")?;
+        let path: String = args::get(a[1], "path")?;
+        let metadata: Vec<(String, String)> =
+            args::get(a[2], "metadata (expected [{string, string}])")?;
+        let ts: Vec<(String, Tensor)> = tensors
+            .iter()
+            .map(|(n, t)| Ok((n.clone(), t.get()?)))
+            .collect::<Result<_>>()?;
+        let bytes = checkpoint::tensors_to_bytes(&ts, metadata.into_iter().collect())?;
+        checkpoint::write_atomic(Path::new(&path), &bytes)?;
+        Ok(rustler::types::atom::ok().encode(env))
+    })
+}
+
+/// `({:path, p} | {:bytes, b}, device)`: `{[{name, tensor}], [{key, value}]}` of a
+/// safetensors file.
+pub fn tensors_load<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::always(env, a, here, Class::DirtyIo, || {
+        let dev = args::device(a[1])?;
+        let bytes = bytes_of(args::source(a[0])?)?;
+        let (ts, meta) = checkpoint::tensors_from_bytes(&bytes, dev)?;
+        let meta: Vec<(String, String)> = meta.into_iter().collect();
+        Ok((reply::named(env, ts), meta).encode(env))
+    })
+}

@@ -1,0 +1,340 @@
+//! Native training: models live in a resource; every step, epoch, evaluation or prediction is
+//! one call on a dirty scheduler (dirty CPU for host devices, dirty IO for GPUs).
+
+use crate::resource::{ModelRes, TensorRes};
+use crate::sched::{self, Class, Here};
+use crate::{args, decode, reply};
+use ex_burn_core::train::checkpoint;
+use ex_burn_core::train::{CompileOptions, Data, EpochOptions, Model, ModelSpec, OnNonFinite};
+use ex_burn_core::{Result, Tensor};
+use rustler::{Encoder, Env, NewBinary, NifMap, NifTaggedEnum, NifUnitEnum, ResourceArc, Term};
+
+rustler::atoms! { ex_burn_progress, device, steps, frozen, shapes, params, ok }
+
+type Model_ = ResourceArc<ModelRes>;
+
+/// Runs a model call where its device's compute belongs.
+fn on_model<'a>(
+    env: Env<'a>,
+    a: &[Term<'a>],
+    here: Here,
+    work: impl FnOnce(Model_) -> Result<Term<'a>>,
+) -> Term<'a> {
+    sched::run(
+        env,
+        a,
+        here,
+        || {
+            let m = args::model(a[0])?;
+            let class = sched::compute(m.device());
+            Ok((m, class))
+        },
+        work,
+    )
+}
+
+fn data(inputs: Term, target: Term) -> Result<Data> {
+    Ok(Data {
+        inputs: args::tensors(inputs)?,
+        target: args::opt_tensor(target)?,
+    })
+}
+
+/// What a non-finite loss does, as Elixir names it.
+#[derive(NifUnitEnum, Clone, Copy)]
+enum NonFinite {
+    Raise,
+    Skip,
+    Stop,
+}
+
+impl From<NonFinite> for OnNonFinite {
+    fn from(n: NonFinite) -> Self {
+        match n {
+            NonFinite::Raise => OnNonFinite::Raise,
+            NonFinite::Skip => OnNonFinite::Skip,
+            NonFinite::Stop => OnNonFinite::Stop,
+        }
+    }
+}
+
+/// Options of one training step.
+#[derive(NifMap)]
+struct StepOpts {
+    learning_rate: f64,
+    on_non_finite: NonFinite,
+}
+
+/// Options of one epoch, as `ExBurn.Training` sends them.
+#[derive(NifMap)]
+struct EpochOpts {
+    epoch: u64,
+    batch_size: u64,
+    shuffle: Option<u64>,
+    lrs: Vec<f64>,
+    accumulate: u64,
+    progress_every: u64,
+    accuracy: bool,
+    on_non_finite: NonFinite,
+}
+
+/// Options of an evaluation.
+#[derive(NifMap)]
+struct EvalOpts {
+    batch_size: u64,
+    accuracy: bool,
+}
+
+/// What an epoch or an evaluation measured (floats never non-finite terms).
+#[derive(NifMap)]
+#[rustler(encode)]
+struct StatsTerm {
+    loss: reply::Num,
+    accuracy: Option<reply::Num>,
+    samples: u64,
+    steps: u64,
+    seconds: reply::Num,
+    skipped: u64,
+    stopped: bool,
+}
+
+impl From<&ex_burn_core::train::Stats> for StatsTerm {
+    fn from(s: &ex_burn_core::train::Stats) -> Self {
+        StatsTerm {
+            loss: reply::Num(s.loss),
+            accuracy: s.accuracy.map(reply::Num),
+            samples: s.samples as u64,
+            steps: s.steps as u64,
+            seconds: reply::Num(s.seconds),
+            skipped: s.skipped as u64,
+            stopped: s.stopped,
+        }
+    }
+}
+
+/// Phases of a profiled step.
+#[derive(NifMap)]
+#[rustler(encode)]
+struct ProfileTerm {
+    forward_ms: reply::Num,
+    backward_ms: reply::Num,
+    optimizer_ms: reply::Num,
+}
+
+fn size(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+/// `(spec, options, device)`: builds a model.
+pub fn new<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::run(
+        env,
+        a,
+        here,
+        || {
+            let dev = args::device(a[2])?;
+            Ok((dev, sched::compute(dev)))
+        },
+        |dev| {
+            let spec: ModelSpec = decode::decode(a[0], "model spec")?;
+            let options: CompileOptions = decode::decode(a[1], "compile options")?;
+            let model = Model::new(spec, options, dev)?;
+            Ok(ResourceArc::new(ModelRes::new(model)).encode(env))
+        },
+    )
+}
+
+/// `(spec)`: `%{shapes: [...], params: [[{name, shape}]]}` of a spec, without building it.
+pub fn spec_info<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::always(env, a, here, Class::DirtyCpu, || {
+        let spec: ModelSpec = decode::decode(a[0], "model spec")?;
+        let s = spec.infer_shapes()?;
+        let p: Vec<Vec<(String, Vec<usize>)>> = (0..spec.layers.len())
+            .map(|i| {
+                spec.params_of(i, &s)
+                    .into_iter()
+                    .map(|(n, sh)| (n.to_string(), sh))
+                    .collect()
+            })
+            .collect();
+        reply::map(
+            env,
+            &[
+                (shapes().encode(env), s.encode(env)),
+                (params().encode(env), p.encode(env)),
+            ],
+        )
+    })
+}
+
+/// `(model, inputs, target, %{learning_rate, on_non_finite})`: one optimizer step; returns
+/// `{loss, applied}`.
+pub fn train_step<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    on_model(env, a, here, |m| {
+        let d = data(a[1], a[2])?;
+        let o: StepOpts = args::get(a[3], "step options")?;
+        let step = m.update(|model| model.train_step(&d, o.learning_rate, o.on_non_finite.into()))?;
+        Ok((reply::Num(step.loss), step.applied).encode(env))
+    })
+}
+
+/// `(model, inputs, target, options, progress_pid)`: one epoch; progress messages
+/// `{:ex_burn_progress, done, total, loss}` go to the pid when it is not `nil`.
+pub fn train_epoch<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    on_model(env, a, here, |m| {
+        let d = data(a[1], a[2])?;
+        let o: EpochOpts = args::get(a[3], "epoch options")?;
+        let opts = EpochOptions {
+            batch_size: size(o.batch_size),
+            shuffle: o.shuffle,
+            lrs: o.lrs,
+            accumulate: size(o.accumulate),
+            progress_every: size(o.progress_every),
+            accuracy: o.accuracy,
+            on_non_finite: o.on_non_finite.into(),
+            epoch: size(o.epoch),
+        };
+        let pid = args::opt_pid(a[4])?;
+        let mut progress = |done: usize, total: usize, l: f64| {
+            if let Some(p) = &pid {
+                let _ = env.send(p, (ex_burn_progress(), done, total, reply::Num(l)));
+            }
+        };
+        let s = m.update(|model| model.train_epoch(&d, &opts, &mut progress))?;
+        Ok(StatsTerm::from(&s).encode(env))
+    })
+}
+
+/// `(model, inputs, target, %{batch_size, accuracy})`: loss (and accuracy) without training.
+pub fn evaluate<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    on_model(env, a, here, |m| {
+        let d = data(a[1], a[2])?;
+        let o: EvalOpts = args::get(a[3], "evaluation options")?;
+        let s = m.read(|model| model.evaluate(&d, size(o.batch_size), o.accuracy))?;
+        Ok(StatsTerm::from(&s).encode(env))
+    })
+}
+
+/// `(model, inputs, batch_size)`: the output in inference mode.
+pub fn predict<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    on_model(env, a, here, |m| {
+        let inputs = args::tensors(a[1])?;
+        let bs: u64 = args::get(a[2], "batch size")?;
+        let out = m.read(|model| model.predict(&inputs, size(bs)))?;
+        Ok(reply::tensor(env, out))
+    })
+}
+
+/// `(model, inputs, target)`: gradients of the loss by parameter name.
+pub fn gradients<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    on_model(env, a, here, |m| {
+        let d = data(a[1], a[2])?;
+        Ok(reply::named(env, m.read(|model| model.compute_gradients(&d))?))
+    })
+}
+
+/// `(model, inputs, target, learning_rate)`: one step, timing its phases.
+pub fn profile_step<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    on_model(env, a, here, |m| {
+        let d = data(a[1], a[2])?;
+        let lr = args::float(a[3], "learning rate")?;
+        let p = m.update(|model| model.profile_step(&d, lr))?;
+        Ok(ProfileTerm {
+            forward_ms: reply::Num(p.forward_ms),
+            backward_ms: reply::Num(p.backward_ms),
+            optimizer_ms: reply::Num(p.optimizer_ms),
+        }
+        .encode(env))
+    })
+}
+
+/// What a model-level call does.
+#[derive(NifTaggedEnum)]
+enum Request<'a> {
+    Parameters,
+    Info,
+    Freeze(Vec<String>),
+    Unfreeze(Vec<String>),
+    Clone,
+    ToDevice(Term<'a>),
+    Cast(Term<'a>),
+    Save(String),
+    Serialize,
+    Meta,
+    SetOptimizer(Term<'a>),
+}
+
+/// `(model, request)`: parameters, info, freezing, copies, device moves, casts and saving.
+/// These wait for the model's lock (a running epoch holds it) and for files: dirty IO.
+pub fn call<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::always(env, a, here, Class::DirtyIo, || {
+        let m = args::model(a[0])?;
+        let req: Request = args::get(a[1], "model request")?;
+        let new = |model: Model| ResourceArc::new(ModelRes::new(model)).encode(env);
+        Ok(match req {
+            Request::Parameters => reply::named(env, m.read(|model| model.parameters())?),
+            Request::Info => {
+                let (st, fr) = m.read(|model| Ok((model.steps(), model.frozen_layers())))?;
+                reply::map(
+                    env,
+                    &[
+                        (device().encode(env), reply::device(env, m.device())),
+                        (steps().encode(env), st.encode(env)),
+                        (frozen().encode(env), fr.encode(env)),
+                    ],
+                )?
+            }
+            Request::Freeze(names) => {
+                m.update(|model| model.freeze(&names))?;
+                ok().encode(env)
+            }
+            Request::Unfreeze(names) => {
+                m.update(|model| {
+                    model.unfreeze(&names);
+                    Ok(())
+                })?;
+                ok().encode(env)
+            }
+            Request::Clone => new(m.read(|model| Ok(model.clone()))?),
+            Request::ToDevice(d) => {
+                let d = args::device(d)?;
+                new(m.read(|model| model.to_device(d))?)
+            }
+            Request::Cast(t) => {
+                let t = args::dtype(t)?;
+                new(m.read(|model| model.cast(t))?)
+            }
+            Request::Save(path) => {
+                m.read(|model| checkpoint::save(model, std::path::Path::new(&path)))?;
+                ok().encode(env)
+            }
+            Request::Meta => m.read(|model| crate::encode::encode(env, &(&model.spec, &model.options)))?,
+            Request::SetOptimizer(c) => {
+                let c = decode::decode(c, "optimizer settings")?;
+                m.update(|model| model.set_optimizer(c))?;
+                ok().encode(env)
+            }
+            Request::Serialize => {
+                let bytes = m.read(checkpoint::to_bytes)?;
+                NewBinary::from_slice(env, &bytes).into()
+            }
+        })
+    })
+}
+
+/// `(model, [{name, tensor}], convert)`: replaces parameters by name; types must be the
+/// model's unless `convert`.
+pub fn set_parameters<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::always(env, a, here, Class::DirtyIo, || {
+        let m = args::model(a[0])?;
+        let params: Vec<(String, ResourceArc<TensorRes>)> =
+            args::get(a[1], "parameters (expected [{name, tensor}])")?;
+        let convert: bool = args::get(a[2], "convert flag")?;
+        let ps: Vec<(String, Tensor)> = params
+            .iter()
+            .map(|(n, t)| Ok((n.clone(), t.get()?)))
+            .collect::<Result<_>>()?;
+        m.update(|model| model.set_parameters(&ps, None, convert))?;
+        Ok(ok().encode(env))
+    })
+}
