@@ -172,7 +172,7 @@ defmodule ExBurn.BurnBridge do
   end
 
   # A number meets a tensor: it takes the tensor's type, or f32 when a float meets integers.
-  defp scalar(n, %Tensor{type: type, device: device}, op)
+  defp scalar(n, %Tensor{type: type, device: device}, _op)
        when is_number(n) or n in [:nan, :infinity, :neg_infinity] do
     type = if (is_float(n) or is_atom(n)) and not Type.float?(type), do: {:f, 32}, else: type
     Op.eval1(:full, [], [shape: [], dtype: type, value: n], device: device)

@@ -22,6 +22,7 @@ pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod files;
 pub mod guard;
 pub mod memory;
 pub mod op;

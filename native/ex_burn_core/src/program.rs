@@ -26,6 +26,7 @@ thread_local! {
 
 /// One instruction: an op applied to earlier values.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Instr {
     /// The operation.
     pub op: Op,
@@ -46,6 +47,7 @@ impl PartialEq for Constants {
 
 /// A program as decoded, before validation.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Spec {
     inputs: usize,
     #[serde(default)]

@@ -13,11 +13,40 @@ pub fn get<'a, T: Decoder<'a>>(term: Term<'a>, what: &str) -> Result<T> {
         .map_err(|_| Error::Argument(format!("invalid {what}: {}", preview(term))))
 }
 
-/// A short rendering of a term for error messages (bounded: terms can be huge).
+/// A short rendering of a term for error messages: scalars and small flat containers as they
+/// are, anything larger or nested described by its type and size (terms can be huge or deep).
 pub fn preview(term: Term) -> String {
+    use rustler::TermType;
+    let scalar = |t: &Term| matches!(t.get_type(), TermType::Atom | TermType::Integer | TermType::Float);
+    let flat = match term.get_type() {
+        TermType::List => match term.list_length() {
+            Ok(n) if n > 16 => return format!("a list of {n} elements"),
+            Ok(_) => match term.decode::<Vec<Term>>() {
+                Ok(items) if items.iter().all(scalar) => true,
+                Ok(items) => return format!("a list of {} elements", items.len()),
+                Err(_) => return "an improper list".into(),
+            },
+            Err(_) => return "an improper list".into(),
+        },
+        TermType::Tuple => match rustler::types::tuple::get_tuple(term) {
+            Ok(items) if items.len() <= 16 && items.iter().all(scalar) => true,
+            Ok(items) => return format!("a tuple of {} elements", items.len()),
+            Err(_) => false,
+        },
+        TermType::Map => return format!("a map of {} keys", term.map_size().unwrap_or(0)),
+        TermType::Binary => match term.decode::<Binary>() {
+            Ok(b) if b.len() <= 64 => true,
+            Ok(b) => return format!("a binary of {} bytes", b.len()),
+            Err(_) => false,
+        },
+        _ => true,
+    };
+    if !flat {
+        return format!("a {:?}", term.get_type());
+    }
     let mut s = format!("{term:?}");
-    if s.len() > 120 {
-        let mut end = 120;
+    if s.len() > 160 {
+        let mut end = 160;
         while !s.is_char_boundary(end) {
             end -= 1;
         }
@@ -62,10 +91,19 @@ pub fn dtype(term: Term) -> Result<DType> {
     DType::from_nx(&class, bits)
 }
 
+/// Axes a tensor may have.
+pub const MAX_RANK: usize = 64;
+
 /// A shape: a tuple of non-negative integers.
 pub fn shape(term: Term) -> Result<Vec<usize>> {
     let dims = rustler::types::tuple::get_tuple(term)
         .map_err(|_| Error::Argument(format!("invalid shape {} (expected a tuple)", preview(term))))?;
+    if dims.len() > MAX_RANK {
+        return Err(Error::Argument(format!(
+            "a shape of rank {} (at most {MAX_RANK} axes are supported)",
+            dims.len()
+        )));
+    }
     dims.iter()
         .map(|d| {
             d.decode::<u64>()

@@ -44,24 +44,63 @@ pub fn decode<'de, T: Deserialize<'de>>(term: Term, what: &str) -> Result<T> {
     T::deserialize(De::new(term)).map_err(|e| Error::Argument(format!("invalid {what}: {e}")))
 }
 
-/// Decodes an op. Ops given as a bare atom (most eager calls) are decoded once and cached by
-/// atom, which keeps the eager path cheap.
-pub fn op(term: Term) -> Result<ex_burn_core::Op> {
+/// Work units a decode on a normal scheduler may spend (one per nested term, one per 64
+/// bytes of binary): about 100 microseconds.
+pub const NORMAL_BUDGET: u32 = 20_000;
+
+const OVER_BUDGET: &str = "__ex_burn_over_budget__";
+
+thread_local! {
+    /// Units left to the decode running on this thread (`u32::MAX`: unlimited).
+    static BUDGET: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
+}
+
+fn spend(units: u32) -> Result<(), DeError> {
+    BUDGET.with(|b| {
+        let left = b.get();
+        if left == u32::MAX {
+            Ok(())
+        } else if left < units {
+            Err(DeError(OVER_BUDGET.into()))
+        } else {
+            b.set(left - units);
+            Ok(())
+        }
+    })
+}
+
+/// Decodes like [`decode`] within [`NORMAL_BUDGET`]; `Ok(None)` when the term is too large to
+/// decode on a normal scheduler (the caller moves to a dirty one and decodes there).
+pub fn decode_bounded<'de, T: Deserialize<'de>>(term: Term, what: &str) -> Result<Option<T>> {
+    let outer = BUDGET.with(|b| b.replace(NORMAL_BUDGET));
+    let r = T::deserialize(De::new(term));
+    BUDGET.with(|b| b.set(outer));
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.0 == OVER_BUDGET => Ok(None),
+        Err(e) => Err(Error::Argument(format!("invalid {what}: {e}"))),
+    }
+}
+
+/// Decodes an op within the normal-scheduler budget (`None`: too large, decode it on a dirty
+/// scheduler with [`decode`]). Ops given as a bare atom (most eager calls) are decoded once
+/// and cached by atom, which keeps the eager path cheap.
+pub fn op(term: Term) -> Result<Option<ex_burn_core::Op>> {
     use std::collections::HashMap;
     use std::sync::{OnceLock, RwLock};
     static CACHE: OnceLock<RwLock<HashMap<rustler::Atom, ex_burn_core::Op>>> = OnceLock::new();
     let Ok(atom) = rustler::Atom::from_term(term) else {
-        return decode(term, "op");
+        return decode_bounded(term, "op");
     };
     let cache = CACHE.get_or_init(Default::default);
     if let Some(op) = cache.read().ok().and_then(|c| c.get(&atom).cloned()) {
-        return Ok(op);
+        return Ok(Some(op));
     }
     let op: ex_burn_core::Op = decode(term, "op")?;
     if let Ok(mut c) = cache.write() {
         c.insert(atom, op.clone());
     }
-    Ok(op)
+    Ok(Some(op))
 }
 
 /// The term deserializer: a term and how deep it sits.
@@ -76,6 +115,7 @@ impl<'a> De<'a> {
 }
 
 fn child(term: Term, depth: usize) -> Result<De, DeError> {
+    spend(1)?;
     if depth >= MAX_DEPTH {
         return Err(DeError(format!(
             "the term is nested more than {MAX_DEPTH} levels deep"
@@ -122,11 +162,7 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
             TermType::Float => {
                 v.visit_f64(t.decode::<f64>().map_err(|_| DeError("bad float".into()))?)
             }
-            TermType::List => v.visit_seq(Seq::new(
-                t.decode::<Vec<Term>>()
-                    .map_err(|_| DeError("improper list".into()))?,
-                depth,
-            )),
+            TermType::List => v.visit_seq(Seq::list(t, depth)),
             TermType::Tuple => v.visit_seq(Seq::new(
                 rustler::types::tuple::get_tuple(t).map_err(|_| DeError("bad tuple".into()))?,
                 depth,
@@ -134,6 +170,7 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
             TermType::Map => v.visit_map(Map::from_map(t, depth)?),
             TermType::Binary => {
                 let b: rustler::Binary = t.decode().map_err(|_| DeError("bad binary".into()))?;
+                spend(u32::try_from(b.len() / 64).unwrap_or(u32::MAX - 1))?;
                 match std::str::from_utf8(b.as_slice()) {
                     Ok(s) => v.visit_string(s.to_string()),
                     Err(_) => v.visit_byte_buf(b.as_slice().to_vec()),
@@ -234,16 +271,46 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
     }
 }
 
+/// The elements of a tuple, or of a list walked cell by cell (so that a budget stops a long
+/// list early and an improper one is an error).
+enum Items<'a> {
+    Tuple(std::vec::IntoIter<Term<'a>>),
+    List(Term<'a>),
+}
+
 struct Seq<'a> {
-    items: std::vec::IntoIter<Term<'a>>,
+    items: Items<'a>,
     depth: usize,
 }
 
 impl<'a> Seq<'a> {
     fn new(items: Vec<Term<'a>>, depth: usize) -> Self {
         Seq {
-            items: items.into_iter(),
+            items: Items::Tuple(items.into_iter()),
             depth,
+        }
+    }
+
+    fn list(list: Term<'a>, depth: usize) -> Self {
+        Seq {
+            items: Items::List(list),
+            depth,
+        }
+    }
+
+    fn next_term(&mut self) -> Result<Option<Term<'a>>, DeError> {
+        match &mut self.items {
+            Items::Tuple(it) => Ok(it.next()),
+            Items::List(cursor) => {
+                if cursor.is_empty_list() {
+                    return Ok(None);
+                }
+                let (head, tail) = cursor
+                    .list_get_cell()
+                    .map_err(|_| DeError("improper list".into()))?;
+                *cursor = tail;
+                Ok(Some(head))
+            }
         }
     }
 }
@@ -254,7 +321,7 @@ impl<'de, 'a> SeqAccess<'de> for Seq<'a> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, DeError> {
-        match self.items.next() {
+        match self.next_term()? {
             Some(t) => seed.deserialize(child(t, self.depth)?).map(Some),
             None => Ok(None),
         }

@@ -56,7 +56,7 @@ pub enum Precision {
 /// each variant. `out` attributes, where present, give the result type Nx computed; when absent
 /// the op infers it with Nx's promotion rules.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 #[allow(missing_docs)]
 pub enum Op {
     // ---- creation (no inputs) ----

@@ -31,6 +31,7 @@ struct Forward {
 
 /// How a model trains.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct CompileOptions {
     /// The loss.
     pub loss: Loss,

@@ -32,6 +32,7 @@ pub enum Kind {
 
 /// Optimizer settings; absent fields take Burn's defaults.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct OptimConfig {
     /// The optimizer.
     pub kind: Kind,

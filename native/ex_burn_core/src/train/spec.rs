@@ -64,7 +64,7 @@ fn last_axis() -> isize {
 
 /// What a layer computes.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 #[allow(missing_docs)]
 pub enum LayerOp {
     /// A model input of `shape` (batch axis excluded).
@@ -161,6 +161,7 @@ pub enum LayerOp {
 
 /// One named layer and the layers it reads.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct LayerSpec {
     /// Unique name; parameters are addressed as `name.kernel`, `name.bias`, ...
     pub name: String,
@@ -173,6 +174,7 @@ pub struct LayerSpec {
 
 /// A model: layers in topological order, and the index of the output layer.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     /// The layers.
     pub layers: Vec<LayerSpec>,

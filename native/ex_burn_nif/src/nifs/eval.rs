@@ -16,16 +16,23 @@ pub fn eval_op<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
         a,
         here,
         || {
-            let op = decode::op(a[0])?;
             let inputs = args::tensors(a[1])?;
             let device = args::device(a[2])?;
             let on = inputs.first().map_or(device, |t| t.device());
+            // An op term too large to decode here is decoded on a dirty scheduler.
+            let Some(op) = decode::op(a[0])? else {
+                return Ok(((None, inputs, device, on), sched::Class::DirtyCpu));
+            };
             let work = plan::plan(&op, &inputs)
                 .map(|p| p.work)
                 .map_err(|e| e.in_op(&op.name()))?;
-            Ok(((op, inputs, device, on), sched::by_cost(on, work)))
+            Ok(((Some(op), inputs, device, on), sched::by_cost(on, work)))
         },
         |(op, inputs, device, on)| {
+            let op = match op {
+                Some(op) => op,
+                None => decode::decode(a[0], "op")?,
+            };
             let out = guard::exclusive(on, || ex_burn_core::eval(&op, &inputs, device))?;
             Ok(reply::tensors(env, out))
         },

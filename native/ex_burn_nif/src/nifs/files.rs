@@ -4,6 +4,7 @@ use crate::args::{self, Source};
 use crate::resource::{ModelRes, TensorRes};
 use crate::sched::{self, Class, Here};
 use crate::reply;
+use ex_burn_core::files;
 use ex_burn_core::train::checkpoint;
 use ex_burn_core::{Error, Result, Tensor};
 use rustler::{Encoder, Env, ResourceArc, Term};
@@ -42,8 +43,8 @@ pub fn tensors_save<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             .iter()
             .map(|(n, t)| Ok((n.clone(), t.get()?)))
             .collect::<Result<_>>()?;
-        let bytes = checkpoint::tensors_to_bytes(&ts, metadata.into_iter().collect())?;
-        checkpoint::write_atomic(Path::new(&path), &bytes)?;
+        let bytes = files::tensors_to_bytes(&ts, metadata.into_iter().collect())?;
+        files::write_atomic(Path::new(&path), &bytes)?;
         Ok(rustler::types::atom::ok().encode(env))
     })
 }
@@ -54,7 +55,7 @@ pub fn tensors_load<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::always(env, a, here, Class::DirtyIo, || {
         let dev = args::device(a[1])?;
         let bytes = bytes_of(args::source(a[0])?)?;
-        let (ts, meta) = checkpoint::tensors_from_bytes(&bytes, dev)?;
+        let (ts, meta) = files::tensors_from_bytes(&bytes, dev)?;
         let meta: Vec<(String, String)> = meta.into_iter().collect();
         Ok((reply::named(env, ts), meta).encode(env))
     })
