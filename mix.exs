@@ -10,6 +10,7 @@ defmodule ExBurn.MixProject do
       version: @version,
       elixir: "~> 1.14",
       start_permanent: Mix.env() == :prod,
+      elixirc_paths: if(Mix.env() == :test, do: ["lib", "test/support"], else: ["lib"]),
       deps: deps(),
       package: package(),
       description: "Burn (Rust) deep learning from Elixir: Nx backend, Defn compiler, native training.",

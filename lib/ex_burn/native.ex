@@ -22,7 +22,11 @@ defmodule ExBurn.Native do
   defp unwrap({:ok, value}, _op), do: value
 
   defp unwrap({:error, {kind, message}}, op),
-    do: raise(Error.new(kind: kind, op: op, message: message))
+    do: raise(Error.new(kind: kind, op: op, message: strip_op(message, op)))
+
+  # The engine names the op in its messages (programs run many); ExBurn.Error adds it too.
+  defp strip_op(message, nil), do: message
+  defp strip_op(message, op), do: String.replace_prefix(message, "#{op}: ", "")
 
   defp not_loaded(op) do
     Error.new(

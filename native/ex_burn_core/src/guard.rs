@@ -71,6 +71,20 @@ pub fn catch<T>(f: impl FnOnce() -> Result<T>) -> std::result::Result<Result<T>,
     }
 }
 
+/// Runs `f` on `value` under the guard; when `f` panics, `value` is put back as it was before
+/// the call (a clone taken first) and the panic is returned as an error, so state shared
+/// across calls is never left half-changed or poisoned.
+pub fn restoring<T: Clone, R>(value: &mut T, f: impl FnOnce(&mut T) -> Result<R>) -> Result<R> {
+    let backup = value.clone();
+    match catch(|| f(value)) {
+        Ok(result) => result,
+        Err(panic) => {
+            *value = backup;
+            Err(panic)
+        }
+    }
+}
+
 /// Maps well-known backend panics onto clearer error kinds.
 fn classify(msg: String) -> Error {
     let lower = msg.to_lowercase();
@@ -153,5 +167,28 @@ pub fn release_later<T: Send + 'static>(device: crate::Device, value: T) {
             Err(_) => job(),
         },
         None => job(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_restores_the_value_and_becomes_an_error() {
+        let mut v = vec![1, 2, 3];
+        let r: Result<()> = restoring(&mut v, |v| {
+            v.push(4);
+            v[0] = 9;
+            panic!("half-way");
+        });
+        assert_eq!(r.unwrap_err().kind(), "panic");
+        assert_eq!(v, vec![1, 2, 3]);
+        let ok = restoring(&mut v, |v| {
+            v.push(4);
+            Ok(v.len())
+        });
+        assert_eq!(ok.unwrap(), 4);
+        assert_eq!(v, vec![1, 2, 3, 4]);
     }
 }

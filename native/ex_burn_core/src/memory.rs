@@ -70,8 +70,8 @@ fn reserve_within(
 
 fn refusal(device: Device, bytes: u128, have: u64, source: &str, what: &dyn Fn() -> String) -> Error {
     Error::OutOfMemory(format!(
-        "{} needs {} ({bytes} bytes) on {device}, more than {source} ({} = {have} bytes); \
-         refused before allocating",
+        "{} would take {} ({bytes} bytes) on {device}, more than {source} ({} = {have} \
+         bytes); refused before allocating",
         what(),
         human(bytes),
         human(have as u128)

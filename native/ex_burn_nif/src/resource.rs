@@ -90,8 +90,18 @@ impl Drop for ModelRes {
     fn drop(&mut self) {
         let slot = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
         if let Some(model) = slot.take() {
-            guard::release_later(self.device, model);
+            guard::release_later(self.device, ModelDrop(Some(model)));
         }
+    }
+}
+
+/// A model being dropped: Burn's autodiff records of its parameters go after it.
+struct ModelDrop(Option<Model>);
+
+impl Drop for ModelDrop {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        ex_burn_core::train::collect_autodiff_garbage();
     }
 }
 
@@ -126,13 +136,6 @@ impl ModelRes {
         let model = guard
             .as_mut()
             .ok_or_else(|| Error::Deallocated("model was released".into()))?;
-        let backup = model.clone();
-        match guard::catch(|| guard::exclusive(self.device, || f(model))) {
-            Ok(result) => result,
-            Err(panic) => {
-                *model = backup;
-                Err(panic)
-            }
-        }
+        guard::restoring(model, |m| guard::exclusive(self.device, || f(m)))
     }
 }

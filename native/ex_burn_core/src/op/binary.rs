@@ -175,7 +175,10 @@ pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         (_, Bin::Add) => B::int_add(x, y),
         (_, Bin::Sub) => B::int_sub(x, y),
         (_, Bin::Mul) => B::int_mul(x, y),
-        (_, Bin::Div) | (_, Bin::Quot) => B::int_div(x, y),
+        (_, Bin::Div) | (_, Bin::Quot) => {
+            nonzero_divisor(b)?;
+            B::int_div(x, y)
+        }
         (_, Bin::Rem) => return remainder(a, b),
         (_, Bin::Pow) => B::int_powi(x, y),
         (_, Bin::And) => B::bitwise_and(x, y),
@@ -187,6 +190,19 @@ pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     };
     let kind = if kind == Kind::Bool { Kind::Int } else { kind };
     Ok(Tensor::same_shape_as(prim, kind, a))
+}
+
+/// Integer division by zero has no value (Burn's CPU kernels would panic, GPU ones return
+/// garbage): refused, as Nx refuses it. One device read per integer division.
+fn nonzero_divisor(b: &Tensor) -> Result<()> {
+    let zeros = B::int_equal_elem(b.int_prim()?, 0i64.into(), b.bool_dtype());
+    let any = Tensor::from_prim(B::bool_any(zeros), Kind::Bool, vec![]);
+    if any.cast(DType::U8)?.to_bytes(None)?.first().copied().unwrap_or(0) != 0 {
+        return Err(Error::Argument(
+            "integer division by zero (a divisor element is 0)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Remainder with the dividend's sign (C `fmod` / Rust `%`). Integers: `a - b * (a / b)` with

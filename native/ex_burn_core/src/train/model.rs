@@ -190,7 +190,7 @@ impl Model {
         }
         let params = spec.param_elements()?;
         crate::memory::reserve(device, params * dtype.size().max(4) as u128, &|| {
-            format!("the model's {params} parameters")
+            format!("the model's parameters ({params} elements)")
         })?;
         let ad = ad_device(device)?;
         let (net, slots) = net::build(&spec, options.seed, &ad)?;
@@ -214,6 +214,7 @@ impl Model {
                 .collect::<Result<_>>()?;
             model.set_parameters(&cast, None, false)?;
         }
+        collect_autodiff_garbage();
         Ok(model)
     }
 
@@ -248,15 +249,13 @@ impl Model {
     }
 
     fn check_data(&self, data: &Data, with_target: bool) -> Result<usize> {
-        let n_inputs = self
-            .spec
-            .layers
-            .iter()
-            .filter(|l| matches!(l.op, LayerOp::Input { .. }))
-            .count();
-        if data.inputs.len() != n_inputs {
+        let inputs: Vec<usize> = (0..self.spec.layers.len())
+            .filter(|&i| matches!(self.spec.layers[i].op, LayerOp::Input { .. }))
+            .collect();
+        if data.inputs.len() != inputs.len() {
             return Err(Error::Argument(format!(
-                "the model has {n_inputs} input(s), got {}",
+                "the model has {} input(s), got {}",
+                inputs.len(),
                 data.inputs.len()
             )));
         }
@@ -280,13 +279,65 @@ impl Model {
                 )));
             }
         }
+        let shapes = self.spec.infer_shapes()?;
+        for (t, &layer) in data.inputs.iter().zip(&inputs) {
+            if t.shape()[1..] != shapes[layer][..] {
+                return Err(Error::Shape(format!(
+                    "input {:?} takes samples of shape {:?}, got {:?}",
+                    self.spec.layers[layer].name,
+                    shapes[layer],
+                    &t.shape()[1..]
+                )));
+            }
+        }
+        self.check_ids(data, &inputs)?;
         if with_target && data.target.is_none() {
             return Err(Error::Argument("targets are required".into()));
         }
-        if with_target {
+        if let (true, Some(t)) = (with_target, data.target.as_ref()) {
+            let per_sample = crate::tensor::numel(&shapes[self.spec.output]);
+            let fits = if t.dtype().is_float() {
+                t.numel() == n.saturating_mul(per_sample)
+            } else {
+                t.numel() == n
+            };
+            if !fits {
+                return Err(Error::Shape(format!(
+                    "targets of shape {:?} do not fit the model's output {:?} per sample \
+                     (float targets: one value per output; integer targets: one class id per sample)",
+                    t.shape(),
+                    shapes[self.spec.output]
+                )));
+            }
             self.check_classes(data)?;
         }
         Ok(n)
+    }
+
+    /// Checks that the ids fed to embedding layers are below their vocabulary size (one device
+    /// read per input and call).
+    fn check_ids(&self, data: &Data, inputs: &[usize]) -> Result<()> {
+        for l in &self.spec.layers {
+            let LayerOp::Embedding { vocab_size, .. } = l.op else {
+                continue;
+            };
+            let Some(k) = l.inputs.first().and_then(|j| inputs.iter().position(|i| i == j)) else {
+                continue;
+            };
+            let t = &data.inputs[k];
+            if t.dtype().is_float() || t.numel() == 0 {
+                continue;
+            }
+            let (lo, hi) = id_bounds(t)?;
+            if lo < 0 || hi >= vocab_size as i64 {
+                return Err(Error::Argument(format!(
+                    "embedding {:?} takes ids in 0..{}, got ids from {lo} to {hi}",
+                    l.name,
+                    vocab_size - 1
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Refuses batches whose activations (kept for the backward pass) cannot fit the device.
@@ -319,15 +370,7 @@ impl Model {
             Loss::BinaryCrossEntropy => 2,
             Loss::Mse => return Ok(()),
         };
-        let ids: burn::tensor::Tensor<B, 1, Int> = burn::tensor::Tensor::from_primitive(
-            t.cast(DType::S64)?.reshape(vec![t.numel()])?.prim(),
-        );
-        let bounds = burn::tensor::Tensor::cat(vec![ids.clone().min(), ids.max()], 0).into_data();
-        let b: Vec<i64> = bounds.iter::<i64>().collect();
-        let (lo, hi) = (
-            b.first().copied().unwrap_or(0),
-            b.last().copied().unwrap_or(0),
-        );
+        let (lo, hi) = id_bounds(t)?;
         if lo < 0 || hi >= classes as i64 {
             return Err(Error::Argument(format!(
                 "class ids must be in 0..{} for {:?} loss with {classes} outputs, got ids from {lo} to {hi}",
@@ -909,6 +952,7 @@ impl Model {
             Ok(())
         })();
         self.net = Some(net);
+        collect_autodiff_garbage();
         result
     }
 
@@ -1071,6 +1115,32 @@ fn target(t: &Tensor, ad: bool, dtype: DType) -> Result<Target> {
         let p = t.cast(DType::S32)?.reshape(vec![n])?.prim();
         Ok(Target::Classes(burn::tensor::Tensor::from_primitive(p)))
     }
+}
+
+/// Frees Burn autodiff's records of tracked tensors that no longer exist (the parameters of
+/// dropped or replaced models). Burn frees them only at the end of a backward pass, so a
+/// process that builds or loads models without training them grew by ~8 KB per model; one
+/// backward pass on a one-element host tensor runs that cleanup (tens of microseconds).
+pub fn collect_autodiff_garbage() {
+    let dev = burn::DispatchDevice::autodiff(burn::DispatchDevice::Flex(
+        burn::backend::flex::FlexDevice,
+    ));
+    let t: burn::tensor::Tensor<B, 1> =
+        burn::tensor::Tensor::from_data(TensorData::new(vec![0.0f32], [1]), &dev).require_grad();
+    drop(t.sum().backward());
+}
+
+/// The smallest and largest of integer ids (one device read).
+fn id_bounds(t: &Tensor) -> Result<(i64, i64)> {
+    let ids: burn::tensor::Tensor<B, 1, Int> = burn::tensor::Tensor::from_primitive(
+        t.cast(DType::S64)?.reshape(vec![t.numel()])?.prim(),
+    );
+    let bounds = burn::tensor::Tensor::cat(vec![ids.clone().min(), ids.max()], 0).into_data();
+    let b: Vec<i64> = bounds.iter::<i64>().collect();
+    Ok((
+        b.first().copied().unwrap_or(0),
+        b.last().copied().unwrap_or(0),
+    ))
 }
 
 /// Reads a one-element float tensor as f64 (Burn's `into_scalar` goes through f32).
