@@ -15,7 +15,14 @@ defmodule ExBurn.Callbacks do
 
   @doc false
   def run(callbacks, metrics) do
-    metrics = Enum.reduce(callbacks, metrics, fn cb, m -> cb.(m) end)
+    metrics =
+      Enum.reduce(callbacks, metrics, fn cb, m ->
+        case cb.(m) do
+          %{epoch: _} = next -> next
+          other -> Options.fail(:fit, "a callback must return the metrics map, got #{Options.short(other)}")
+        end
+      end)
+
     telemetry(metrics)
     metrics
   end
@@ -43,7 +50,12 @@ defmodule ExBurn.Callbacks do
   end
 
   @doc false
-  def format(m, epochs \\ nil) do
+  def format(m, epochs \\ nil)
+
+  def format(m, _epochs) when not is_map(m) or not is_map_key(m, :epoch) or not is_map_key(m, :loss),
+    do: Options.fail(:format, "expected the metrics map of an epoch, got #{Options.short(m)}")
+
+  def format(m, epochs) do
     parts = [
       if(epochs, do: "Epoch #{m.epoch}/#{epochs}", else: "epoch #{m.epoch}"),
       "loss #{fmt(m.loss)}",

@@ -30,12 +30,16 @@ defmodule ExBurn.Device do
     raise ExBurn.Error.new(
             kind: :argument,
             message:
-              "unknown device #{inspect(other)} (expected :cpu, {:cuda, i}, {:vulkan, i} or {:metal, i})"
+              "unknown device #{ExBurn.Options.short(other)} (expected :cpu, {:cuda, i}, {:vulkan, i} or {:metal, i})"
           )
   end
 
   @doc "The device family (`:cpu`, `:cuda`, `:vulkan`, `:metal`)."
   @spec family(t()) :: atom()
-  def family(:cpu), do: :cpu
-  def family({family, _}), do: family
+  def family(device) do
+    case normalize!(device) do
+      :cpu -> :cpu
+      {family, _} -> family
+    end
+  end
 end

@@ -279,8 +279,12 @@ defmodule ExBurn.Model do
   @spec put_parameters(t(), %{String.t() => Tensor.t()}, keyword()) :: t()
   def put_parameters(model, params, opts \\ [])
 
-  def put_parameters(%__MODULE__{} = model, params, opts) when is_map(params) or is_list(params) do
+  def put_parameters(%__MODULE__{} = model, params, opts)
+      when (is_map(params) and not is_struct(params)) or is_list(params) do
     opts = Options.validate!(opts, @put_opts, :put_parameters)
+
+    if is_list(params) and not Options.proper_list?(params),
+      do: Options.fail(:put_parameters, "expected a map of name => tensor, got an improper list")
 
     list =
       Enum.map(params, fn

@@ -24,8 +24,11 @@ defmodule ExBurn.Op do
       {:sum, %{axes: [0], keep_axes: true}}
   """
   @spec encode(atom(), keyword()) :: atom() | {atom(), map()}
+  def encode(name, _attrs) when not is_atom(name),
+    do: Options.fail(:encode, "the op name must be an atom, got #{Options.short(name)}")
+
   def encode(name, []), do: name
-  def encode(name, attrs), do: {name, Map.new(attrs, &encode_attr(&1, name))}
+  def encode(name, attrs), do: {name, attrs |> attrs!(name) |> Map.new(&encode_attr(&1, name))}
 
   defp encode_attr({:value, v}, op), do: {:value, scalar(v, op)}
   defp encode_attr({k, v}, _op) when k in [:dtype, :out] and not is_nil(v), do: {k, ExBurn.Type.normalize!(v)}

@@ -16,7 +16,7 @@ defmodule ExBurn.Options do
   @doc false
   # The options with defaults filled in (and devices and types normalised), in schema order.
   def validate!(opts, schema, op) do
-    unless is_list(opts) and Enum.all?(opts, &match?({k, _} when is_atom(k), &1)) do
+    unless is_list(opts) and proper_list?(opts) and Enum.all?(opts, &match?({k, _} when is_atom(k), &1)) do
       fail(op, "options must be a keyword list, got #{short(opts)}")
     end
 
@@ -134,9 +134,10 @@ defmodule ExBurn.Options do
   defp finite(v) when is_integer(v) and abs(v) < 1.0e300, do: {:ok, v}
   defp finite(_v), do: :error
 
-  defp proper_list?([]), do: true
-  defp proper_list?([_ | t]), do: proper_list?(t)
-  defp proper_list?(_), do: false
+  @doc false
+  def proper_list?([]), do: true
+  def proper_list?([_ | t]), do: proper_list?(t)
+  def proper_list?(_), do: false
 
   defp rescue_error(fun) do
     {:ok, fun.()}

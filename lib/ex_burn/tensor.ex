@@ -76,6 +76,7 @@ defmodule ExBurn.Tensor do
   defp flatten(n) when is_number(n) or n in [:nan, :infinity, :neg_infinity], do: {{}, [n]}
 
   defp flatten(list) when is_list(list) do
+    unless proper?(list), do: Options.fail(:new, "expected a nested list of numbers, got an improper list")
     parts = Enum.map(list, &flatten/1)
     shapes = parts |> Enum.map(&elem(&1, 0)) |> Enum.uniq()
 

@@ -7,6 +7,8 @@ defmodule ExBurn.Type do
   kind `:unsupported_dtype`.
   """
 
+  import Kernel, except: [byte_size: 1]
+
   @supported [
     {:u, 8},
     {:u, 16},
@@ -64,11 +66,11 @@ defmodule ExBurn.Type do
 
   @doc "Bytes per element."
   @spec byte_size(t()) :: pos_integer()
-  def byte_size({_, bits}), do: div(bits, 8)
+  def byte_size(type), do: type |> normalize!() |> elem(1) |> div(8)
 
   @doc "Whether the type is a float type."
   @spec float?(t()) :: boolean()
-  def float?({class, _}), do: class in [:f, :bf]
+  def float?(type), do: elem(normalize!(type), 0) in [:f, :bf]
 
   @doc """
   Nx's promotion of two tensor types (`Nx.Type.merge/2`).
@@ -81,6 +83,7 @@ defmodule ExBurn.Type do
       {:f, 32}
   """
   @spec merge(t(), t()) :: t()
+  def merge(a, b) when a not in @supported or b not in @supported, do: merge(normalize!(a), normalize!(b))
   def merge(t, t), do: t
   def merge({:f, 16}, {:bf, 16}), do: {:f, 32}
   def merge({:bf, 16}, {:f, 16}), do: {:f, 32}
@@ -98,6 +101,15 @@ defmodule ExBurn.Type do
 
   @doc "Decodes `count` little-endian elements of `type` into numbers (and `:nan`, `:infinity`, `:neg_infinity`)."
   @spec decode(binary(), t()) :: [number() | atom()]
+  def decode(bin, type) when not is_binary(bin) or type not in @supported do
+    type = normalize!(type)
+
+    unless is_binary(bin) and rem(Kernel.byte_size(bin), byte_size(type)) == 0,
+      do: ExBurn.Options.fail(:decode, "expected a binary of whole #{inspect(type)} elements, got #{ExBurn.Options.short(bin)}")
+
+    decode(bin, type)
+  end
+
   def decode(bin, {:s, bits}), do: for(<<x::signed-little-size(bits) <- bin>>, do: x)
   def decode(bin, {:u, bits}), do: for(<<x::unsigned-little-size(bits) <- bin>>, do: x)
   def decode(bin, {:f, 16}), do: for(<<x::binary-size(2) <- bin>>, do: float(x, 16))
@@ -134,6 +146,9 @@ defmodule ExBurn.Type do
   """
   @spec encode([number() | atom()], t(), atom()) :: binary()
   def encode(values, type, op \\ :encode) do
+    type = normalize!(type)
+    unless is_list(values), do: ExBurn.Options.fail(op, "expected a list of numbers, got #{ExBurn.Options.short(values)}")
+
     for v <- values, into: <<>> do
       if encodable?(v, type),
         do: encode1(v, type),

@@ -4,10 +4,10 @@ defmodule ExBurn.Test.ChildVM do
   # on its code path), for tests that must survive the child: kill -9, crashes, fuzzing. The
   # child halts when its stdin closes, so a failed test never leaves it running.
 
-  @doc "Starts `script` (a file) with `args`; returns the port."
-  def start(script, args \\ []) do
+  @doc "Starts `script` (a file) with `args` (in `opts[:cd]`, default the project); returns the port."
+  def start(script, args \\ [], opts \\ []) do
     elixir = System.find_executable("elixir") || raise "elixir is not on the PATH"
-    ebin = Path.join([Mix.Project.build_path(), "lib", "ex_burn", "ebin"])
+    ebin = Path.expand(Path.join([Mix.Project.build_path(), "lib", "ex_burn", "ebin"]))
     wrapper = script <> ".child.exs"
     File.write!(wrapper, guard_code(script))
 
@@ -17,7 +17,7 @@ defmodule ExBurn.Test.ChildVM do
       :stderr_to_stdout,
       {:line, 65_536},
       args: ["-pa", ebin, wrapper | args],
-      cd: File.cwd!()
+      cd: Keyword.get(opts, :cd, File.cwd!())
     ])
   end
 

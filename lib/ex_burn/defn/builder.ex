@@ -1,23 +1,23 @@
 if Code.ensure_loaded?(Nx) do
   defmodule ExBurn.Defn.Builder do
-    @moduledoc """
-    Lowers an `Nx.Defn.Expr` container into an engine program, in pure Elixir.
-
-    The program is a map the engine decodes (`ex_burn_core::Program`): `inputs`, `consts`,
-    `instrs` (each `%{op: op, args: [value numbers]}`) and `outputs`. Tensor ops go through
-    `ExBurn.Defn.Lower`, the table the eager backend uses. `while` becomes an instruction whose
-    condition and body are sub-programs over the loop state; `cond` evaluates its predicates in
-    the enclosing scope and runs one branch sub-program; values a branch needs from the
-    enclosing scope (and tensors captured by the function) are passed to sub-programs as inputs.
-    `block`s with a native lowering become engine ops, the others are inlined from their default
-    implementation. Functions given to `reduce`/`window_reduce` become sub-programs (see
-    `fold_body/1`). Hooks are `hook` instructions: the engine logs their values in execution
-    order (per iteration inside `while`, only when taken inside `cond`) and the runner calls the
-    hook functions in that order after the run.
-
-    Unsupported expressions raise `ExBurn.Error` of kind `:unsupported` naming the op, at
-    compile time.
-    """
+    @moduledoc false
+    # Internal to the Defn compiler and the Nx backend.
+    # Lowers an `Nx.Defn.Expr` container into an engine program, in pure Elixir.
+    #
+    # The program is a map the engine decodes (`ex_burn_core::Program`): `inputs`, `consts`,
+    # `instrs` (each `%{op: op, args: [value numbers]}`) and `outputs`. Tensor ops go through
+    # `ExBurn.Defn.Lower`, the table the eager backend uses. `while` becomes an instruction whose
+    # condition and body are sub-programs over the loop state; `cond` evaluates its predicates in
+    # the enclosing scope and runs one branch sub-program; values a branch needs from the
+    # enclosing scope (and tensors captured by the function) are passed to sub-programs as inputs.
+    # `block`s with a native lowering become engine ops, the others are inlined from their default
+    # implementation. Functions given to `reduce`/`window_reduce` become sub-programs (see
+    # `fold_body/1`). Hooks are `hook` instructions: the engine logs their values in execution
+    # order (per iteration inside `while`, only when taken inside `cond`) and the runner calls the
+    # hook functions in that order after the run.
+    #
+    # Unsupported expressions raise `ExBurn.Error` of kind `:unsupported` naming the op, at
+    # compile time.
 
     alias ExBurn.Defn.Lower
     alias Nx.Defn.{Composite, Expr, Tree}

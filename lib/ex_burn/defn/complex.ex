@@ -1,16 +1,16 @@
 defmodule ExBurn.Defn.Complex do
-  @moduledoc """
-  Complex numbers on an engine without complex types: a `{:c, 64}` (`{:c, 128}`) tensor of
-  shape `s` is stored as an `{:f, 32}` (`{:f, 64}`) tensor of shape `s ++ {2}` holding the real
-  and imaginary parts side by side, which is exactly Nx's binary layout (data moves in and out
-  unchanged).
-
-  `ExBurn.Defn.Lower` sends every op with a complex input or output here. Ops that act on each
-  part alone (shape and indexing ops, `add`, `subtract`, `negate`, `sum`, ...) reuse the real
-  lowering once per part; arithmetic, `dot`, `abs`, `exp`, `sqrt`, comparisons and `fft`/`ifft`
-  (a DFT as real matrix products in f64, rounded once, like Nx's binary backend) are written
-  out on the parts. Other ops on complex tensors raise `ExBurn.Error` of kind `:unsupported`.
-  """
+  @moduledoc false
+  # Internal to the Defn compiler and the Nx backend.
+  # Complex numbers on an engine without complex types: a `{:c, 64}` (`{:c, 128}`) tensor of
+  # shape `s` is stored as an `{:f, 32}` (`{:f, 64}`) tensor of shape `s ++ {2}` holding the real
+  # and imaginary parts side by side, which is exactly Nx's binary layout (data moves in and out
+  # unchanged).
+  #
+  # `ExBurn.Defn.Lower` sends every op with a complex input or output here. Ops that act on each
+  # part alone (shape and indexing ops, `add`, `subtract`, `negate`, `sum`, ...) reuse the real
+  # lowering once per part; arithmetic, `dot`, `abs`, `exp`, `sqrt`, comparisons and `fft`/`ifft`
+  # (a DFT as real matrix products in f64, rounded once, like Nx's binary backend) are written
+  # out on the parts. Other ops on complex tensors raise `ExBurn.Error` of kind `:unsupported`.
 
   alias ExBurn.Defn.{Lower, Recipe}
 

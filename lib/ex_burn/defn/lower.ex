@@ -1,18 +1,18 @@
 defmodule ExBurn.Defn.Lower do
-  @moduledoc """
-  THE mapping from Nx operations to the engine's op table, shared by `ExBurn.Backend` (eager)
-  and `ExBurn.Compiler` (programs), so the two cannot drift apart.
-
-  `lower/3` takes an Nx op name as it appears in `Nx.Backend` callbacks and `Nx.Defn.Expr`
-  nodes, the output template `out` and the op's arguments (tensors are anything with `:shape`
-  and `:type`), and returns a *recipe* `{inputs, instrs}`: the tensors the recipe reads, and
-  engine instructions `{op, attrs, args}` numbered like a program (`0..length(inputs)-1` are
-  the inputs, instruction `k` defines value `length(inputs) + k`); the last instruction's value
-  is the result. Most ops are one instruction; a few cast first or after so that the result
-  has Nx's type `out.type` exactly.
-
-  This module does not need Nx: it only reads shapes and types.
-  """
+  @moduledoc false
+  # Internal to the Defn compiler and the Nx backend.
+  # THE mapping from Nx operations to the engine's op table, shared by `ExBurn.Backend` (eager)
+  # and `ExBurn.Compiler` (programs), so the two cannot drift apart.
+  #
+  # `lower/3` takes an Nx op name as it appears in `Nx.Backend` callbacks and `Nx.Defn.Expr`
+  # nodes, the output template `out` and the op's arguments (tensors are anything with `:shape`
+  # and `:type`), and returns a *recipe* `{inputs, instrs}`: the tensors the recipe reads, and
+  # engine instructions `{op, attrs, args}` numbered like a program (`0..length(inputs)-1` are
+  # the inputs, instruction `k` defines value `length(inputs) + k`); the last instruction's value
+  # is the result. Most ops are one instruction; a few cast first or after so that the result
+  # has Nx's type `out.type` exactly.
+  #
+  # This module does not need Nx: it only reads shapes and types.
 
   @typedoc "Anything with a shape and an Nx type (an `Nx.Tensor`, a template, a value)."
   @type tensor :: %{

@@ -1,9 +1,9 @@
 defmodule ExBurn.Defn.Recipe do
-  @moduledoc """
-  A recipe under construction: engine instructions over numbered values, as
-  `ExBurn.Defn.Lower.lower/3` returns them (`0..n-1` are the inputs, instruction `k` defines
-  value `n + k`). Used where one Nx op becomes several engine ops.
-  """
+  @moduledoc false
+  # Internal to the Defn compiler and the Nx backend.
+  # A recipe under construction: engine instructions over numbered values, as
+  # `ExBurn.Defn.Lower.lower/3` returns them (`0..n-1` are the inputs, instruction `k` defines
+  # value `n + k`). Used where one Nx op becomes several engine ops.
 
   defstruct inputs: [], next: 0, instrs: []
 

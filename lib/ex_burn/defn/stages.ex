@@ -1,17 +1,17 @@
 if Code.ensure_loaded?(Nx) do
   defmodule ExBurn.Defn.Stages do
-    @moduledoc """
-    Splits a defn expression at its `Nx.runtime_call/4` nodes, in pure Elixir.
-
-    A program runs in one NIF call without returning to Elixir, so each root-scope runtime
-    call becomes a stage: a program computing the call's argument from the function inputs
-    (and the results of earlier calls), then the Elixir callback. The final program computes
-    the outputs with every call result as one more input. Stages recompute what they share
-    with later programs (no intermediate is kept between programs); a hook is called by the
-    first program that computes it, and passes its value through in later ones, so each hook
-    runs once, before the callbacks that depend on it. Runtime calls inside `while` or `cond`
-    cannot be staged: `ExBurn.Defn.Builder` raises `ExBurn.Error` for them.
-    """
+    @moduledoc false
+    # Internal to the Defn compiler and the Nx backend.
+    # Splits a defn expression at its `Nx.runtime_call/4` nodes, in pure Elixir.
+    #
+    # A program runs in one NIF call without returning to Elixir, so each root-scope runtime
+    # call becomes a stage: a program computing the call's argument from the function inputs
+    # (and the results of earlier calls), then the Elixir callback. The final program computes
+    # the outputs with every call result as one more input. Stages recompute what they share
+    # with later programs (no intermediate is kept between programs); a hook is called by the
+    # first program that computes it, and passes its value through in later ones, so each hook
+    # runs once, before the callbacks that depend on it. Runtime calls inside `while` or `cond`
+    # cannot be staged: `ExBurn.Defn.Builder` raises `ExBurn.Error` for them.
 
     alias ExBurn.Defn.Builder
     alias Nx.Defn.{Composite, Expr, Tree}

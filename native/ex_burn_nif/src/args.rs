@@ -7,10 +7,40 @@ use crate::resource::{ModelRes, ProgramRes, TensorRes};
 use ex_burn_core::{DType, Device, Error, Result, Tensor};
 use rustler::{Atom, Binary, Decoder, LocalPid, NifTaggedEnum, ResourceArc, Term};
 
-/// Decodes `term` as `T`; `what` names the argument in the error.
+/// Decodes `term` as `T`; `what` names the argument in the error. Improper lists are refused
+/// first (rustler's list decoding panics on them).
 pub fn get<'a, T: Decoder<'a>>(term: Term<'a>, what: &str) -> Result<T> {
+    if !proper(term, 4) {
+        return Err(Error::Argument(format!(
+            "invalid {what}: it holds an improper list"
+        )));
+    }
     term.decode()
         .map_err(|_| Error::Argument(format!("invalid {what}: {}", preview(term))))
+}
+
+/// Whether every list in `term`, down to `depth` levels, is proper (the fixed-shape arguments
+/// decoded with `get` are shallow; deeper terms fail to decode anyway).
+fn proper(term: Term, depth: usize) -> bool {
+    use rustler::TermType;
+    let items: Vec<Term> = match term.get_type() {
+        TermType::List => {
+            if term.list_length().is_err() {
+                return false;
+            }
+            match term.decode::<Vec<Term>>() {
+                Ok(items) => items,
+                Err(_) => return false,
+            }
+        }
+        TermType::Tuple => rustler::types::tuple::get_tuple(term).unwrap_or_default(),
+        TermType::Map => match rustler::types::map::MapIterator::new(term) {
+            Some(it) => it.map(|(_, v)| v).collect(),
+            None => return false,
+        },
+        _ => return true,
+    };
+    depth == 0 || items.iter().all(|t| proper(*t, depth - 1))
 }
 
 /// A short rendering of a term for error messages: scalars and small flat containers as they

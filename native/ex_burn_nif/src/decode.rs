@@ -124,14 +124,21 @@ fn child(term: Term, depth: usize) -> Result<De, DeError> {
     Ok(De(term, depth + 1))
 }
 
+/// The elements of a proper list (`None` for an improper one; rustler's list decoding would
+/// panic on it).
+fn list_items(term: Term) -> Option<Vec<Term>> {
+    term.list_length().ok()?;
+    term.decode::<Vec<Term>>().ok()
+}
+
 fn is_keyword(term: Term) -> bool {
-    match term.decode::<Vec<Term>>() {
-        Ok(items) => items.iter().all(|t| {
+    match list_items(term) {
+        Some(items) => items.iter().all(|t| {
             rustler::types::tuple::get_tuple(*t)
                 .map(|e| e.len() == 2 && e[0].is_atom())
                 .unwrap_or(false)
         }),
-        Err(_) => false,
+        None => false,
     }
 }
 
@@ -346,7 +353,7 @@ impl<'a> Map<'a> {
     }
 
     fn from_keyword(t: Term<'a>, depth: usize) -> Result<Self, DeError> {
-        let items: Vec<Term> = t.decode().map_err(|_| DeError("bad keyword list".into()))?;
+        let items = list_items(t).ok_or_else(|| DeError("bad keyword list".into()))?;
         let mut entries = Vec::with_capacity(items.len());
         for i in items {
             let e = rustler::types::tuple::get_tuple(i)
