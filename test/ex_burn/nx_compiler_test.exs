@@ -220,7 +220,7 @@ if Code.ensure_loaded?(Nx) do
           collect.(collect, [])
         end)
 
-      :erlang.trace_pattern({ExBurn.Native, :call, 4}, true, [:local])
+      :erlang.trace_pattern({ExBurn.Native, :call, 3}, true, [:local])
       :erlang.trace(self(), true, [:call, {:tracer, tracer}])
 
       try do
@@ -230,7 +230,7 @@ if Code.ensure_loaded?(Nx) do
         assert_receive {:calls, calls}
         {result, calls}
       after
-        :erlang.trace_pattern({ExBurn.Native, :call, 4}, false, [:local])
+        :erlang.trace_pattern({ExBurn.Native, :call, 3}, false, [:local])
       end
     end
 
