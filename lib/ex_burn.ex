@@ -82,6 +82,8 @@ defmodule ExBurn do
     :persistent_term.put({__MODULE__, :dot_precision}, precision)
 
     nx? = Code.ensure_loaded?(Nx) and Code.ensure_loaded?(ExBurn.Backend)
+    # Nx keeps its defaults in its application environment: load it when only its code is there.
+    if nx?, do: Application.load(:nx)
 
     if nx? and opts[:nx_backend] do
       apply(Nx, :global_default_backend, [{ExBurn.Backend, device: device}])

@@ -30,6 +30,9 @@ if Code.ensure_loaded?(Axon) do
       Map.fetch!(built, output)
     end
 
+    def to_layers(other),
+      do: ExBurn.Options.fail(:to_layers, "expected an Axon model, got #{ExBurn.Options.short(other)}")
+
     defp node_name(%{name: name_fn, op_name: op}, counts) when is_function(name_fn, 2),
       do: name_fn.(op, counts)
 

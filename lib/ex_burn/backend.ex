@@ -49,8 +49,8 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def init(opts) do
-      opts = Keyword.validate!(opts, [:device])
-      [device: ExBurn.Device.normalize!(opts[:device] || ExBurn.default_device())]
+      opts = ExBurn.Options.validate!(opts, [device: [type: {:or, [nil, :device]}, default: nil]], :backend)
+      [device: opts[:device] || ExBurn.default_device()]
     end
 
     @impl true

@@ -463,10 +463,16 @@ defmodule ExBurn.BurnBridge do
     @doc "Converts to an `Nx.Tensor` on Nx's default backend (requires Nx)."
     @spec to_nx(tensor()) :: Nx.Tensor.t()
     def to_nx(%Tensor{} = t), do: t |> Tensor.to_binary() |> Nx.from_binary(t.type) |> Nx.reshape(t.shape)
+    def to_nx(other), do: Tensor.not_a_tensor(other, :to_nx)
 
     @doc "Converts an `Nx.Tensor` to an ExBurn tensor (requires Nx). Options: `:device`."
     @spec from_nx(Nx.Tensor.t(), keyword()) :: tensor()
-    def from_nx(nx, opts \\ []), do: Tensor.from_binary(Nx.to_binary(nx), Nx.shape(nx), Nx.type(nx), opts)
+    def from_nx(nx, opts \\ [])
+
+    def from_nx(%Nx.Tensor{} = nx, opts),
+      do: Tensor.from_binary(Nx.to_binary(nx), Nx.shape(nx), Nx.type(nx), opts)
+
+    def from_nx(other, _opts), do: Options.fail(:from_nx, "expected an Nx.Tensor, got #{Options.short(other)}")
   end
 
   defp shape_list(shape, _op), do: shape |> Tensor.normalize_shape!() |> Tuple.to_list()

@@ -1,5 +1,31 @@
 if Code.ensure_loaded?(Nx) do
   defmodule ExBurn.Serving do
+    alias ExBurn.Options
+
+    @new_opts [
+      device: [type: {:or, [nil, :device]}, default: nil, doc: "where the computation runs (default `ExBurn.default_device/0`)"],
+      output: [
+        type: {:in, [:device, :host]},
+        default: :device,
+        doc:
+          "`:device` answers with `ExBurn.Backend` tensors on the device (each client slices its rows " <>
+            "out of the batch result there); `:host` copies each batch result to `Nx.BinaryBackend` " <>
+            "once, in the serving process, and clients slice it on the host: one device read per batch " <>
+            "instead of one per request, for servers that send results away (CPU, 32-row batches of a " <>
+            "small MLP: 32k -> 47k requests/s; `bench/results/defn_cpu.md`)"
+      ],
+      defn_options: [
+        type: :keyword,
+        default: [],
+        doc: "more options for `ExBurn.Compiler` (for example `max_concurrency: 2` with `partitions: true`)"
+      ]
+    ]
+    @batching_opts [
+      batch_size: [type: {:or, [nil, :pos_integer]}, default: nil, doc: "the largest batch run at once (inputs are padded or split to it)"],
+      batch_timeout: [type: {:or, [nil, :non_neg_integer]}, default: nil, doc: "milliseconds to wait for a batch to fill (Nx's default is 100)"],
+      partitions: [type: {:or, [nil, :boolean]}, default: nil, doc: "start one partition per `:max_concurrency`"]
+    ]
+
     @moduledoc """
     Batched, concurrent inference with `Nx.Serving` on Burn, for a defn function (compiled by
     `ExBurn.Compiler`) or a compiled `ExBurn.Model`.
@@ -15,21 +41,11 @@ if Code.ensure_loaded?(Nx) do
 
     ## Options (`new/2` and `build/2`)
 
-      * `:device` - where the computation runs (default `ExBurn.default_device/0`)
-      * `:output` - `:device` (default) answers with `ExBurn.Backend` tensors on the device:
-        each client slices its rows out of the batch result there. `:host` copies each batch
-        result to `Nx.BinaryBackend` once, in the serving process, and clients slice it on the
-        host: one device read per batch instead of one per request, for servers that send
-        results away (CPU, 32-row batches of a small MLP: 32k -> 47k requests/s, p99 3.3 ->
-        2.7 ms; `bench/results/defn_cpu.md`)
-      * `:defn_options` - more options for `ExBurn.Compiler` (for example `max_concurrency: 2`
-        to run two partitions when started with `partitions: true`)
+    #{ExBurn.Options.docs(@new_opts)}
 
     `build/2` also takes:
 
-      * `:batch_size` - the largest batch run at once (inputs are padded or split to it)
-      * `:batch_timeout` - milliseconds to wait for a batch to fill (Nx's default is 100)
-      * `:partitions` - start one partition per `:max_concurrency` (default `false`)
+    #{ExBurn.Options.docs(@batching_opts)}
     """
 
     @type target ::
@@ -51,8 +67,8 @@ if Code.ensure_loaded?(Nx) do
     """
     @spec new(target(), keyword()) :: Nx.Serving.t()
     def new(target, opts \\ []) do
-      opts = Keyword.validate!(opts, [:device, output: :device, defn_options: []])
-      device = ExBurn.Device.normalize!(opts[:device] || ExBurn.default_device())
+      opts = Options.validate!(opts, @new_opts, :serving)
+      device = opts[:device] || ExBurn.default_device()
       defn_options = [compiler: ExBurn.Compiler, device: device] ++ opts[:defn_options]
       batch_fun = batch_fun(target)
       output = output_fun(opts[:output])
@@ -67,14 +83,6 @@ if Code.ensure_loaded?(Nx) do
 
     defp output_fun(:device), do: & &1
     defp output_fun(:host), do: fn run -> &to_binary_backend(run.(&1)) end
-
-    defp output_fun(other) do
-      raise ExBurn.Error.new(
-              kind: :argument,
-              op: :serving,
-              message: "output must be :device or :host, got #{inspect(other)}"
-            )
-    end
 
     # For the compiler options Nx.Serving passes, the function it runs on each batch.
     defp batch_fun(fun) when is_function(fun, 1), do: &Nx.Defn.jit(fun, &1)
@@ -95,7 +103,7 @@ if Code.ensure_loaded?(Nx) do
       raise ExBurn.Error.new(
               kind: :argument,
               op: :serving,
-              message: "expected a function of one batch or an ExBurn.Model, got #{inspect(other)}"
+              message: "expected a function of one batch or an ExBurn.Model, got #{Options.short(other)}"
             )
     end
 
@@ -115,25 +123,35 @@ if Code.ensure_loaded?(Nx) do
     """
     @spec build(target(), keyword()) :: Nx.Serving.t()
     def build(target, opts \\ []) do
-      {batching, opts} = Keyword.split(opts, [:batch_size, :batch_timeout, :partitions])
+      unless is_list(opts) and Options.proper_list?(opts) and Keyword.keyword?(opts),
+        do: Options.fail(:serving, "options must be a keyword list, got #{Options.short(opts)}")
+      {batching, opts} = Keyword.split(opts, Keyword.keys(@batching_opts))
+      batching = Options.validate!(batching, @batching_opts, :serving)
       serving = new(target, opts)
       serving = if n = batching[:batch_size], do: with_batch_size(serving, n), else: serving
       serving = if ms = batching[:batch_timeout], do: with_timeout(serving, ms), else: serving
 
-      case Keyword.fetch(batching, :partitions) do
-        {:ok, p} -> put_process_option(serving, :partitions, p)
-        :error -> serving
+      case batching[:partitions] do
+        nil -> serving
+        p -> put_process_option(serving, :partitions, p)
       end
     end
 
     @doc "Sets the largest batch the serving runs at once."
     @spec with_batch_size(Nx.Serving.t(), pos_integer()) :: Nx.Serving.t()
-    def with_batch_size(%Nx.Serving{} = serving, size), do: Nx.Serving.batch_size(serving, size)
+    def with_batch_size(%Nx.Serving{} = serving, size) do
+      Nx.Serving.batch_size(serving, Options.check!(size, :pos_integer, "batch size", :serving))
+    end
+
+    def with_batch_size(other, _size), do: Options.fail(:serving, "expected an Nx.Serving, got #{Options.short(other)}")
 
     @doc "Sets how long (milliseconds) a started serving waits for a batch to fill."
     @spec with_timeout(Nx.Serving.t(), non_neg_integer()) :: Nx.Serving.t()
-    def with_timeout(%Nx.Serving{} = serving, ms) when is_integer(ms) and ms >= 0,
-      do: put_process_option(serving, :batch_timeout, ms)
+    def with_timeout(%Nx.Serving{} = serving, ms) do
+      put_process_option(serving, :batch_timeout, Options.check!(ms, :non_neg_integer, "timeout", :serving))
+    end
+
+    def with_timeout(other, _ms), do: Options.fail(:serving, "expected an Nx.Serving, got #{Options.short(other)}")
 
     defp put_process_option(serving, key, value),
       do: Nx.Serving.process_options(serving, Keyword.put(serving.process_options, key, value))
@@ -154,13 +172,16 @@ if Code.ensure_loaded?(Nx) do
 
     defp batch(%Nx.Batch{} = batch), do: batch
     defp batch(%Nx.Tensor{} = tensor), do: Nx.Batch.concatenate([tensor])
+    defp batch(other), do: Options.fail(:serving, "expected a tensor or an Nx.Batch, got #{Options.short(other)}")
 
     @doc """
     Where the serving `name` runs: `%{name: name, running: boolean, local: pid | nil,
     nodes: %{node => processes}}` (processes are counted with their partition weight).
     """
     @spec status(atom()) :: map()
-    def status(name) when is_atom(name) do
+    def status(name) when not is_atom(name), do: Options.fail(:serving, "expected a serving name (an atom)")
+
+    def status(name) do
       members = if Process.whereis(Nx.Serving.PG), do: :pg.get_members(Nx.Serving.PG, name), else: []
       local = Enum.find(members, &(node(&1) == node()))
       nodes = Enum.frequencies_by(members, &node/1)

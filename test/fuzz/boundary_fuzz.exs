@@ -52,20 +52,24 @@ defmodule ExBurn.Fuzz do
   # ---- what is called ----
 
   # Every documented public function of ExBurn's documented modules. ExBurn.Nif.* are
-  # compile-time build configuration (not called at run time); Nx-dependent modules are not
-  # loaded without Nx.
+  # compile-time build configuration (not called at run time); ExBurn.Backend and
+  # ExBurn.Compiler implement Nx's behaviours and are called by Nx with arguments it validated.
+  @behaviour_impls [ExBurn.Backend, ExBurn.Compiler, ExBurn.Defn.Compiler]
   defp targets do
     {:ok, mods} = :application.get_key(:ex_burn, :modules)
 
     for mod <- mods,
         String.starts_with?(inspect(mod), "ExBurn"),
         not String.starts_with?(inspect(mod), "ExBurn.Nif"),
+        mod not in @behaviour_impls,
         Code.ensure_loaded?(mod),
         {:docs_v1, _, _, _, mdoc, _, docs} <- [Code.fetch_docs(mod)],
         mdoc != :hidden,
         {{:function, fun, arity}, _, _, fdoc, _} <- docs,
         fdoc != :hidden,
-        fun not in [:exception, :message] do
+        fun not in [:exception, :message],
+        # __jit__/__compile__/... are Nx.Defn.Compiler callbacks that `ExBurn` carries.
+        not String.starts_with?(Atom.to_string(fun), "__") do
       {mod, fun, arity}
     end
   end

@@ -44,18 +44,50 @@ impl Scalar {
         }
     }
 
-    /// Burn's scalar for a tensor of type `dtype`.
+    /// The value as an element of integer type `dtype`, wrapped to its width as Nx stores it
+    /// (`-5` in `{:u, 32}` is 4294967291, `2**63` in `{:s, 64}` is `-2**63`); floats truncate,
+    /// non-finite ones saturate. Returned as the bits of a 64-bit integer.
+    pub fn wrapped_bits(self, dtype: crate::DType) -> u64 {
+        let raw: i128 = match self {
+            Scalar::I(v) => v as i128,
+            Scalar::U(v) => v as i128,
+            other => other.to_f64() as i128,
+        };
+        let bits = dtype.bits();
+        let mask: u128 = if bits >= 64 { u64::MAX as u128 } else { (1u128 << bits) - 1 };
+        let low = (raw as u128) & mask;
+        if dtype.is_signed_int() && bits < 64 && low >> (bits - 1) == 1 {
+            // sign-extend into 64 bits
+            (low | !mask) as u64
+        } else {
+            low as u64
+        }
+    }
+
+    /// Burn's scalar for a tensor of type `dtype` (integers wrapped to its width).
     pub(crate) fn burn_for(self, dtype: crate::DType) -> BurnScalar {
         if dtype.is_float() {
             BurnScalar::Float(self.to_f64())
         } else if dtype.is_unsigned_int() {
-            match self {
-                Scalar::U(v) => BurnScalar::UInt(v),
-                Scalar::I(v) => BurnScalar::UInt(v as u64),
-                other => BurnScalar::UInt(other.to_f64() as u64),
-            }
+            BurnScalar::UInt(self.wrapped_bits(dtype))
         } else {
-            BurnScalar::Int(self.to_i64())
+            BurnScalar::Int(self.wrapped_bits(dtype) as i64)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    #[test]
+    fn integers_wrap_to_the_type_width_as_nx_stores_them() {
+        assert_eq!(Scalar::I(-5).wrapped_bits(DType::U32), 4_294_967_291);
+        assert_eq!(Scalar::U(1 << 63).wrapped_bits(DType::S64) as i64, i64::MIN);
+        assert_eq!(Scalar::I(300).wrapped_bits(DType::U8), 44);
+        assert_eq!(Scalar::I(200).wrapped_bits(DType::S8) as i64, -56);
+        assert_eq!(Scalar::I(-1).wrapped_bits(DType::U64), u64::MAX);
+        assert_eq!(Scalar::F(-2.7).wrapped_bits(DType::S32) as i64, -2);
     }
 }

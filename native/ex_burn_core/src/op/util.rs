@@ -157,19 +157,17 @@ pub(crate) fn full(
     value: Scalar,
     device: &DispatchDevice,
 ) -> Result<Tensor> {
-    if let Scalar::U(v) = value {
-        if v > i64::MAX as u64 {
-            // Some backends read integer fills through i64; build values above it on the host.
-            let n = crate::tensor::numel(shape);
-            let data = burn::tensor::TensorData::new(vec![v; n], prim_shape(shape))
-                .convert_dtype(dtype.burn());
-            return Tensor::from_data(
-                data,
-                dtype,
-                shape.to_vec(),
-                crate::Device::from_dispatch(device),
-            );
-        }
+    if dtype == DType::U64 && value.wrapped_bits(dtype) > i64::MAX as u64 {
+        // Some backends read integer fills through i64; build values above it on the host.
+        let v = value.wrapped_bits(dtype);
+        let n = crate::tensor::numel(shape);
+        let data = burn::tensor::TensorData::new(vec![v; n], prim_shape(shape));
+        return Tensor::from_data(
+            data,
+            dtype,
+            shape.to_vec(),
+            crate::Device::from_dispatch(device),
+        );
     }
     if crate::tensor::numel(shape) == 0 {
         // No kernel launch for empty tensors (GPU launches of zero threads are errors).
