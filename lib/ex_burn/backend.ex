@@ -100,22 +100,24 @@ if Code.ensure_loaded?(Nx) do
       copy
     end
 
+    # A lazy stream of batches (as Nx.BinaryBackend returns): each slice is cut when taken.
     @impl true
     def to_batched(%T{} = out, %T{} = t, opts) do
       batch = elem(out.shape, 0)
       total = elem(t.shape, 0)
       full = div(total, batch)
       rest = rem(total, batch)
-      starts = for i <- 0..(full - 1)//1, do: i * batch
-      slices = Enum.map(starts, &batch_slice(out, t, &1, batch))
+      last = if rest != 0 and opts[:leftover] == :repeat, do: full, else: full - 1
 
-      if rest != 0 and opts[:leftover] == :repeat do
-        tail = batch_slice(%{out | shape: put_elem(out.shape, 0, rest)}, t, full * batch, rest)
-        head = batch_slice(%{out | shape: put_elem(out.shape, 0, batch - rest)}, t, 0, batch - rest)
-        slices ++ [run(:concatenate, out, [[tail, head], 0])]
-      else
-        slices
-      end
+      Stream.map(0..last//1, fn
+        ^full ->
+          tail = batch_slice(%{out | shape: put_elem(out.shape, 0, rest)}, t, full * batch, rest)
+          head = batch_slice(%{out | shape: put_elem(out.shape, 0, batch - rest)}, t, 0, batch - rest)
+          run(:concatenate, out, [[tail, head], 0])
+
+        i ->
+          batch_slice(out, t, i * batch, batch)
+      end)
     end
 
     defp batch_slice(out, t, start, len) do
@@ -214,6 +216,9 @@ if Code.ensure_loaded?(Nx) do
       inputs |> Enum.map(&to_device(&1, device)) |> execute(instrs, device) |> wrap(out)
     end
 
+    # Through Nx, invalid argument values (out-of-range indices, negative shifts, integer
+    # division by zero) raise ArgumentError, as Nx.BinaryBackend does; ExBurn's own API raises
+    # ExBurn.Error of kind :argument for them.
     defp execute(inputs, instrs, device) do
       values =
         Enum.reduce(instrs, List.to_tuple(inputs), fn {op, attrs, args}, values ->
@@ -222,7 +227,14 @@ if Code.ensure_loaded?(Nx) do
         end)
 
       elem(values, tuple_size(values) - 1)
+    rescue
+      e in ExBurn.Error ->
+        if e.kind == :argument,
+          do: reraise(ArgumentError, strip_op(e.message, e.op), __STACKTRACE__),
+          else: reraise(e, __STACKTRACE__)
     end
+
+    defp strip_op(message, op), do: String.replace_prefix(message, "#{op}: ", "")
 
     defp device_of(inputs) do
       Enum.find_value(inputs, ExBurn.default_device(), fn

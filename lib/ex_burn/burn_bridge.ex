@@ -21,7 +21,11 @@ defmodule ExBurn.BurnBridge do
   # ---- creation ----
 
   @device_opts [
-    device: [type: {:or, [nil, :device]}, default: nil, doc: "where to create it (default `ExBurn.default_device/0`)"]
+    device: [
+      type: {:or, [nil, :device]},
+      default: nil,
+      doc: "where to create it (default `ExBurn.default_device/0`)"
+    ]
   ]
 
   @doc """
@@ -178,7 +182,8 @@ defmodule ExBurn.BurnBridge do
     Op.eval1(:full, [], [shape: [], dtype: type, value: n], device: device)
   end
 
-  defp scalar(other, _t, op), do: Options.fail(op, "expected a tensor or a number, got #{Options.short(other)}")
+  defp scalar(other, _t, op),
+    do: Options.fail(op, "expected a tensor or a number, got #{Options.short(other)}")
 
   defp tensor_or_scalar(%Tensor{} = x, _like, _op), do: x
   defp tensor_or_scalar(x, like, op), do: scalar(x, like, op)
@@ -209,7 +214,11 @@ defmodule ExBurn.BurnBridge do
 
   @reductions ~w(sum product reduce_max reduce_min all any)a
   @reduce_opts [
-    axes: [type: {:or, [nil, {:list, :non_neg_integer}]}, default: nil, doc: "the axes to reduce (default: all)"],
+    axes: [
+      type: {:or, [nil, {:list, :non_neg_integer}]},
+      default: nil,
+      doc: "the axes to reduce (default: all)"
+    ],
     keep_axes: [type: :boolean, default: false, doc: "keep reduced axes with size 1"]
   ]
 
@@ -259,9 +268,17 @@ defmodule ExBurn.BurnBridge do
   def mean(other, _opts), do: Tensor.not_a_tensor(other, :mean)
 
   @arg_opts [
-    axis: [type: {:or, [nil, :non_neg_integer]}, default: nil, doc: "along this axis (default: the flattened tensor)"],
+    axis: [
+      type: {:or, [nil, :non_neg_integer]},
+      default: nil,
+      doc: "along this axis (default: the flattened tensor)"
+    ],
     keep_axis: [type: :boolean, default: false, doc: "keep the axis with size 1"],
-    tie_break: [type: {:in, [:low, :high]}, default: :low, doc: "`:low` (the first wins) or `:high` (the last)"],
+    tie_break: [
+      type: {:in, [:low, :high]},
+      default: :low,
+      doc: "`:low` (the first wins) or `:high` (the last)"
+    ],
     type: [type: :type, default: {:s, 64}, doc: "index type"]
   ]
 
@@ -308,7 +325,8 @@ defmodule ExBurn.BurnBridge do
   @spec matmul(tensor(), tensor(), keyword()) :: tensor()
   def matmul(a, b, opts \\ [])
 
-  def matmul(%Tensor{shape: sa} = a, %Tensor{shape: sb} = b, opts) when tuple_size(sa) > 0 and tuple_size(sb) > 0 do
+  def matmul(%Tensor{shape: sa} = a, %Tensor{shape: sb} = b, opts)
+      when tuple_size(sa) > 0 and tuple_size(sb) > 0 do
     {ra, rb} = {tuple_size(sa), tuple_size(sb)}
     batch = Enum.to_list(0..(Kernel.min(Kernel.max(ra - 2, 0), Kernel.max(rb - 2, 0)) - 1)//1)
     contract_b = if rb >= 2, do: rb - 2, else: 0
@@ -316,7 +334,10 @@ defmodule ExBurn.BurnBridge do
   end
 
   def matmul(a, b, _opts) do
-    Options.fail(:matmul, "expected two ExBurn.Tensor of rank >= 1, got #{Options.short(a)} and #{Options.short(b)}")
+    Options.fail(
+      :matmul,
+      "expected two ExBurn.Tensor of rank >= 1, got #{Options.short(a)} and #{Options.short(b)}"
+    )
   end
 
   @doc """
@@ -341,7 +362,12 @@ defmodule ExBurn.BurnBridge do
   def dot(%Tensor{} = a, contract_a, batch_a, %Tensor{} = b, contract_b, batch_b, opts) do
     opts = Options.validate!(opts, @dot_opts, :dot)
 
-    for {axes, what} <- [{contract_a, "contract_a"}, {batch_a, "batch_a"}, {contract_b, "contract_b"}, {batch_b, "batch_b"}] do
+    for {axes, what} <- [
+          {contract_a, "contract_a"},
+          {batch_a, "batch_a"},
+          {contract_b, "contract_b"},
+          {batch_b, "batch_b"}
+        ] do
       Options.check!(axes, {:list, :non_neg_integer}, what, :dot)
     end
 
@@ -429,7 +455,11 @@ defmodule ExBurn.BurnBridge do
   end
 
   def put_slice(t, _starts, update),
-    do: Options.fail(:put_slice, "expected two ExBurn.Tensor, got #{Options.short(t)} and #{Options.short(update)}")
+    do:
+      Options.fail(
+        :put_slice,
+        "expected two ExBurn.Tensor, got #{Options.short(t)} and #{Options.short(update)}"
+      )
 
   @doc "Joins tensors along `axis`."
   @spec concatenate([tensor()], non_neg_integer()) :: tensor()
@@ -448,10 +478,12 @@ defmodule ExBurn.BurnBridge do
   @doc "Pads with `value`: one `{low, high, interior}` per axis (negative low/high crop)."
   @spec pad(tensor(), number(), [{integer(), integer(), non_neg_integer()}]) :: tensor()
   def pad(%Tensor{} = t, value, config) do
-    triple = {:custom, fn
-      {lo, hi, i} = c when is_integer(lo) and is_integer(hi) and is_integer(i) and i >= 0 -> {:ok, c}
-      _ -> :error
-    end}
+    triple =
+      {:custom,
+       fn
+         {lo, hi, i} = c when is_integer(lo) and is_integer(hi) and is_integer(i) and i >= 0 -> {:ok, c}
+         _ -> :error
+       end}
 
     Options.check!(config, {:list, triple}, "config (one {low, high, interior} per axis)", :pad)
     Op.eval1(:pad, [t, scalar(value, t, :pad)], config: config)
@@ -472,7 +504,8 @@ defmodule ExBurn.BurnBridge do
     def from_nx(%Nx.Tensor{} = nx, opts),
       do: Tensor.from_binary(Nx.to_binary(nx), Nx.shape(nx), Nx.type(nx), opts)
 
-    def from_nx(other, _opts), do: Options.fail(:from_nx, "expected an Nx.Tensor, got #{Options.short(other)}")
+    def from_nx(other, _opts),
+      do: Options.fail(:from_nx, "expected an Nx.Tensor, got #{Options.short(other)}")
   end
 
   defp shape_list(shape, _op), do: shape |> Tensor.normalize_shape!() |> Tuple.to_list()

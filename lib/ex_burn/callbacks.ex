@@ -86,11 +86,21 @@ defmodule ExBurn.Callbacks do
   defp improves?(_value, _best, _delta), do: false
 
   @monitor_opts [
-    monitor: [type: {:or, [nil, :atom]}, default: nil, doc: "metric to watch, lower is better (default `:val_loss`, else `:loss`)"]
+    monitor: [
+      type: {:or, [nil, :atom]},
+      default: nil,
+      doc: "metric to watch, lower is better (default `:val_loss`, else `:loss`)"
+    ]
   ]
 
   @early_opts @monitor_opts ++
-                [restore_best: [type: :boolean, default: true, doc: "put the best weights back when stopping"]]
+                [
+                  restore_best: [
+                    type: :boolean,
+                    default: true,
+                    doc: "put the best weights back when stopping"
+                  ]
+                ]
 
   @doc """
   Stops when the monitored value has not improved by `min_delta` for `patience` epochs, and
@@ -175,9 +185,9 @@ defmodule ExBurn.Callbacks do
   end
 
   @plateau_opts [
-                   factor: [type: {:number, 0, 1}, default: 0.5, doc: "multiplier of the learning rate"],
-                   min_lr: [type: :non_neg_number, default: 1.0e-6, doc: "the lowest learning rate"]
-                 ] ++ @monitor_opts
+                  factor: [type: {:number, 0, 1}, default: 0.5, doc: "multiplier of the learning rate"],
+                  min_lr: [type: :non_neg_number, default: 1.0e-6, doc: "the lowest learning rate"]
+                ] ++ @monitor_opts
 
   @doc """
   Multiplies the learning rate by `factor` when the monitored value has not improved for

@@ -97,7 +97,7 @@ if Code.ensure_loaded?(Nx) do
     defp compile(key, vars, fun, device) do
       signature = Enum.map(vars, &template/1)
 
-      Cache.fetch({:defn, key, signature, device}, fn ->
+      Cache.fetch({:defn, Cache.key({key, signature}), device}, fn ->
         lowered = build(fun.(vars), length(Composite.flatten_list(vars)))
 
         stages =
@@ -110,7 +110,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp engine_program(%{term: term, constants: constants}, device) do
-      Cache.fetch({:program, term, constants, device}, fn ->
+      Cache.fetch({:program, Cache.key({term, constants}), device}, fn ->
         refs = Enum.map(constants, &to_device(&1, device).ref)
         Native.call(:program_build, [term, refs], :defn)
       end)
@@ -121,7 +121,16 @@ if Code.ensure_loaded?(Nx) do
     # ---- running ----
 
     defp run(compiled, args, device, hooks) do
-      refs = Enum.map(args, fn arg -> to_device(materialize(arg), device).ref end)
+      # Arguments the programs never read are not materialised (templates, lazy containers).
+      used = MapSet.new(Enum.flat_map([compiled | compiled.stages], &used(&1)))
+
+      refs =
+        args
+        |> Enum.with_index()
+        |> Enum.map(fn {arg, i} ->
+          if i in used, do: to_device(materialize(arg), device).ref, else: placeholder(device)
+        end)
+
       refs = Enum.reduce(compiled.stages, refs, &(&2 ++ runtime_call(&1, &2, device, hooks)))
       {outputs, log} = run_program(compiled.program, refs, device)
       run_hooks(log, compiled.hooks, hooks)
@@ -158,6 +167,12 @@ if Code.ensure_loaded?(Nx) do
 
     defp on_binary_backend(container),
       do: Composite.traverse(container, &Nx.backend_copy(&1, Nx.BinaryBackend))
+
+    defp used(%{program: %{used: used}}), do: used
+    defp used(%{used: used}), do: used
+
+    # What stands for an argument no program reads.
+    defp placeholder(device), do: Tensor.new(0.0, device: device).ref
 
     defp materialize(fun) when is_function(fun, 0), do: fun.()
     defp materialize(tensor), do: tensor

@@ -110,7 +110,11 @@ defmodule ExBurn.Dataset do
   end
 
   @normalize_opts [
-    axes: [type: {:list, :non_neg_integer}, default: [0], doc: "axes to average over (per feature by default)"],
+    axes: [
+      type: {:list, :non_neg_integer},
+      default: [0],
+      doc: "axes to average over (per feature by default)"
+    ],
     epsilon: [type: :non_neg_number, default: 1.0e-7, doc: "added to the standard deviation"]
   ]
 
@@ -170,7 +174,10 @@ defmodule ExBurn.Dataset do
     c = opts[:num_classes]
 
     if tuple_size(labels.shape) != 1 or ExBurn.Type.float?(labels.type) do
-      Options.fail(:one_hot, "expected integer labels of shape {n}, got #{inspect(labels.type)} #{inspect(labels.shape)}")
+      Options.fail(
+        :one_hot,
+        "expected integer labels of shape {n}, got #{inspect(labels.type)} #{inspect(labels.shape)}"
+      )
     end
 
     classes = BurnBridge.iota({1, c}, :s64, device: labels.device)
@@ -241,8 +248,15 @@ defmodule ExBurn.Dataset do
 
     bin =
       case File.read(path) do
-        {:ok, bin} -> bin
-        {:error, reason} -> raise ExBurn.Error.new(kind: :io, op: :read_idx, message: "cannot read #{path}: #{:file.format_error(reason)}")
+        {:ok, bin} ->
+          bin
+
+        {:error, reason} ->
+          raise ExBurn.Error.new(
+                  kind: :io,
+                  op: :read_idx,
+                  message: "cannot read #{path}: #{:file.format_error(reason)}"
+                )
       end
 
     bin = if match?(<<0x1F, 0x8B, _::binary>>, bin), do: gunzip(bin), else: bin
@@ -315,10 +329,18 @@ defmodule ExBurn.Dataset do
     load = fn prefix ->
       images = read_idx(find.("#{prefix}-images-idx3-ubyte"), opts)
       labels = read_idx(find.("#{prefix}-labels-idx1-ubyte"), opts)
+
       count =
         case images.shape do
-          {count, 28, 28} -> count
-          other -> raise ExBurn.Error.new(kind: :corrupt, op: :mnist, message: "images of shape #{inspect(other)}, not {n, 28, 28}")
+          {count, 28, 28} ->
+            count
+
+          other ->
+            raise ExBurn.Error.new(
+                    kind: :corrupt,
+                    op: :mnist,
+                    message: "images of shape #{inspect(other)}, not {n, 28, 28}"
+                  )
         end
 
       x =

@@ -37,11 +37,25 @@ defmodule ExBurn.Error do
       %ExBurn.Error{kind: :shape, op: :add, message: "bad shapes", details: nil}
   """
   @spec new(keyword()) :: t()
-  def new(opts) when not is_list(opts), do: new(kind: :argument, op: :new, message: "options must be a keyword list, got #{inspect(opts, limit: 8)}") |> raise()
+  def new(opts) when not is_list(opts),
+    do:
+      new(
+        kind: :argument,
+        op: :new,
+        message: "options must be a keyword list, got #{inspect(opts, limit: 8)}"
+      )
+      |> raise()
 
   def new(opts) do
     unless Keyword.keyword?(opts),
-      do: raise(new(kind: :argument, op: :new, message: "options must be a keyword list, got #{inspect(opts, limit: 8)}"))
+      do:
+        raise(
+          new(
+            kind: :argument,
+            op: :new,
+            message: "options must be a keyword list, got #{inspect(opts, limit: 8)}"
+          )
+        )
 
     %__MODULE__{
       kind: Keyword.get(opts, :kind, :execution),
@@ -60,14 +74,22 @@ defmodule ExBurn.Error do
       %ExBurn.Error{kind: :shape, op: :add, message: "bad", details: nil}
   """
   @spec from_tuple({:error, term()}, keyword()) :: t()
-  def from_tuple({:error, {kind, msg}}, opts) when is_atom(kind) and is_list(opts) and (is_binary(msg) or is_atom(msg)),
-    do: new(Keyword.merge(opts, kind: kind, message: to_string(msg)))
+  def from_tuple({:error, {kind, msg}}, opts)
+      when is_atom(kind) and is_list(opts) and (is_binary(msg) or is_atom(msg)),
+      do: new(Keyword.merge(opts, kind: kind, message: to_string(msg)))
 
   def from_tuple({:error, msg}, opts) when is_list(opts) and (is_binary(msg) or is_atom(msg)),
     do: new(Keyword.put(opts, :message, to_string(msg)))
 
   def from_tuple(other, _opts),
-    do: raise(new(kind: :argument, op: :from_tuple, message: "expected {:error, reason}, got #{inspect(other, limit: 8)}"))
+    do:
+      raise(
+        new(
+          kind: :argument,
+          op: :from_tuple,
+          message: "expected {:error, reason}, got #{inspect(other, limit: 8)}"
+        )
+      )
 
   @doc "Formats an error with its kind, op and details for logs."
   @spec format_error(t()) :: String.t()
@@ -75,5 +97,12 @@ defmodule ExBurn.Error do
   def format_error(%__MODULE__{details: d} = e), do: message(e) <> " " <> inspect(d)
 
   def format_error(other),
-    do: raise(new(kind: :argument, op: :format_error, message: "expected an ExBurn.Error, got #{inspect(other, limit: 8)}"))
+    do:
+      raise(
+        new(
+          kind: :argument,
+          op: :format_error,
+          message: "expected an ExBurn.Error, got #{inspect(other, limit: 8)}"
+        )
+      )
 end

@@ -46,7 +46,9 @@ defmodule ExBurn.Layers do
   @doc "The rank (with the batch axis) of a layer's output."
   @spec rank(t()) :: pos_integer()
   def rank(%__MODULE__{id: id, nodes: nodes}), do: nodes[id].rank
-  def rank(other), do: ExBurn.Options.fail(:rank, "expected an ExBurn.Layers model, got #{ExBurn.Options.short(other)}")
+
+  def rank(other),
+    do: ExBurn.Options.fail(:rank, "expected an ExBurn.Layers model, got #{ExBurn.Options.short(other)}")
 
   defp out_rank({:input, %{shape: shape}}, []), do: length(shape) + 1
   defp out_rank(:flatten, _), do: 2
@@ -84,7 +86,11 @@ defmodule ExBurn.Layers do
     ]
   ]
   @activation [
-    activation: [type: {:or, [nil, {:in, @activations}]}, default: nil, doc: "an activation applied after (see `activations/0`)"]
+    activation: [
+      type: {:or, [nil, {:in, @activations}]},
+      default: nil,
+      doc: "an activation applied after (see `activations/0`)"
+    ]
   ]
   @sizes {:custom, &__MODULE__.sizes_opt/1, "a positive integer or a tuple of them"}
   @channels [channels: [type: {:in, [:last, :first]}, default: :last, doc: "`:last` or `:first`"]]
@@ -107,7 +113,11 @@ defmodule ExBurn.Layers do
       required: true,
       doc: "the batch axis as `nil` first, e.g. `{nil, 784}`"
     ],
-    type: [type: :type, default: {:f, 32}, doc: "element type fed to the input (integer types for embeddings)"]
+    type: [
+      type: :type,
+      default: {:f, 32},
+      doc: "element type fed to the input (integer types for embeddings)"
+    ]
   ]
 
   @doc false
@@ -159,7 +169,13 @@ defmodule ExBurn.Layers do
                strides: [type: {:or, [nil, @sizes]}, default: nil, doc: "integer or tuple (default 1)"]
              ] ++
                @padding ++
-               [kernel_dilation: [type: {:or, [nil, @sizes]}, default: nil, doc: "integer or tuple (default 1)"]] ++
+               [
+                 kernel_dilation: [
+                   type: {:or, [nil, @sizes]},
+                   default: nil,
+                   doc: "integer or tuple (default 1)"
+                 ]
+               ] ++
                @channels ++ @dense_opts
 
   @doc """
@@ -258,7 +274,13 @@ defmodule ExBurn.Layers do
     node(:flatten, [x], opts[:name], :flatten)
   end
 
-  @dropout_opts [rate: [type: {:custom, &ExBurn.Model.fraction/1}, default: 0.5, doc: "drop probability in [0, 1)"]] ++
+  @dropout_opts [
+                  rate: [
+                    type: {:custom, &ExBurn.Model.fraction/1},
+                    default: 0.5,
+                    doc: "drop probability in [0, 1)"
+                  ]
+                ] ++
                   @name
 
   @doc """
@@ -382,7 +404,9 @@ defmodule ExBurn.Layers do
   def add(a, b, opts \\ [])
   def add(%__MODULE__{} = a, %__MODULE__{} = b, opts), do: add([a, b], opts)
   def add(layers, opts, []) when is_list(layers), do: join(:add, layers, opts, @name, & &1)
-  def add(a, b, _opts), do: Options.fail(:add, "expected layers, got #{Options.short(a)} and #{Options.short(b)}")
+
+  def add(a, b, _opts),
+    do: Options.fail(:add, "expected layers, got #{Options.short(a)} and #{Options.short(b)}")
 
   @concat_opts [axis: [type: :integer, default: -1, doc: "the axis (negative: from the end)"]] ++ @name
 
@@ -448,7 +472,8 @@ defmodule ExBurn.Layers do
     %{layers: layers, output: Map.fetch!(index, out)}
   end
 
-  def to_spec(other), do: Options.fail(:to_spec, "expected an ExBurn.Layers model, got #{Options.short(other)}")
+  def to_spec(other),
+    do: Options.fail(:to_spec, "expected an ExBurn.Layers model, got #{Options.short(other)}")
 
   # An integer window size applies to every spatial axis (Axon's convention).
   defp window(n, x) when is_integer(n), do: List.duplicate(n, max(rank(x) - 2, 1))

@@ -61,9 +61,17 @@ defmodule ExBurn.Model do
                     doc:
                       "`:cross_entropy` (integer labels or one-hot targets), `:mse`, `:binary_cross_entropy`"
                   ],
-                  optimizer: [type: {:in, @optimizers}, default: :adam, doc: "`:adam`, `:sgd`, `:adamw`, `:rmsprop`"],
+                  optimizer: [
+                    type: {:in, @optimizers},
+                    default: :adam,
+                    doc: "`:adam`, `:sgd`, `:adamw`, `:rmsprop`"
+                  ],
                   learning_rate: [type: :non_neg_number, default: 1.0e-3, doc: "the base learning rate"],
-                  device: [type: {:or, [nil, :device]}, default: nil, doc: "default `ExBurn.default_device/0`"],
+                  device: [
+                    type: {:or, [nil, :device]},
+                    default: nil,
+                    doc: "default `ExBurn.default_device/0`"
+                  ],
                   seed: [
                     type: {:number, 0, 18_446_744_073_709_551_615},
                     default: 0,
@@ -170,7 +178,8 @@ defmodule ExBurn.Model do
 
   @doc false
   # The error of a public function given something that is not a compiled model.
-  def not_a_model(other, op), do: Options.fail(op, "expected a compiled ExBurn.Model, got #{Options.short(other)}")
+  def not_a_model(other, op),
+    do: Options.fail(op, "expected a compiled ExBurn.Model, got #{Options.short(other)}")
 
   defp layer_info(spec) do
     %{shapes: shapes, params: params} = Native.call(:spec_info, [spec], :info)
@@ -288,8 +297,11 @@ defmodule ExBurn.Model do
 
     list =
       Enum.map(params, fn
-        {n, %Tensor{} = t} when is_binary(n) or is_atom(n) -> {to_string(n), Tensor.to_device(t, model.device).ref}
-        other -> Options.fail(:put_parameters, "expected {name, tensor} pairs, got #{Options.short(other)}")
+        {n, %Tensor{} = t} when is_binary(n) or is_atom(n) ->
+          {to_string(n), Tensor.to_device(t, model.device).ref}
+
+        other ->
+          Options.fail(:put_parameters, "expected {name, tensor} pairs, got #{Options.short(other)}")
       end)
 
     Native.call(:model_set_parameters, [model.ref, list, opts[:convert]], :put_parameters)
@@ -460,7 +472,11 @@ defmodule ExBurn.Model do
     unless is_binary(binary),
       do: Options.fail(:deserialize_params, "expected a binary, got #{Options.short(binary)}")
 
-    {:ok, from_native(Native.call(:model_load, [{:bytes, binary}, device(opts)], :deserialize_params), device(opts))}
+    {:ok,
+     from_native(
+       Native.call(:model_load, [{:bytes, binary}, device(opts)], :deserialize_params),
+       device(opts)
+     )}
   rescue
     e in ExBurn.Error -> {:error, e}
   end
@@ -495,7 +511,9 @@ defmodule ExBurn.Model do
   def export(other, _path, _opts), do: not_a_model(other, :export)
 
   defp text!(v) when is_binary(v) or is_atom(v) or is_number(v), do: to_string(v)
-  defp text!(v), do: Options.fail(:export, "metadata keys and values must be strings, got #{Options.short(v)}")
+
+  defp text!(v),
+    do: Options.fail(:export, "metadata keys and values must be strings, got #{Options.short(v)}")
 
   @import_opts [
     rename: [type: {:fun, 1}, default: &Function.identity/1, doc: "maps file names to parameter names"],

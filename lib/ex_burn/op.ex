@@ -46,8 +46,9 @@ defmodule ExBurn.Op do
   def scalar(x, _op) when is_integer(x) and x > 9_223_372_036_854_775_807 and x <= 18_446_744_073_709_551_615,
     do: {:u, x}
 
-  def scalar(x, _op) when is_integer(x) and x >= -9_223_372_036_854_775_808 and x <= 9_223_372_036_854_775_807,
-    do: {:i, x}
+  def scalar(x, _op)
+      when is_integer(x) and x >= -9_223_372_036_854_775_808 and x <= 9_223_372_036_854_775_807,
+      do: {:i, x}
 
   def scalar(x, op) do
     Options.fail(

@@ -62,9 +62,14 @@ defmodule ExBurn.Options do
     Enum.map_join(schema, "\n", fn {name, spec} ->
       default =
         cond do
-          Keyword.get(spec, :required) -> " (required)"
-          Keyword.has_key?(spec, :default) and spec[:default] != nil -> " (default `#{inspect(spec[:default])}`)"
-          true -> ""
+          Keyword.get(spec, :required) ->
+            " (required)"
+
+          Keyword.has_key?(spec, :default) and spec[:default] != nil ->
+            " (default `#{inspect(spec[:default])}`)"
+
+          true ->
+            ""
         end
 
       "  * `#{inspect(name)}` - #{Keyword.get(spec, :doc, describe(spec[:type]))}#{default}"

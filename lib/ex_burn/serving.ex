@@ -3,7 +3,11 @@ if Code.ensure_loaded?(Nx) do
     alias ExBurn.Options
 
     @new_opts [
-      device: [type: {:or, [nil, :device]}, default: nil, doc: "where the computation runs (default `ExBurn.default_device/0`)"],
+      device: [
+        type: {:or, [nil, :device]},
+        default: nil,
+        doc: "where the computation runs (default `ExBurn.default_device/0`)"
+      ],
       output: [
         type: {:in, [:device, :host]},
         default: :device,
@@ -21,9 +25,21 @@ if Code.ensure_loaded?(Nx) do
       ]
     ]
     @batching_opts [
-      batch_size: [type: {:or, [nil, :pos_integer]}, default: nil, doc: "the largest batch run at once (inputs are padded or split to it)"],
-      batch_timeout: [type: {:or, [nil, :non_neg_integer]}, default: nil, doc: "milliseconds to wait for a batch to fill (Nx's default is 100)"],
-      partitions: [type: {:or, [nil, :boolean]}, default: nil, doc: "start one partition per `:max_concurrency`"]
+      batch_size: [
+        type: {:or, [nil, :pos_integer]},
+        default: nil,
+        doc: "the largest batch run at once (inputs are padded or split to it)"
+      ],
+      batch_timeout: [
+        type: {:or, [nil, :non_neg_integer]},
+        default: nil,
+        doc: "milliseconds to wait for a batch to fill (Nx's default is 100)"
+      ],
+      partitions: [
+        type: {:or, [nil, :boolean]},
+        default: nil,
+        doc: "start one partition per `:max_concurrency`"
+      ]
     ]
 
     @moduledoc """
@@ -125,6 +141,7 @@ if Code.ensure_loaded?(Nx) do
     def build(target, opts \\ []) do
       unless is_list(opts) and Options.proper_list?(opts) and Keyword.keyword?(opts),
         do: Options.fail(:serving, "options must be a keyword list, got #{Options.short(opts)}")
+
       {batching, opts} = Keyword.split(opts, Keyword.keys(@batching_opts))
       batching = Options.validate!(batching, @batching_opts, :serving)
       serving = new(target, opts)
@@ -143,7 +160,8 @@ if Code.ensure_loaded?(Nx) do
       Nx.Serving.batch_size(serving, Options.check!(size, :pos_integer, "batch size", :serving))
     end
 
-    def with_batch_size(other, _size), do: Options.fail(:serving, "expected an Nx.Serving, got #{Options.short(other)}")
+    def with_batch_size(other, _size),
+      do: Options.fail(:serving, "expected an Nx.Serving, got #{Options.short(other)}")
 
     @doc "Sets how long (milliseconds) a started serving waits for a batch to fill."
     @spec with_timeout(Nx.Serving.t(), non_neg_integer()) :: Nx.Serving.t()
@@ -151,7 +169,8 @@ if Code.ensure_loaded?(Nx) do
       put_process_option(serving, :batch_timeout, Options.check!(ms, :non_neg_integer, "timeout", :serving))
     end
 
-    def with_timeout(other, _ms), do: Options.fail(:serving, "expected an Nx.Serving, got #{Options.short(other)}")
+    def with_timeout(other, _ms),
+      do: Options.fail(:serving, "expected an Nx.Serving, got #{Options.short(other)}")
 
     defp put_process_option(serving, key, value),
       do: Nx.Serving.process_options(serving, Keyword.put(serving.process_options, key, value))
@@ -172,7 +191,9 @@ if Code.ensure_loaded?(Nx) do
 
     defp batch(%Nx.Batch{} = batch), do: batch
     defp batch(%Nx.Tensor{} = tensor), do: Nx.Batch.concatenate([tensor])
-    defp batch(other), do: Options.fail(:serving, "expected a tensor or an Nx.Batch, got #{Options.short(other)}")
+
+    defp batch(other),
+      do: Options.fail(:serving, "expected a tensor or an Nx.Batch, got #{Options.short(other)}")
 
     @doc """
     Where the serving `name` runs: `%{name: name, running: boolean, local: pid | nil,

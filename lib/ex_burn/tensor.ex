@@ -26,7 +26,11 @@ defmodule ExBurn.Tensor do
   def wrap({ref, shape, type, device}), do: %__MODULE__{ref: ref, shape: shape, type: type, device: device}
 
   @device_opts [
-    device: [type: {:or, [nil, :device]}, default: nil, doc: "where to place it (default `ExBurn.default_device/0`)"]
+    device: [
+      type: {:or, [nil, :device]},
+      default: nil,
+      doc: "where to place it (default `ExBurn.default_device/0`)"
+    ]
   ]
 
   @doc """
@@ -50,12 +54,12 @@ defmodule ExBurn.Tensor do
   end
 
   @new_opts [
-    type: [
-      type: {:or, [nil, :type]},
-      default: nil,
-      doc: "element type (default `{:f, 32}` when any element is a float, else `{:s, 32}`)"
-    ]
-  ] ++ @device_opts
+              type: [
+                type: {:or, [nil, :type]},
+                default: nil,
+                doc: "element type (default `{:f, 32}` when any element is a float, else `{:s, 32}`)"
+              ]
+            ] ++ @device_opts
 
   @doc """
   Builds a tensor from a number or a nested list of numbers (floats may also be `:nan`,
@@ -173,12 +177,19 @@ defmodule ExBurn.Tensor do
     if proper?(shape) and Enum.all?(shape, &(is_integer(&1) and &1 >= 0)) do
       List.to_tuple(shape)
     else
-      Options.fail(:shape, "invalid shape #{Options.short(shape)} (expected a tuple of non-negative integers)")
+      Options.fail(
+        :shape,
+        "invalid shape #{Options.short(shape)} (expected a tuple of non-negative integers)"
+      )
     end
   end
 
   def normalize_shape!(other),
-    do: Options.fail(:shape, "invalid shape #{Options.short(other)} (expected a tuple of non-negative integers)")
+    do:
+      Options.fail(
+        :shape,
+        "invalid shape #{Options.short(other)} (expected a tuple of non-negative integers)"
+      )
 
   defp proper?([]), do: true
   defp proper?([_ | t]), do: proper?(t)

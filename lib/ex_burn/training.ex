@@ -58,7 +58,11 @@ defmodule ExBurn.Training do
                   "`{:step, base, every, gamma}`, `{:exponential, base, gamma}`, `{:cosine, base, min}` " <>
                     "(per epoch; default: the model's learning rate)"
               ],
-              warmup: [type: :non_neg_integer, default: 0, doc: "linear warmup over this many optimizer steps"],
+              warmup: [
+                type: :non_neg_integer,
+                default: 0,
+                doc: "linear warmup over this many optimizer steps"
+              ],
               accumulate_gradients: [type: :pos_integer, default: 1, doc: "micro-batches per optimizer step"],
               accuracy: [
                 type: {:or, [nil, :boolean]},
@@ -72,7 +76,12 @@ defmodule ExBurn.Training do
               Enum.map(
                 Keyword.take(Model.optimizer_schema(), [:clip_norm, :clip_value, :weight_decay, :nesterov]),
                 fn {k, spec} ->
-                  {k, Keyword.update!(spec, :doc, &(&1 <> "; overrides the compiled setting (the optimizer then starts afresh)"))}
+                  {k,
+                   Keyword.update!(
+                     spec,
+                     :doc,
+                     &(&1 <> "; overrides the compiled setting (the optimizer then starts afresh)")
+                   )}
                 end
               )
 
@@ -84,7 +93,8 @@ defmodule ExBurn.Training do
   def schedule(lr) when is_number(lr) and lr >= 0, do: {:ok, lr}
 
   def schedule({:step, base, every, gamma} = s)
-      when is_number(base) and base >= 0 and is_integer(every) and every > 0 and is_number(gamma) and gamma >= 0,
+      when is_number(base) and base >= 0 and is_integer(every) and every > 0 and is_number(gamma) and
+             gamma >= 0,
       do: {:ok, s}
 
   def schedule({:exponential, base, gamma} = s)
@@ -143,7 +153,11 @@ defmodule ExBurn.Training do
             %{
               epoch: epoch,
               batch_size: opts[:batch_size],
-              shuffle: if(opts[:shuffle], do: rem(model.seed * 1_000_003 + epoch, 18_446_744_073_709_551_616), else: nil),
+              shuffle:
+                if(opts[:shuffle],
+                  do: rem(model.seed * 1_000_003 + epoch, 18_446_744_073_709_551_616),
+                  else: nil
+                ),
               lrs: lrs,
               accumulate: opts[:accumulate_gradients],
               progress_every: if(progress, do: max(1, div(ceil_div(n, opts[:batch_size]), 50)), else: 0),
@@ -204,6 +218,7 @@ defmodule ExBurn.Training do
   # A callback may lower the learning rate by returning a smaller :learning_rate.
   defp lr_scale(%{learning_rate: lr}, base, scale) when is_number(lr) and lr >= 0 and base > 0,
     do: scale * lr / base
+
   defp lr_scale(_, _, scale), do: scale
 
   defp override_optimizer(model, opts) do
@@ -215,7 +230,8 @@ defmodule ExBurn.Training do
     if overrides == [] do
       model
     else
-      config = Model.optimizer_config(model.optimizer, Keyword.merge(Map.to_list(model.optimizer_config), overrides))
+      config =
+        Model.optimizer_config(model.optimizer, Keyword.merge(Map.to_list(model.optimizer_config), overrides))
 
       config =
         if config[:nesterov] == true and not Map.has_key?(config, :momentum),
@@ -240,7 +256,10 @@ defmodule ExBurn.Training do
   @spec schedule_lr(number() | tuple(), non_neg_integer(), pos_integer()) :: float()
   def schedule_lr(schedule, epoch, epochs)
       when not (is_integer(epoch) and epoch >= 0 and is_integer(epochs) and epochs > 0) do
-    Options.fail(:schedule_lr, "expected epoch >= 0 and epochs > 0, got #{Options.short({schedule, epoch, epochs})}")
+    Options.fail(
+      :schedule_lr,
+      "expected epoch >= 0 and epochs > 0, got #{Options.short({schedule, epoch, epochs})}"
+    )
   end
 
   def schedule_lr(lr, _epoch, _epochs) when is_number(lr), do: lr * 1.0
@@ -264,7 +283,12 @@ defmodule ExBurn.Training do
 
   @step_opts [
     learning_rate: [type: {:or, [nil, :non_neg_number]}, default: nil, doc: "default: the model's"],
-    on_non_finite: Keyword.put(@non_finite, :doc, "`:raise` (default) or `:skip`/`:stop` (no update; the loss is returned)")
+    on_non_finite:
+      Keyword.put(
+        @non_finite,
+        :doc,
+        "`:raise` (default) or `:skip`/`:stop` (no update; the loss is returned)"
+      )
   ]
 
   @doc """
@@ -322,7 +346,11 @@ defmodule ExBurn.Training do
   def evaluate(other, _data, _opts), do: Model.not_a_model(other, :evaluate)
 
   @predict_opts [
-    batch_size: [type: {:or, [nil, :pos_integer]}, default: nil, doc: "evaluate in batches of this size (default: all at once)"]
+    batch_size: [
+      type: {:or, [nil, :pos_integer]},
+      default: nil,
+      doc: "evaluate in batches of this size (default: all at once)"
+    ]
   ]
 
   @doc """
@@ -375,11 +403,14 @@ defmodule ExBurn.Training do
   end
 
   def compute_gradients(%Model{}, data, _opts),
-    do: Options.fail(:compute_gradients, "expected the batch as {inputs, targets}, got #{Options.short(data)}")
+    do:
+      Options.fail(:compute_gradients, "expected the batch as {inputs, targets}, got #{Options.short(data)}")
 
   def compute_gradients(other, _data, _opts), do: Model.not_a_model(other, :compute_gradients)
 
-  @profile_opts [learning_rate: [type: {:or, [nil, :non_neg_number]}, default: nil, doc: "default: the model's"]]
+  @profile_opts [
+    learning_rate: [type: {:or, [nil, :non_neg_number]}, default: nil, doc: "default: the model's"]
+  ]
 
   @doc """
   Times one training step's phases (the device is synchronised after each):

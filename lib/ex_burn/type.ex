@@ -105,7 +105,11 @@ defmodule ExBurn.Type do
     type = normalize!(type)
 
     unless is_binary(bin) and rem(Kernel.byte_size(bin), byte_size(type)) == 0,
-      do: ExBurn.Options.fail(:decode, "expected a binary of whole #{inspect(type)} elements, got #{ExBurn.Options.short(bin)}")
+      do:
+        ExBurn.Options.fail(
+          :decode,
+          "expected a binary of whole #{inspect(type)} elements, got #{ExBurn.Options.short(bin)}"
+        )
 
     decode(bin, type)
   end
@@ -147,12 +151,18 @@ defmodule ExBurn.Type do
   @spec encode([number() | atom()], t(), atom()) :: binary()
   def encode(values, type, op \\ :encode) do
     type = normalize!(type)
-    unless is_list(values), do: ExBurn.Options.fail(op, "expected a list of numbers, got #{ExBurn.Options.short(values)}")
+
+    unless is_list(values),
+      do: ExBurn.Options.fail(op, "expected a list of numbers, got #{ExBurn.Options.short(values)}")
 
     for v <- values, into: <<>> do
       if encodable?(v, type),
         do: encode1(v, type),
-        else: ExBurn.Options.fail(op, "cannot store #{ExBurn.Options.short(v)} in a tensor of type #{inspect(type)}")
+        else:
+          ExBurn.Options.fail(
+            op,
+            "cannot store #{ExBurn.Options.short(v)} in a tensor of type #{inspect(type)}"
+          )
     end
   end
 

@@ -80,13 +80,25 @@ defmodule ExBurn.BoundaryTest do
       m = mlp()
 
       skipped =
-        Training.fit(m, {nan_row, y}, epochs: 1, batch_size: 1, shuffle: false, verbose: false, on_non_finite: :skip)
+        Training.fit(m, {nan_row, y},
+          epochs: 1,
+          batch_size: 1,
+          shuffle: false,
+          verbose: false,
+          on_non_finite: :skip
+        )
 
       assert [%{skipped_batches: 1, loss: loss}] = skipped.history
       assert is_float(loss)
 
       stopped =
-        Training.fit(mlp(), {nan_row, y}, epochs: 2, batch_size: 1, shuffle: false, verbose: false, on_non_finite: :stop)
+        Training.fit(mlp(), {nan_row, y},
+          epochs: 2,
+          batch_size: 1,
+          shuffle: false,
+          verbose: false,
+          on_non_finite: :stop
+        )
 
       assert [%{stopped: :non_finite, loss: :nan}] = stopped.history
       assert {:nan, _} = Training.train_step(m, {nan_row, y}, on_non_finite: :skip)
@@ -95,7 +107,12 @@ defmodule ExBurn.BoundaryTest do
     test "tensors and specs read back non-finite values as atoms" do
       t = Tensor.new([:nan, :infinity, :neg_infinity, 1.0])
       assert Tensor.to_list(t) == [:nan, :infinity, :neg_infinity, 1.0]
-      assert Tensor.to_list(BurnBridge.divide(Tensor.new([1.0, -1.0, 0.0]), 0.0)) == [:infinity, :neg_infinity, :nan]
+
+      assert Tensor.to_list(BurnBridge.divide(Tensor.new([1.0, -1.0, 0.0]), 0.0)) == [
+               :infinity,
+               :neg_infinity,
+               :nan
+             ]
     end
   end
 
@@ -162,7 +179,13 @@ defmodule ExBurn.BoundaryTest do
     end
 
     test "embedding ids out of range and targets of the wrong width are argument/shape errors" do
-      m = Layers.input("ids", shape: {nil, 3}, type: :s64) |> Layers.embedding(5, 4) |> Layers.flatten() |> Layers.dense(2) |> Model.compile()
+      m =
+        Layers.input("ids", shape: {nil, 3}, type: :s64)
+        |> Layers.embedding(5, 4)
+        |> Layers.flatten()
+        |> Layers.dense(2)
+        |> Model.compile()
+
       ids = Tensor.new([[1, 2, 9]], type: :s64)
       assert %{kind: :argument} = error(fn -> Training.train_step(m, {ids, Tensor.new([0], type: :s64)}) end)
       assert %{kind: :argument} = error(fn -> Training.predict(m, ids) end)
@@ -170,7 +193,10 @@ defmodule ExBurn.BoundaryTest do
       d = mlp()
       x = Tensor.new([[1.0, 2.0, 3.0, 4.0]])
       assert %{kind: :shape} = error(fn -> Training.train_step(d, {x, Tensor.new([[0.0, 1.0]])}) end)
-      assert %{kind: :shape} = error(fn -> Training.train_step(d, {Tensor.new([[1.0, 2.0]]), Tensor.new([0], type: :s64)}) end)
+
+      assert %{kind: :shape} =
+               error(fn -> Training.train_step(d, {Tensor.new([[1.0, 2.0]]), Tensor.new([0], type: :s64)}) end)
+
       # The model is still usable after each refusal.
       assert is_float(elem(Training.train_step(d, {x, Tensor.new([[0.0, 1.0, 0.0]])}), 0))
     end
@@ -254,5 +280,4 @@ defmodule ExBurn.BoundaryTest do
       end
     end
   end
-
 end

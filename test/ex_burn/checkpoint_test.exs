@@ -32,7 +32,7 @@ defmodule ExBurn.CheckpointTest do
         "Layers.dense(1024, name: \"b\") |> Model.compile(seed: #{seed})"
     end
 
-    build = fn seed -> "alias ExBurn.{Layers, Model}; " <> big.(seed) |> Code.eval_string() |> elem(0) end
+    build = fn seed -> ("alias ExBurn.{Layers, Model}; " <> big.(seed)) |> Code.eval_string() |> elem(0) end
     model = build.(1)
     :ok = Model.save(model, path)
     # The checkpoint is either the parent's model or a complete save of the child's.
@@ -61,17 +61,26 @@ defmodule ExBurn.CheckpointTest do
           assert fingerprint(loaded) in expected, "kill #{i}: the checkpoint holds another model"
 
           :ok = Model.save(model, path)
-          assert temporaries(dir) == [], "kill #{i}: temporaries survived the next save: #{inspect(temporaries(dir))}"
+
+          assert temporaries(dir) == [],
+                 "kill #{i}: temporaries survived the next save: #{inspect(temporaries(dir))}"
+
           acc + if(left == [], do: 0, else: 1)
       end
 
-    IO.puts("\n  [kill -9] 20 kills, #{torn} of them mid-write (torn temporary left); every checkpoint loaded")
+    IO.puts(
+      "\n  [kill -9] 20 kills, #{torn} of them mid-write (torn temporary left); every checkpoint loaded"
+    )
+
     assert torn > 0, "no kill landed mid-write: the test did not test anything"
   end
 
   defp fingerprint(model) do
     params = Model.parameters(model)
-    :erlang.md5(Tensor.to_binary(params["b.kernel"], limit: 256) <> Tensor.to_binary(params["a.kernel"], limit: 256))
+
+    :erlang.md5(
+      Tensor.to_binary(params["b.kernel"], limit: 256) <> Tensor.to_binary(params["a.kernel"], limit: 256)
+    )
   end
 
   test "concurrent saves of two models to one path never fail and leave one whole model", %{tmp_dir: dir} do
@@ -147,7 +156,11 @@ defmodule ExBurn.CheckpointTest do
     before = rss_kb()
     cycle.(5_000)
     growth = rss_kb() - before
-    IO.puts("\n  [save/load] 5000 cycles: RSS growth #{growth} KiB (#{Float.round(growth / 5000 * 1024, 1)} B/cycle)")
+
+    IO.puts(
+      "\n  [save/load] 5000 cycles: RSS growth #{growth} KiB (#{Float.round(growth / 5000 * 1024, 1)} B/cycle)"
+    )
+
     # 9 KB per cycle (the leak this guards against) would be 45 MB.
     assert growth < 8_000
   end

@@ -42,7 +42,9 @@ defmodule ExBurn.FuzzTest do
     for p <- summary.panics, do: IO.puts("  [fuzz] caught panic: #{p}")
     for s <- summary.slow, do: IO.puts("  [fuzz] over 15 s: #{inspect(s, limit: 12)}")
     assert summary.calls >= calls
-    assert summary.bad == [], "seed #{seed}: calls answered with something else than ExBurn.Error:\n" <>
+
+    assert summary.bad == [],
+           "seed #{seed}: calls answered with something else than ExBurn.Error:\n" <>
              Enum.map_join(summary.bad, "\n", &inspect(&1, limit: 20))
   end
 

@@ -28,23 +28,32 @@ defmodule ExBurn.Fuzz do
     nifs = ExBurn.Nif.nifs()
 
     stats =
-      Enum.reduce(1..calls, %{calls: 0, nif: 0, public: 0, ok: 0, errors: %{}, bad: [], slow: [], panics: []}, fn i, st ->
-        if rem(i, 2_000) == 0, do: IO.puts("progress #{i}")
+      Enum.reduce(
+        1..calls,
+        %{calls: 0, nif: 0, public: 0, ok: 0, errors: %{}, bad: [], slow: [], panics: []},
+        fn i, st ->
+          if rem(i, 2_000) == 0, do: IO.puts("progress #{i}")
 
-        if :rand.uniform() < 0.4 do
-          {name, arity} = Enum.random(nifs)
-          st = call_nif(name, arity, fixtures, st)
-          if name == :memory_limit, do: reset()
-          st
-        else
-          {mod, fun, arity} = Enum.random(targets)
-          st = call_public(mod, fun, arity, fixtures, st)
-          if fun == :configure!, do: reset()
-          st
+          if :rand.uniform() < 0.4 do
+            {name, arity} = Enum.random(nifs)
+            st = call_nif(name, arity, fixtures, st)
+            if name == :memory_limit, do: reset()
+            st
+          else
+            {mod, fun, arity} = Enum.random(targets)
+            st = call_public(mod, fun, arity, fixtures, st)
+            if fun == :configure!, do: reset()
+            st
+          end
         end
-      end)
+      )
 
-    %{stats | bad: Enum.take(Enum.reverse(stats.bad), 50), slow: Enum.take(stats.slow, 20), panics: Enum.uniq(stats.panics)}
+    %{
+      stats
+      | bad: Enum.take(Enum.reverse(stats.bad), 50),
+        slow: Enum.take(stats.slow, 20),
+        panics: Enum.uniq(stats.panics)
+    }
     |> Map.put(:targets, length(targets))
     |> Map.put(:nifs, length(nifs))
   end
@@ -112,26 +121,82 @@ defmodule ExBurn.Fuzz do
 
   def term(fx, depth \\ 0) do
     case :rand.uniform(if depth > 2, do: 14, else: 20) do
-      1 -> pick([0, 1, -1, 2, 7, 255, 256, -129])
-      2 -> pick([2 ** 31, 2 ** 32, 2 ** 40, 2 ** 63, 2 ** 64, -(2 ** 63) - 1, 2 ** 70, 2 ** 128])
-      3 -> pick([0.0, -0.0, 1.5, -2.5, 1.0e308, -1.0e308, 5.0e-324, 3.4e38, 1.0e39])
-      4 -> pick([nil, true, false, :nan, :infinity, :neg_infinity, :cpu, :cuda, :vulkan, :metal])
-      5 -> pick([:f32, :f64, :s64, :u8, :pred, :bf16, :c64, :f8, {:f, 32}, {:s, 8}, {:u, 64}, {:c, 64}, {:f, 7}, {:s, 4}])
-      6 -> pick(@ops ++ [:low, :high, :same, :valid, :last, :first, :relu, :adam, :sgd, :raise, :skip])
-      7 -> safe_binary()
-      8 -> shape()
-      9 -> pick(fx.tensors)
-      10 -> pick([fx.model, fx.layers, fx.data, fx.model.ref, hd(fx.tensors).ref])
-      11 -> pick([self(), make_ref(), fn -> :ok end, fn x -> x end, fn _, _ -> :ok end])
-      12 -> pick([{:cuda, 0}, {:cuda, -1}, {:cuda, 2 ** 40}, {:tpu, 0}, {:cpu, 0}, {:vulkan, 1}])
-      13 -> keyword(fx, depth)
-      14 -> pick([[], {}, %{}, ""])
-      15 -> for(_ <- 1..:rand.uniform(5), do: term(fx, depth + 1))
-      16 -> List.to_tuple(for(_ <- 1..:rand.uniform(5), do: term(fx, depth + 1)))
-      17 -> Map.new(1..:rand.uniform(4), fn _ -> {pick(@option_names ++ [:layers, :output, :op, :inputs]), term(fx, depth + 1)} end)
-      18 -> [term(fx, depth + 1) | term(fx, depth + 1)]
-      19 -> deep()
-      20 -> large()
+      1 ->
+        pick([0, 1, -1, 2, 7, 255, 256, -129])
+
+      2 ->
+        pick([2 ** 31, 2 ** 32, 2 ** 40, 2 ** 63, 2 ** 64, -(2 ** 63) - 1, 2 ** 70, 2 ** 128])
+
+      3 ->
+        pick([0.0, -0.0, 1.5, -2.5, 1.0e308, -1.0e308, 5.0e-324, 3.4e38, 1.0e39])
+
+      4 ->
+        pick([nil, true, false, :nan, :infinity, :neg_infinity, :cpu, :cuda, :vulkan, :metal])
+
+      5 ->
+        pick([
+          :f32,
+          :f64,
+          :s64,
+          :u8,
+          :pred,
+          :bf16,
+          :c64,
+          :f8,
+          {:f, 32},
+          {:s, 8},
+          {:u, 64},
+          {:c, 64},
+          {:f, 7},
+          {:s, 4}
+        ])
+
+      6 ->
+        pick(@ops ++ [:low, :high, :same, :valid, :last, :first, :relu, :adam, :sgd, :raise, :skip])
+
+      7 ->
+        safe_binary()
+
+      8 ->
+        shape()
+
+      9 ->
+        pick(fx.tensors)
+
+      10 ->
+        pick([fx.model, fx.layers, fx.data, fx.model.ref, hd(fx.tensors).ref])
+
+      11 ->
+        pick([self(), make_ref(), fn -> :ok end, fn x -> x end, fn _, _ -> :ok end])
+
+      12 ->
+        pick([{:cuda, 0}, {:cuda, -1}, {:cuda, 2 ** 40}, {:tpu, 0}, {:cpu, 0}, {:vulkan, 1}])
+
+      13 ->
+        keyword(fx, depth)
+
+      14 ->
+        pick([[], {}, %{}, ""])
+
+      15 ->
+        for(_ <- 1..:rand.uniform(5), do: term(fx, depth + 1))
+
+      16 ->
+        List.to_tuple(for(_ <- 1..:rand.uniform(5), do: term(fx, depth + 1)))
+
+      17 ->
+        Map.new(1..:rand.uniform(4), fn _ ->
+          {pick(@option_names ++ [:layers, :output, :op, :inputs]), term(fx, depth + 1)}
+        end)
+
+      18 ->
+        [term(fx, depth + 1) | term(fx, depth + 1)]
+
+      19 ->
+        deep()
+
+      20 ->
+        large()
     end
   end
 
@@ -205,38 +270,113 @@ defmodule ExBurn.Fuzz do
     {x, y} = fx.data
 
     case name do
-      :tensor_from_binary -> [<<0::32, 0::32>>, {2}, {:f, 32}, :cpu]
-      :tensor_to_binary -> [t.ref, nil]
-      :tensor_info -> [t.ref]
-      :tensor_to_device -> [t.ref, :cpu]
-      :tensor_deallocate -> [Tensor.new([1.0]).ref]
-      :eval_op -> [{:sum, %{axes: [0]}}, [t.ref], :cpu]
-      :program_build -> [%{inputs: 1, instrs: [%{op: :exp, args: [0]}], outputs: [1]}, []]
-      :program_run -> nil
-      :build_info -> []
-      :device_info -> [:cpu]
-      :device_sync -> [:cpu]
-      :memory_limit -> [nil]
-      :model_new -> [fx.model.spec, %{loss: :mse, optimizer: %{kind: :sgd}, seed: 0, learning_rate: 0.1, dtype: {:f, 32}}, :cpu]
-      :spec_info -> [fx.model.spec]
-      :model_train_step -> [m, [x.ref], y.ref, %{learning_rate: 0.01, on_non_finite: :raise}]
-      :model_train_epoch -> [m, [x.ref], y.ref, epoch_opts(), nil]
-      :model_evaluate -> [m, [x.ref], y.ref, %{batch_size: 2, accuracy: true}]
-      :model_predict -> [m, [x.ref], 2]
-      :model_gradients -> [m, [x.ref], y.ref]
-      :model_profile_step -> [m, [x.ref], y.ref, 0.01]
-      :model_call -> [m, pick([:info, :parameters, :meta, {:freeze, ["d"]}, {:unfreeze, []}, {:save, "fz.safetensors"}, {:cast, {:f, 64}}])]
-      :model_set_parameters -> [m, [{"d.bias", Tensor.new([0.0, 0.0, 0.0]).ref}], false]
-      :model_load -> [{:bytes, fx.model_bytes}, :cpu]
-      :tensors_save -> [[{"a", t.ref}], "fz_tensors.safetensors", [{"k", "v"}]]
-      :tensors_load -> [{:path, "fz_tensors.safetensors"}, :cpu]
-      _ -> nil
+      :tensor_from_binary ->
+        [<<0::32, 0::32>>, {2}, {:f, 32}, :cpu]
+
+      :tensor_to_binary ->
+        [t.ref, nil]
+
+      :tensor_info ->
+        [t.ref]
+
+      :tensor_to_device ->
+        [t.ref, :cpu]
+
+      :tensor_deallocate ->
+        [Tensor.new([1.0]).ref]
+
+      :eval_op ->
+        [{:sum, %{axes: [0]}}, [t.ref], :cpu]
+
+      :program_build ->
+        [%{inputs: 1, instrs: [%{op: :exp, args: [0]}], outputs: [1]}, []]
+
+      :program_run ->
+        nil
+
+      :build_info ->
+        []
+
+      :device_info ->
+        [:cpu]
+
+      :device_sync ->
+        [:cpu]
+
+      :memory_limit ->
+        [nil]
+
+      :model_new ->
+        [
+          fx.model.spec,
+          %{loss: :mse, optimizer: %{kind: :sgd}, seed: 0, learning_rate: 0.1, dtype: {:f, 32}},
+          :cpu
+        ]
+
+      :spec_info ->
+        [fx.model.spec]
+
+      :model_train_step ->
+        [m, [x.ref], y.ref, %{learning_rate: 0.01, on_non_finite: :raise}]
+
+      :model_train_epoch ->
+        [m, [x.ref], y.ref, epoch_opts(), nil]
+
+      :model_evaluate ->
+        [m, [x.ref], y.ref, %{batch_size: 2, accuracy: true}]
+
+      :model_predict ->
+        [m, [x.ref], 2]
+
+      :model_gradients ->
+        [m, [x.ref], y.ref]
+
+      :model_profile_step ->
+        [m, [x.ref], y.ref, 0.01]
+
+      :model_call ->
+        [
+          m,
+          pick([
+            :info,
+            :parameters,
+            :meta,
+            {:freeze, ["d"]},
+            {:unfreeze, []},
+            {:save, "fz.safetensors"},
+            {:cast, {:f, 64}}
+          ])
+        ]
+
+      :model_set_parameters ->
+        [m, [{"d.bias", Tensor.new([0.0, 0.0, 0.0]).ref}], false]
+
+      :model_load ->
+        [{:bytes, fx.model_bytes}, :cpu]
+
+      :tensors_save ->
+        [[{"a", t.ref}], "fz_tensors.safetensors", [{"k", "v"}]]
+
+      :tensors_load ->
+        [{:path, "fz_tensors.safetensors"}, :cpu]
+
+      _ ->
+        nil
     end
     |> then(fn v -> v && Enum.map(v, &scrub_paths/1) end)
   end
 
   defp epoch_opts,
-    do: %{epoch: 1, batch_size: 2, shuffle: nil, lrs: [0.01], accumulate: 1, progress_every: 0, accuracy: true, on_non_finite: :raise}
+    do: %{
+      epoch: 1,
+      batch_size: 2,
+      shuffle: nil,
+      lrs: [0.01],
+      accumulate: 1,
+      progress_every: 0,
+      accuracy: true,
+      on_non_finite: :raise
+    }
 
   defp scrub_paths(b) when is_binary(b), do: scrub(b)
   defp scrub_paths(other), do: other
@@ -330,6 +470,7 @@ defmodule ExBurn.Fuzz do
     st = %{st | errors: Map.update(st.errors, kind, 1, &(&1 + 1))}
     if kind == :panic and length(st.panics) < 30, do: %{st | panics: [short(where) | st.panics]}, else: st
   end
+
   defp bad(st, entry), do: %{st | bad: [entry | st.bad]}
   defp short(term), do: inspect(term, limit: 6, printable_limit: 80) |> String.slice(0, 300)
 end

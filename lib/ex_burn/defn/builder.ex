@@ -89,7 +89,8 @@ if Code.ensure_loaded?(Nx) do
         constants: Enum.reverse(b.consts),
         hooks: hooks,
         hook_nodes: Enum.map(b.hooks, &elem(&1, 3)),
-        outputs: length(refs)
+        outputs: length(refs),
+        used: used_inputs(term)
       }
     end
 
@@ -376,6 +377,17 @@ if Code.ensure_loaded?(Nx) do
       b = %{child | instrs: Enum.reverse(instrs)}
       {term, _} = finish(b, outputs)
       term
+    end
+
+    # The program inputs an engine term reads (sub-programs get theirs as arguments of their
+    # instruction, so the root's instructions and outputs name them all).
+    defp used_inputs(%{inputs: n, instrs: instrs, outputs: outputs}) do
+      instrs
+      |> Enum.flat_map(& &1.args)
+      |> Enum.concat(outputs)
+      |> Enum.filter(&(&1 < n))
+      |> Enum.uniq()
+      |> Enum.sort()
     end
 
     # The engine term: references become value numbers.

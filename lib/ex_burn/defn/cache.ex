@@ -21,6 +21,34 @@ defmodule ExBurn.Defn.Cache do
     end
   end
 
+  @doc """
+  A key for `fetch/2` standing for `term` in time linear in the term's real size. Nx expression
+  DAGs share subtrees, so hashing or storing them as terms walks every path (exponential: a
+  doubling chain of depth 23 froze the VM); here an expression node counts as its unique id,
+  functions as their code and environment, and the result is a SHA-256.
+  """
+  @spec key(term()) :: binary()
+  def key(term), do: :crypto.hash(:sha256, :erlang.term_to_binary(project(term)))
+
+  if Code.ensure_loaded?(Nx) do
+    defp project(%Nx.Tensor{data: %Nx.Defn.Expr{id: id}} = t), do: {:expr, id, t.type, t.shape}
+  end
+
+  defp project(fun) when is_function(fun) do
+    info = :erlang.fun_info(fun)
+    {:fun, info[:module], info[:name], info[:arity], info[:new_uniq], project(info[:env])}
+  end
+
+  defp project(list) when is_list(list), do: project_list(list, [])
+  defp project(tuple) when is_tuple(tuple), do: {:t, project(Tuple.to_list(tuple))}
+  defp project(%_{} = struct), do: {:s, project(Map.to_list(struct))}
+  defp project(map) when is_map(map), do: {:m, project(Map.to_list(map))}
+  defp project(other), do: other
+
+  defp project_list([h | t], acc), do: project_list(t, [project(h) | acc])
+  defp project_list([], acc), do: Enum.reverse(acc)
+  defp project_list(tail, acc), do: {:improper, Enum.reverse(acc), project(tail)}
+
   @doc "Number of cached entries."
   @spec size() :: non_neg_integer()
   def size, do: :ets.info(table(), :size)

@@ -13,6 +13,7 @@ defmodule ExBurn.Defn.Complex do
   # out on the parts. Other ops on complex tensors raise `ExBurn.Error` of kind `:unsupported`.
 
   alias ExBurn.Defn.{Lower, Recipe}
+  alias ExBurn.Defn.Complex.Math
 
   @complex [{:c, 64}, {:c, 128}]
 
@@ -113,8 +114,7 @@ defmodule ExBurn.Defn.Complex do
     {[re, im], r} =
       Enum.map_reduce([:re, :im], r, fn which, r ->
         args = Enum.map(values, &pick(&1, which))
-        refs = args |> Enum.flat_map(&List.wrap/1) |> Enum.filter(&tensor?/1) |> Enum.map(& &1.ref)
-        Recipe.embed(r, Lower.lower_real(name, %{out | type: ft}, args), refs)
+        embed_real(r, name, %{out | type: ft}, args)
       end)
 
     {{:c, re, im, out.shape, ft}, r}
@@ -130,7 +130,7 @@ defmodule ExBurn.Defn.Complex do
 
   defp op(name, out, args, r) when name in [:eye, :iota] do
     {ft, _} = storage(out.type, out.shape)
-    {re, r} = Recipe.embed(r, Lower.lower_real(name, %{out | type: ft}, args), [])
+    {re, r} = embed_real(r, name, %{out | type: ft}, args)
     {{:c, re, :zero, out.shape, ft}, r}
   end
 
@@ -273,12 +273,123 @@ defmodule ExBurn.Defn.Complex do
 
   defp op(name, out, [x, opts], r) when name in [:fft, :ifft], do: fft(name, out, x, opts, r)
 
+  defp op(name, out, [x], r)
+       when name in [
+              :log,
+              :log1p,
+              :expm1,
+              :sigmoid,
+              :rsqrt,
+              :cbrt,
+              :sin,
+              :cos,
+              :tan,
+              :sinh,
+              :cosh,
+              :tanh,
+              :asin,
+              :acos,
+              :atan,
+              :asinh,
+              :acosh,
+              :atanh
+            ] do
+    {ft, _} = storage(out.type, out.shape)
+    {x, r} = as_complex(r, x, ft)
+    Math.apply(name, x, r)
+  end
+
+  defp op(:pow, out, [a, b], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {a, r} = as_complex(r, a, ft)
+    {b, r} = as_complex(r, b, ft)
+    {{:c, re, im, _, _}, r} = Math.pow(a, b, r)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  # Nx defines atan2 on complex numbers with zero imaginary parts (the phase of b + a i).
+  defp op(:atan2, out, [a, b], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {ar, _ai, r} = parts(r, a, ft)
+    {br, _bi, r} = parts(r, b, ft)
+    {re, r} = bin(r, :atan2, ar, br, ft)
+    {{:c, re, :zero, out.shape, ft}, r}
+  end
+
+  # A product of complex numbers: the product of the moduli, the sum of the phases.
+  defp op(:product, out, [x, opts], r), do: polar_reduce(:product, :sum, out, x, [opts], r)
+
+  defp op(:window_product, out, [x, window, opts], r),
+    do: polar_reduce(:window_product, :window_sum, out, x, [window, opts], r)
+
+  defp op(name, out, [x, opts], r) when name in [:all, :any] do
+    {re, im, r} = parts(r, x, part_type(x))
+    shape = value_shape(x)
+    {zero, r} = full(r, {}, part_type(x), 0.0)
+    {a, r} = Recipe.emit(r, :not_equal, [], [re, zero])
+
+    {nz, r} =
+      if im == :zero do
+        {a, r}
+      else
+        {b, r} = Recipe.emit(r, :not_equal, [], [im, zero])
+        Recipe.emit(r, :logical_or, [], [a, b])
+      end
+
+    mask = %{shape: shape, type: {:u, 8}, ref: nz}
+    {ref, r} = embed_real(r, name, out, [mask, opts])
+    {{:r, ref, out.shape, out.type}, r}
+  end
+
+  # (ar + ai i) * (kr + ki i) as four real convolutions.
+  defp op(:conv, out, [x, k, opts], r) do
+    {ft, _} = storage(out.type, out.shape)
+    {xr, xi, r} = parts(r, x, ft)
+    {kr, ki, r} = parts(r, k, ft)
+    real_out = %{out | type: ft}
+
+    conv = fn
+      r, a, b when a == :zero or b == :zero ->
+        {:zero, r}
+
+      r, a, b ->
+        ta = %{shape: value_shape(x), type: ft, ref: a}
+        tb = %{shape: value_shape(k), type: ft, ref: b}
+        embed_real(r, :conv, real_out, [ta, tb, opts])
+    end
+
+    {rr, r} = conv.(r, xr, kr)
+    {ii, r} = conv.(r, xi, ki)
+    {ri, r} = conv.(r, xr, ki)
+    {ir, r} = conv.(r, xi, kr)
+    {re, r} = sub(r, rr, ii, ft)
+    {im, r} = add(r, ri, ir, ft)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
   defp op(name, _out, _values, _r) do
     raise ExBurn.Error.new(
             kind: :unsupported,
             op: name,
             message: "#{name} on complex tensors is not supported by ExBurn"
           )
+  end
+
+  # `fold` of the moduli and `sum_op` of the phases, recombined in polar form.
+  defp polar_reduce(fold, sum_op, out, x, extra, r) do
+    {ft, _} = storage(out.type, out.shape)
+    {x, r} = as_complex(r, x, ft)
+    {m, r} = Math.modulus(x, r)
+    {t, r} = Math.phase(x, r)
+    real_out = %{out | type: ft}
+
+    lower = fn r, name, ref ->
+      embed_real(r, name, real_out, [%{shape: value_shape(x), type: ft, ref: ref} | extra])
+    end
+
+    {mp, r} = lower.(r, fold, m)
+    {ts, r} = lower.(r, sum_op, t)
+    Math.polar({:c, nil, nil, out.shape, ft}, mp, ts, r)
   end
 
   # ---- FFT: a DFT along `axis` as real matrix products in f64 ----
@@ -383,6 +494,13 @@ defmodule ExBurn.Defn.Complex do
   end
 
   # ---- helpers ----
+
+  # Embeds the real lowering of `name` on placeholder arguments (maps with the `:ref` of the
+  # value they stand for), wiring each input the lowering reads to its value.
+  defp embed_real(r, name, out, args) do
+    {inputs, _} = recipe = Lower.lower_real(name, out, args)
+    Recipe.embed(r, recipe, Enum.map(inputs, & &1.ref))
+  end
 
   defp real(r, ref, out) do
     {ref, r} = Recipe.emit(r, :as_type, [dtype: out.type], [ref])

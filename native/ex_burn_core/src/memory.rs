@@ -56,19 +56,33 @@ fn reserve_within(
 ) -> Result<()> {
     if let Some(limit) = limit {
         if bytes > limit as u128 {
-            return Err(refusal(device, bytes, limit, "the configured memory_limit", what));
+            return Err(refusal(
+                device,
+                bytes,
+                limit,
+                "the configured memory_limit",
+                what,
+            ));
         }
     }
     if bytes < CHECK_FROM {
         return Ok(());
     }
     match available(device) {
-        Some(avail) if bytes > avail as u128 => Err(refusal(device, bytes, avail, "available", what)),
+        Some(avail) if bytes > avail as u128 => {
+            Err(refusal(device, bytes, avail, "available", what))
+        }
         _ => Ok(()),
     }
 }
 
-fn refusal(device: Device, bytes: u128, have: u64, source: &str, what: &dyn Fn() -> String) -> Error {
+fn refusal(
+    device: Device,
+    bytes: u128,
+    have: u64,
+    source: &str,
+    what: &dyn Fn() -> String,
+) -> Error {
     Error::OutOfMemory(format!(
         "{} would take {} ({bytes} bytes) on {device}, more than {source} ({} = {have} \
          bytes); refused before allocating",
@@ -146,7 +160,10 @@ mod tests {
         let e = reserve_within(Some(1000), Device::Cpu, 1001, &|| "a test".into()).unwrap_err();
         assert_eq!(e.kind(), "out_of_memory");
         let msg = e.to_string();
-        assert!(msg.contains("1001 bytes") && msg.contains("1000 bytes"), "{msg}");
+        assert!(
+            msg.contains("1001 bytes") && msg.contains("1000 bytes"),
+            "{msg}"
+        );
         assert!(reserve_within(None, Device::Cpu, 1001, &|| "a test".into()).is_ok());
     }
 

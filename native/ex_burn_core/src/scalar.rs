@@ -54,7 +54,11 @@ impl Scalar {
             other => other.to_f64() as i128,
         };
         let bits = dtype.bits();
-        let mask: u128 = if bits >= 64 { u64::MAX as u128 } else { (1u128 << bits) - 1 };
+        let mask: u128 = if bits >= 64 {
+            u64::MAX as u128
+        } else {
+            (1u128 << bits) - 1
+        };
         let low = (raw as u128) & mask;
         if dtype.is_signed_int() && bits < 64 && low >> (bits - 1) == 1 {
             // sign-extend into 64 bits

@@ -47,7 +47,12 @@ fn proper(term: Term, depth: usize) -> bool {
 /// are, anything larger or nested described by its type and size (terms can be huge or deep).
 pub fn preview(term: Term) -> String {
     use rustler::TermType;
-    let scalar = |t: &Term| matches!(t.get_type(), TermType::Atom | TermType::Integer | TermType::Float);
+    let scalar = |t: &Term| {
+        matches!(
+            t.get_type(),
+            TermType::Atom | TermType::Integer | TermType::Float
+        )
+    };
     let flat = match term.get_type() {
         TermType::List => match term.list_length() {
             Ok(n) if n > 16 => return format!("a list of {n} elements"),
@@ -126,8 +131,12 @@ pub const MAX_RANK: usize = 64;
 
 /// A shape: a tuple of non-negative integers.
 pub fn shape(term: Term) -> Result<Vec<usize>> {
-    let dims = rustler::types::tuple::get_tuple(term)
-        .map_err(|_| Error::Argument(format!("invalid shape {} (expected a tuple)", preview(term))))?;
+    let dims = rustler::types::tuple::get_tuple(term).map_err(|_| {
+        Error::Argument(format!(
+            "invalid shape {} (expected a tuple)",
+            preview(term)
+        ))
+    })?;
     if dims.len() > MAX_RANK {
         return Err(Error::Argument(format!(
             "a shape of rank {} (at most {MAX_RANK} axes are supported)",

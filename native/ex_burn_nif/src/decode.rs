@@ -111,7 +111,6 @@ impl<'a> De<'a> {
     pub fn new(term: Term<'a>) -> Self {
         De(term, 0)
     }
-
 }
 
 fn child(term: Term, depth: usize) -> Result<De, DeError> {
@@ -224,9 +223,7 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
     ) -> Result<V::Value, DeError> {
         match self.0.get_type() {
             TermType::Map => v.visit_map(Map::from_map(self.0, self.1)?),
-            TermType::List if is_keyword(self.0) => {
-                v.visit_map(Map::from_keyword(self.0, self.1)?)
-            }
+            TermType::List if is_keyword(self.0) => v.visit_map(Map::from_keyword(self.0, self.1)?),
             _ => Err(DeError("expected a map or keyword list".into())),
         }
     }

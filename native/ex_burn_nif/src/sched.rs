@@ -78,7 +78,12 @@ impl Here {
 
     /// On a normal scheduler, moves the call to the dirty scheduler `class` asks for and
     /// returns the term the NIF must return; `None` means: run here.
-    pub fn reschedule<'a>(&self, env: Env<'a>, args: &[Term<'a>], class: Class) -> Option<Term<'a>> {
+    pub fn reschedule<'a>(
+        &self,
+        env: Env<'a>,
+        args: &[Term<'a>],
+        class: Class,
+    ) -> Option<Term<'a>> {
         let flags = match class {
             Class::Normal => return None,
             _ if self.dirty => return None,

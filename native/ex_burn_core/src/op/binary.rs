@@ -184,8 +184,14 @@ pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         (_, Bin::And) => B::bitwise_and(x, y),
         (_, Bin::Or) => B::bitwise_or(x, y),
         (_, Bin::Xor) => B::bitwise_xor(x, y),
-        (_, Bin::Shl) => B::bitwise_left_shift(x, y),
-        (_, Bin::Shr) => B::bitwise_right_shift(x, y),
+        (_, Bin::Shl) | (_, Bin::Shr) => {
+            nonnegative_shift(b, f == Bin::Shl)?;
+            if f == Bin::Shl {
+                B::bitwise_left_shift(x, y)
+            } else {
+                B::bitwise_right_shift(x, y)
+            }
+        }
         (_, Bin::Atan2) => return Err(Error::Dtype("atan2 expects float operands".into())),
     };
     let kind = if kind == Kind::Bool { Kind::Int } else { kind };
@@ -197,10 +203,32 @@ pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 fn nonzero_divisor(b: &Tensor) -> Result<()> {
     let zeros = B::int_equal_elem(b.int_prim()?, 0i64.into(), b.bool_dtype());
     let any = Tensor::from_prim(B::bool_any(zeros), Kind::Bool, vec![]);
-    if any.cast(DType::U8)?.to_bytes(None)?.first().copied().unwrap_or(0) != 0 {
+    if any
+        .cast(DType::U8)?
+        .to_bytes(None)?
+        .first()
+        .copied()
+        .unwrap_or(0)
+        != 0
+    {
         return Err(Error::Argument(
             "integer division by zero (a divisor element is 0)".into(),
         ));
+    }
+    Ok(())
+}
+
+/// Shifts by negative amounts have no value in Nx (it raises): refused, with Nx's message.
+fn nonnegative_shift(b: &Tensor, left: bool) -> Result<()> {
+    if !b.dtype().is_signed_int() || b.numel() == 0 {
+        return Ok(());
+    }
+    let flat = b.int_prim()?;
+    let min = Tensor::from_prim(B::int_min(flat), Kind::Int, vec![]);
+    let low = util::read_scalar(&min)?.to_i64();
+    if low < 0 {
+        let dir = if left { "left" } else { "right" };
+        return Err(Error::Argument(format!("cannot {dir} shift by {low}")));
     }
     Ok(())
 }

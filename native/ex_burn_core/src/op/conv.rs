@@ -159,5 +159,13 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
         ),
     };
     let res = Tensor::wrap(prim, Kind::Float);
-    util::permute(&res, output_permutation.as_deref().unwrap_or(&ident))
+    // Nx's `output_permutation` names where each axis of the result comes from: the result in
+    // [batch, features, spatial...] order is transposed by its inverse.
+    let perm = output_permutation.as_deref().unwrap_or(&ident);
+    util::permutation(perm, r)?;
+    let mut inverse = vec![0; r];
+    for (i, &p) in perm.iter().enumerate() {
+        inverse[p] = i;
+    }
+    util::permute(&res, &inverse)
 }

@@ -1,17 +1,17 @@
 //! Indexing ops: gather, take, take_along_axis, indexed_add and indexed_put.
 //!
-//! Indices are clamped into range (as XLA and EXLA do), so a bad index never reads or writes
-//! outside a tensor. Multi-axis gathers and scatters permute the indexed axes to the front
+//! Indices out of range are refused (`Error::Argument`, as Nx's `BinaryBackend` raises; one
+//! device read of their bounds per op), so a bad index never reads or writes outside a tensor
+//! and never silently picks a clamped element. Multi-axis gathers and scatters permute the indexed axes to the front
 //! and use Burn's `gather_nd`/`scatter_nd`.
 
-use super::binary::{self, Bin};
 use super::util;
 use super::Op;
 use crate::dtype::Kind;
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Tensor};
 use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
-use burn::tensor::{IndexingUpdateOp, TensorData};
+use burn::tensor::IndexingUpdateOp;
 
 pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
     match op {
@@ -43,15 +43,38 @@ fn check_index_type(idx: &Tensor) -> Result<()> {
 
 /// Clamps `idx` (any shape) into `[0, max]` where `max` broadcasts against it (aligned on
 /// the right); returns s64 indices.
-fn clamp(idx: &Tensor, max: &[usize]) -> Result<Tensor> {
+/// `idx` (its last axis indexing `axes` of a tensor of `shape`) as s64, after checking every
+/// index is in range (the message is Nx's).
+fn in_bounds(idx: &Tensor, axes: &[usize], shape: &[usize]) -> Result<Tensor> {
+    let max: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
     let idx = idx.cast(DType::S64)?;
-    let device = idx.device();
-    let hi: Vec<i64> = max.iter().map(|&m| m.saturating_sub(1) as i64).collect();
-    let n = hi.len();
-    let hi = Tensor::from_data(TensorData::new(hi, [n]), DType::S64, vec![n], device)?;
-    let zero = util::full(&[], DType::S64, crate::Scalar::I(0), &idx.dispatch_device())?;
-    let lo_clamped = binary::binary(Bin::Max, &idx, &zero, DType::S64)?;
-    binary::binary(Bin::Min, &lo_clamped, &hi, DType::S64)
+    let k = max.len().max(1);
+    let m = idx.numel() / k;
+    if m == 0 {
+        return Ok(idx);
+    }
+    let flat = idx.reshape(vec![m, k])?;
+    let lo = B::int_min_dim(flat.prim(), 0);
+    let hi = B::int_max_dim(flat.prim(), 0);
+    let both = Tensor::from_prim(B::int_cat(vec![lo, hi], 0), Kind::Int, vec![2, k]);
+    let bytes = both.to_bytes(None)?;
+    let v: Vec<i64> = bytes
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        .collect();
+    for (j, &size) in max.iter().enumerate() {
+        let (lo, hi) = (v[j], v[k + j]);
+        if lo < 0 || hi >= size as i64 {
+            let bad = if lo < 0 { lo } else { hi };
+            let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            return Err(Error::Argument(format!(
+                "index {bad} is out of bounds for axis {} in shape {{{}}}",
+                axes[j],
+                dims.join(", ")
+            )));
+        }
+    }
+    Ok(idx)
 }
 
 /// Moves `axes` to the front (in the given order); returns the tensor and the permutation.
@@ -97,7 +120,7 @@ fn gather(x: &Tensor, idx: &Tensor, axes: &[usize]) -> Result<Tensor> {
     if crate::tensor::numel(&shape) == 0 || x.numel() == 0 {
         return util::full(&shape, x.dtype(), crate::Scalar::I(0), &x.dispatch_device());
     }
-    let idx = clamp(idx, &xp.shape()[..k])?;
+    let idx = in_bounds(idx, axes, x.shape())?;
     let prim: Prim = match xp.kind() {
         Kind::Float => B::float_gather_nd(xp.prim(), idx.prim()),
         _ => B::int_gather_nd(xp.prim(), idx.prim()),
@@ -115,7 +138,7 @@ fn take(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
     if crate::tensor::numel(&shape) == 0 || x.numel() == 0 {
         return util::full(&shape, x.dtype(), crate::Scalar::I(0), &x.dispatch_device());
     }
-    let flat = clamp(&idx.reshape(vec![idx.numel()])?, &[x.shape()[axis]])?;
+    let flat = in_bounds(&idx.reshape(vec![idx.numel()])?, &[axis], x.shape())?;
     let prim = match x.kind() {
         Kind::Float => B::float_select(x.prim(), axis, flat.prim()),
         _ => B::int_select(x.prim(), axis, flat.prim()),
@@ -150,22 +173,13 @@ fn take_along_axis(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
     if ib.numel() == 0 || xb.numel() == 0 {
         return util::full(&is, x.dtype(), crate::Scalar::I(0), &x.dispatch_device());
     }
-    let ib = clamp_axis(&ib, axis, x.shape()[axis])?;
+    let ib = in_bounds(&ib.reshape(vec![ib.numel()])?, &[axis], x.shape())?
+        .reshape(ib.shape().to_vec())?;
     let prim = match xb.kind() {
         Kind::Float => B::float_gather(axis, xb.prim(), ib.prim()),
         _ => B::int_gather(axis, xb.prim(), ib.prim()),
     };
     Ok(Tensor::from_prim(prim, xb.kind(), is))
-}
-
-fn clamp_axis(idx: &Tensor, _axis: usize, size: usize) -> Result<Tensor> {
-    let idx = idx.cast(DType::S64)?;
-    let p = B::int_clamp(
-        idx.prim(),
-        0i64.into(),
-        (size.saturating_sub(1) as i64).into(),
-    );
-    Ok(Tensor::from_prim(p, Kind::Int, idx.shape().to_vec()))
 }
 
 fn scatter(
@@ -198,7 +212,7 @@ fn scatter(
     if upd.numel() == 0 || x.numel() == 0 {
         return x.cast(out);
     }
-    let idx = clamp(idx, &xp.shape()[..k])?;
+    let idx = in_bounds(idx, axes, x.shape())?;
     let u = upd.cast(out)?;
     let res = if matches!(how, IndexingUpdateOp::Add) {
         add_rows(&xp, &idx, &u, k)?

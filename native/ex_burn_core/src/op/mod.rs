@@ -10,6 +10,7 @@ pub(crate) mod creation;
 mod dot;
 pub(crate) mod exact32;
 mod fold;
+mod hostmath;
 mod index;
 mod linalg;
 mod nn;
@@ -717,9 +718,8 @@ impl Op {
 pub fn eval(op: &Op, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
     check_inputs(op, inputs)?;
     let on = inputs.first().map_or(device, Tensor::device);
-    let guarded = plan::plan(op, inputs).and_then(|p| {
-        crate::memory::reserve(on, p.bytes, &|| "the result".into())
-    });
+    let guarded = plan::plan(op, inputs)
+        .and_then(|p| crate::memory::reserve(on, p.bytes, &|| "the result".into()));
     if let Err(e) = guarded {
         return Err(e.in_op(&op.name()));
     }

@@ -41,7 +41,9 @@ fn too_large(what: String) -> Error {
 
 /// Number of elements of `shape`, checked.
 pub fn numel(shape: &[usize]) -> Result<u128> {
-    product(shape.iter().map(|&d| d as u128), &|| format!("shape {shape:?}"))
+    product(shape.iter().map(|&d| d as u128), &|| {
+        format!("shape {shape:?}")
+    })
 }
 
 fn size_of(t: &Tensor) -> u128 {
@@ -345,7 +347,8 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
             let (Some(x), Some(idx)) = (inputs.first(), inputs.get(1)) else {
                 return Ok(Plan::default());
             };
-            let rest = x.numel() as u128 / (x.shape().get(*axis).copied().unwrap_or(1).max(1) as u128);
+            let rest =
+                x.numel() as u128 / (x.shape().get(*axis).copied().unwrap_or(1).max(1) as u128);
             let n = product([rest, idx.numel() as u128], &|| "the take".into())?;
             elementwise(n, x.dtype())
         }

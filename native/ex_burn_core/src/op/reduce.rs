@@ -205,13 +205,24 @@ fn arg(
         (_, true) => B::int_cast(B::int_argmax(p, axis), s64),
         (_, false) => B::int_cast(B::int_argmin(p, axis), s64),
     };
-    if t.kind() == Kind::Float && !t.device().is_host() {
-        // GPU kernels skip NaN; Nx answers the first NaN (the CPU backend does too).
+    if t.kind() == Kind::Float {
+        // Burn's kernels skip NaN; Nx answers the position of the last NaN (in the original
+        // order), whichever the tie break.
         let bd = t.bool_dtype();
         let nan = B::bool_into_int(B::float_is_nan(t.prim(), bd), s64);
-        let first_nan = B::int_cast(B::int_argmax(nan.clone(), axis), s64);
-        let any = B::int_greater_elem(B::int_max_dim(nan, axis), 0i64.into(), bd);
-        idx = B::int_mask_where(idx, any, first_nan);
+        let any = B::int_greater_elem(B::int_max_dim(nan.clone(), axis), 0i64.into(), bd);
+        let last_nan = if tie == TieBreak::High {
+            // `t` is flipped: the last NaN of the original is the first here.
+            B::int_cast(B::int_argmax(nan, axis), s64)
+        } else {
+            let flipped = util::flip(
+                &Tensor::from_prim(nan, Kind::Int, t.shape().to_vec()),
+                &[axis],
+            );
+            let first = B::int_cast(B::int_argmax(flipped.prim(), axis), s64);
+            B::int_add_scalar(B::int_neg(first), ((len - 1) as i64).into())
+        };
+        idx = B::int_mask_where(idx, any, last_nan);
     }
     if tie == TieBreak::High {
         // index in the original order = len - 1 - index in the flipped order

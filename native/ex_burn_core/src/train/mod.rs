@@ -9,5 +9,8 @@ pub mod optim;
 pub mod spec;
 mod tally;
 
-pub use model::{collect_autodiff_garbage, CompileOptions, Data, EpochOptions, Model, OnNonFinite, Stats, Step, StepProfile};
+pub use model::{
+    collect_autodiff_garbage, CompileOptions, Data, EpochOptions, Model, OnNonFinite, Stats, Step,
+    StepProfile,
+};
 pub use spec::ModelSpec;

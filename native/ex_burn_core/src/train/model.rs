@@ -321,7 +321,11 @@ impl Model {
             let LayerOp::Embedding { vocab_size, .. } = l.op else {
                 continue;
             };
-            let Some(k) = l.inputs.first().and_then(|j| inputs.iter().position(|i| i == j)) else {
+            let Some(k) = l
+                .inputs
+                .first()
+                .and_then(|j| inputs.iter().position(|i| i == j))
+            else {
                 continue;
             };
             let t = &data.inputs[k];
@@ -1122,9 +1126,8 @@ fn target(t: &Tensor, ad: bool, dtype: DType) -> Result<Target> {
 /// process that builds or loads models without training them grew by ~8 KB per model; one
 /// backward pass on a one-element host tensor runs that cleanup (tens of microseconds).
 pub fn collect_autodiff_garbage() {
-    let dev = burn::DispatchDevice::autodiff(burn::DispatchDevice::Flex(
-        burn::backend::flex::FlexDevice,
-    ));
+    let dev =
+        burn::DispatchDevice::autodiff(burn::DispatchDevice::Flex(burn::backend::flex::FlexDevice));
     let t: burn::tensor::Tensor<B, 1> =
         burn::tensor::Tensor::from_data(TensorData::new(vec![0.0f32], [1]), &dev).require_grad();
     drop(t.sum().backward());
@@ -1132,9 +1135,8 @@ pub fn collect_autodiff_garbage() {
 
 /// The smallest and largest of integer ids (one device read).
 fn id_bounds(t: &Tensor) -> Result<(i64, i64)> {
-    let ids: burn::tensor::Tensor<B, 1, Int> = burn::tensor::Tensor::from_primitive(
-        t.cast(DType::S64)?.reshape(vec![t.numel()])?.prim(),
-    );
+    let ids: burn::tensor::Tensor<B, 1, Int> =
+        burn::tensor::Tensor::from_primitive(t.cast(DType::S64)?.reshape(vec![t.numel()])?.prim());
     let bounds = burn::tensor::Tensor::cat(vec![ids.clone().min(), ids.max()], 0).into_data();
     let b: Vec<i64> = bounds.iter::<i64>().collect();
     Ok((

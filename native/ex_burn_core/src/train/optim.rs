@@ -106,8 +106,20 @@ impl OptimConfig {
         range("epsilon", f(self.epsilon), f64::MIN_POSITIVE, 1.0, false)?;
         range("alpha", f(self.alpha), 0.0, 1.0, false)?;
         range("weight_decay", self.weight_decay, 0.0, 1e6, false)?;
-        range("clip_norm", f(self.clip_norm), f64::MIN_POSITIVE, f64::MAX, false)?;
-        range("clip_value", f(self.clip_value), f64::MIN_POSITIVE, f64::MAX, false)?;
+        range(
+            "clip_norm",
+            f(self.clip_norm),
+            f64::MIN_POSITIVE,
+            f64::MAX,
+            false,
+        )?;
+        range(
+            "clip_value",
+            f(self.clip_value),
+            f64::MIN_POSITIVE,
+            f64::MAX,
+            false,
+        )?;
         let misplaced: &[(&str, bool)] = match self.kind {
             Kind::Sgd => &[
                 ("beta_1", self.beta_1.is_some()),

@@ -366,7 +366,9 @@ fn with_channels(sp: Vec<usize>, c: usize, channels: Channels) -> Vec<usize> {
 fn check_layer(op: &LayerOp) -> Result<()> {
     let positive = |what: &str, v: &[usize]| -> Result<()> {
         if v.is_empty() && what == "kernel_size" || v.contains(&0) {
-            return Err(Error::Argument(format!("{what} must be positive, got {v:?}")));
+            return Err(Error::Argument(format!(
+                "{what} must be positive, got {v:?}"
+            )));
         }
         Ok(())
     };
@@ -419,7 +421,10 @@ fn check_layer(op: &LayerOp) -> Result<()> {
         LayerOp::Embedding {
             vocab_size,
             embedding_size,
-        } => positive("vocab_size and embedding_size", &[*vocab_size, *embedding_size]),
+        } => positive(
+            "vocab_size and embedding_size",
+            &[*vocab_size, *embedding_size],
+        ),
         LayerOp::Activation { alpha, .. } => finite("alpha", *alpha, -1e6, 1e6),
         _ => Ok(()),
     }
@@ -536,7 +541,9 @@ fn output_shape(op: &LayerOp, ins: &[&Vec<usize>]) -> Result<Vec<usize>> {
         LayerOp::Flatten => {
             need(1)?;
             let n = crate::op::plan::numel(ins[0])?;
-            Ok(vec![usize::try_from(n).map_err(|_| Error::Shape("flatten: too many elements".into()))?])
+            Ok(vec![usize::try_from(n).map_err(|_| {
+                Error::Shape("flatten: too many elements".into())
+            })?])
         }
         LayerOp::Dropout { rate } => {
             need(1)?;

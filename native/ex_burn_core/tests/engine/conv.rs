@@ -160,6 +160,31 @@ fn permutations_and_integer_input() {
 }
 
 #[test]
+fn channels_last_output_permutation_is_applied_as_nx_does() {
+    // NHWC input, 1x1 kernel with 2 filters (scales 1 and 2), NHWC output: Nx transposes the
+    // [N, C, H, W] result by the inverse of output_permutation [0, 3, 1, 2].
+    let x = f(&[1., 2., 3., 4., 5., 6.], &[1, 3, 2, 1]);
+    let k = f(&[1., 2.], &[2, 1, 1, 1]);
+    let op = with(|o| {
+        if let Op::Conv {
+            input_permutation,
+            output_permutation,
+            ..
+        } = o
+        {
+            *input_permutation = Some(vec![0, 3, 1, 2]);
+            *output_permutation = Some(vec![0, 3, 1, 2]);
+        }
+    });
+    check(
+        &ev(op, &[&x, &k]),
+        &[1, 3, 2, 2],
+        DType::F32,
+        &[1., 2., 2., 4., 3., 6., 4., 8., 5., 10., 6., 12.],
+    );
+}
+
+#[test]
 fn conv3d_and_errors() {
     let x = f(&[1.; 8], &[1, 1, 2, 2, 2]);
     let k = f(&[1.; 8], &[1, 1, 2, 2, 2]);

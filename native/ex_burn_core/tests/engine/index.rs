@@ -28,13 +28,20 @@ fn gather_full_and_partial_indices() {
         DType::F32,
         &[3., 6.],
     );
-    // out-of-range indices are clamped
+    // out-of-range indices are refused, as Nx does (never clamped to another element)
     let far = s(&[9., -4.], &[1, 2]);
-    check(
-        &ev(Op::Gather { axes: vec![0, 1] }, &[&m(), &far]),
-        &[1],
-        DType::F32,
-        &[4.],
+    assert_eq!(
+        ev_err(Op::Gather { axes: vec![0, 1] }, &[&m(), &far]),
+        "argument"
+    );
+    let below = s(&[1., -1.], &[1, 2]);
+    assert_eq!(
+        ev_err(Op::Gather { axes: vec![0, 1] }, &[&m(), &below]),
+        "argument"
+    );
+    assert_eq!(
+        ev_err(Op::Take { axis: 0 }, &[&m(), &s(&[5.], &[1])]),
+        "argument"
     );
 }
 

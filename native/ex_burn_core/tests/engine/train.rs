@@ -178,7 +178,10 @@ fn class_ids_out_of_range_are_rejected_before_training() {
             inputs: vec![x.clone()],
             target: Some(t(&bad, &[8], DType::S64)),
         };
-        let err = m.train_step(&data, 0.1, OnNonFinite::Raise).unwrap_err().to_string();
+        let err = m
+            .train_step(&data, 0.1, OnNonFinite::Raise)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("class ids must be in 0..1"), "{err}");
         let epoch = EpochOptions {
             batch_size: 4,

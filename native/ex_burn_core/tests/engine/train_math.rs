@@ -203,7 +203,8 @@ fn gradients_match_finite_differences_in_f64() {
                 let mut vals = base.clone();
                 vals[k] += delta;
                 let tp = t(&vals, p.shape(), DType::F64);
-                m.set_parameters(&[(name.clone(), tp)], None, false).unwrap();
+                m.set_parameters(&[(name.clone(), tp)], None, false)
+                    .unwrap();
                 m.evaluate(&batch, 6, true).unwrap().loss
             };
             let fd = (loss_at(h) - loss_at(-h)) / (2.0 * h);

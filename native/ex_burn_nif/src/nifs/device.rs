@@ -47,7 +47,10 @@ pub fn device_info<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 ),
                 (available().encode(env), ok.encode(env)),
                 (count().encode(env), Device::count(d.family()).encode(env)),
-                (keys::memory_limit().encode(env), memory::limit().encode(env)),
+                (
+                    keys::memory_limit().encode(env),
+                    memory::limit().encode(env),
+                ),
                 (
                     memory_available().encode(env),
                     memory::available(d).encode(env),
@@ -71,8 +74,11 @@ pub fn memory_limit<'a>(env: Env<'a>, a: &[Term<'a>], _here: Here) -> Term<'a> {
         let limit = if args::is_nil(a[0]) {
             None
         } else {
-            Some(args::get::<u64>(a[0], "memory limit (expected nil or a positive integer)")?)
-                .filter(|&b| b > 0)
+            Some(args::get::<u64>(
+                a[0],
+                "memory limit (expected nil or a positive integer)",
+            )?)
+            .filter(|&b| b > 0)
         };
         memory::set_limit(limit);
         Ok(rustler::types::atom::ok().encode(env))

@@ -1,9 +1,9 @@
 //! Model checkpoints and safetensors files: reading and writing (dirty IO).
 
 use crate::args::{self, Source};
+use crate::reply;
 use crate::resource::{ModelRes, TensorRes};
 use crate::sched::{self, Class, Here};
-use crate::reply;
 use ex_burn_core::files;
 use ex_burn_core::train::checkpoint;
 use ex_burn_core::{Error, Result, Tensor};

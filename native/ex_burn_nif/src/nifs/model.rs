@@ -173,7 +173,8 @@ pub fn train_step<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let d = data(a[1], a[2])?;
         let o: StepOpts = args::get(a[3], "step options")?;
-        let step = m.update(|model| model.train_step(&d, o.learning_rate, o.on_non_finite.into()))?;
+        let step =
+            m.update(|model| model.train_step(&d, o.learning_rate, o.on_non_finite.into()))?;
         Ok((reply::Num(step.loss), step.applied).encode(env))
     })
 }
@@ -229,7 +230,10 @@ pub fn predict<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
 pub fn gradients<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let d = data(a[1], a[2])?;
-        Ok(reply::named(env, m.read(|model| model.compute_gradients(&d))?))
+        Ok(reply::named(
+            env,
+            m.read(|model| model.compute_gradients(&d))?,
+        ))
     })
 }
 
@@ -308,7 +312,9 @@ pub fn call<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 m.read(|model| checkpoint::save(model, std::path::Path::new(&path)))?;
                 ok().encode(env)
             }
-            Request::Meta => m.read(|model| crate::encode::encode(env, &(&model.spec, &model.options)))?,
+            Request::Meta => {
+                m.read(|model| crate::encode::encode(env, &(&model.spec, &model.options)))?
+            }
             Request::SetOptimizer(c) => {
                 let c = decode::decode(c, "optimizer settings")?;
                 m.update(|model| model.set_optimizer(c))?;

@@ -1,0 +1,327 @@
+defmodule ExBurn.Defn.Complex.Math do
+  @moduledoc false
+  # Complex arithmetic and elementary functions written as real engine ops on the two parts,
+  # for `ExBurn.Defn.Complex`. A value is `{:c, re, im, shape, part_type}` where `re`/`im` are
+  # recipe references (`im` may be `:zero`); every function takes and returns the recipe `r`.
+  # The formulas are those of the `Complex` library that Nx's binary backend uses (principal
+  # branches).
+
+  alias ExBurn.Defn.Recipe
+
+  @doc "The elementary functions on complex values this module defines."
+  def functions,
+    do: ~w(log log1p expm1 sigmoid rsqrt cbrt sin cos tan sinh cosh tanh asin acos atan asinh acosh atanh)a
+
+  @doc "`fun(x)` for one of `functions/0`."
+  def apply(fun, x, r), do: fun(fun, x, r)
+
+  defp fun(:log, x, r), do: log(x, r)
+  defp fun(:log1p, x, r), do: x |> add(const(x, 1.0, 0.0), r) |> then(fn {v, r} -> log(v, r) end)
+
+  defp fun(:expm1, x, r) do
+    {e, r} = exp(x, r)
+    add(e, const(x, -1.0, 0.0), r)
+  end
+
+  defp fun(:sigmoid, x, r) do
+    {n, r} = neg(x, r)
+    {e, r} = exp(n, r)
+    {d, r} = add(e, const(x, 1.0, 0.0), r)
+    divide(const(x, 1.0, 0.0), d, r)
+  end
+
+  defp fun(:rsqrt, x, r) do
+    {s, r} = sqrt(x, r)
+    divide(const(x, 1.0, 0.0), s, r)
+  end
+
+  # from_polar(cbrt(|z|), phase(z) / 3)
+  defp fun(:cbrt, {:c, _, _, _, ft} = x, r) do
+    {m, r} = modulus(x, r)
+    {m, r} = un(r, :cbrt, m)
+    {t, r} = phase(x, r)
+    {t, r} = scale(r, t, 1 / 3, ft)
+    polar(x, m, t, r)
+  end
+
+  defp fun(:sin, x, r), do: trig(x, r, {:sin, :cosh}, {:cos, :sinh}, 1.0)
+  defp fun(:cos, x, r), do: trig(x, r, {:cos, :cosh}, {:sin, :sinh}, -1.0)
+  defp fun(:sinh, x, r), do: trig(x, r, {:sinh, :cos}, {:cosh, :sin}, 1.0)
+  defp fun(:cosh, x, r), do: trig(x, r, {:cosh, :cos}, {:sinh, :sin}, 1.0)
+
+  defp fun(:tan, x, r) do
+    {s, r} = fun(:sin, x, r)
+    {c, r} = fun(:cos, x, r)
+    divide(s, c, r)
+  end
+
+  defp fun(:tanh, x, r) do
+    {s, r} = fun(:sinh, x, r)
+    {c, r} = fun(:cosh, x, r)
+    divide(s, c, r)
+  end
+
+  # -i log(i z + sqrt(1 - z z))
+  defp fun(:asin, x, r) do
+    {zz, r} = multiply(x, x, r)
+    {t, r} = subtract(const(x, 1.0, 0.0), zz, r)
+    {t, r} = sqrt(t, r)
+    {iz, r} = multiply(const(x, 0.0, 1.0), x, r)
+    {t, r} = add(iz, t, r)
+    {t, r} = log(t, r)
+    multiply(const(x, 0.0, -1.0), t, r)
+  end
+
+  # -i log(z + sqrt(z z - 1))
+  defp fun(:acos, x, r) do
+    {zz, r} = multiply(x, x, r)
+    {t, r} = add(zz, const(x, -1.0, 0.0), r)
+    {t, r} = sqrt(t, r)
+    {t, r} = add(x, t, r)
+    {t, r} = log(t, r)
+    multiply(const(x, 0.0, -1.0), t, r)
+  end
+
+  # i/2 (log(1 - i z) - log(1 + i z))
+  defp fun(:atan, x, r) do
+    {iz, r} = multiply(const(x, 0.0, 1.0), x, r)
+    {a, r} = subtract(const(x, 1.0, 0.0), iz, r)
+    {b, r} = add(const(x, 1.0, 0.0), iz, r)
+    {a, r} = log(a, r)
+    {b, r} = log(b, r)
+    {d, r} = subtract(a, b, r)
+    multiply(const(x, 0.0, 0.5), d, r)
+  end
+
+  # log(z + sqrt(z z + 1))
+  defp fun(:asinh, x, r), do: arc_hyperbolic(x, 1.0, r)
+  # log(z + sqrt(z z - 1))
+  defp fun(:acosh, x, r), do: arc_hyperbolic(x, -1.0, r)
+
+  # log((1 + z) / (1 - z)) / 2
+  defp fun(:atanh, x, r) do
+    {a, r} = add(const(x, 1.0, 0.0), x, r)
+    {b, r} = subtract(const(x, 1.0, 0.0), x, r)
+    {q, r} = divide(a, b, r)
+    {l, r} = log(q, r)
+    multiply(const(x, 0.5, 0.0), l, r)
+  end
+
+  defp arc_hyperbolic(x, c, r) do
+    {zz, r} = multiply(x, x, r)
+    {t, r} = add(zz, const(x, c, 0.0), r)
+    {t, r} = sqrt(t, r)
+    {t, r} = add(x, t, r)
+    log(t, r)
+  end
+
+  # re = f1(x) g1(y), im = sign f2(x) g2(y)
+  defp trig({:c, re, im, shape, ft}, r, {f1, g1}, {f2, g2}, sign) do
+    im = zeroed(im, shape, ft)
+    {im, r} = materialize(r, im)
+    {a, r} = un(r, f1, re)
+    {b, r} = un(r, g1, im)
+    {c, r} = un(r, f2, re)
+    {d, r} = un(r, g2, im)
+    {new_re, r} = bin(r, :multiply, a, b, ft)
+    {new_im, r} = bin(r, :multiply, c, d, ft)
+    {new_im, r} = if sign < 0, do: un(r, :neg, new_im), else: {new_im, r}
+    {{:c, new_re, new_im, shape, ft}, r}
+  end
+
+  # ---- arithmetic ----
+
+  # Constants (see `const/3`) become scalar references where they are used.
+  defp lift({:const, _, _, _, _} = c, r), do: materialize_const(c, r)
+  defp lift(v, r), do: {v, r}
+
+  @doc "a + b"
+  def add(a, b, r) do
+    {a, r} = lift(a, r)
+    {b, r} = lift(b, r)
+    add_values(a, b, r)
+  end
+
+  defp add_values({:c, ar, ai, shape, ft}, {:c, br, bi, _, _}, r) do
+    {re, r} = part_op(r, :add, ar, br, ft)
+    {im, r} = part_op(r, :add, ai, bi, ft)
+    {{:c, re, im, shape, ft}, r}
+  end
+
+  @doc "a - b"
+  def subtract(a, b, r) do
+    {nb, r} = neg(b, r)
+    add(a, nb, r)
+  end
+
+  @doc "-a"
+  def neg(a, r) do
+    {a, r} = lift(a, r)
+    neg_value(a, r)
+  end
+
+  defp neg_value({:c, re, im, shape, ft}, r) do
+    {re, r} = if re == :zero, do: {:zero, r}, else: un(r, :neg, re)
+    {im, r} = if im == :zero, do: {:zero, r}, else: un(r, :neg, im)
+    {{:c, re, im, shape, ft}, r}
+  end
+
+  @doc "a * b"
+  def multiply(a, b, r) do
+    {a, r} = lift(a, r)
+    {b, r} = lift(b, r)
+    multiply_values(a, b, r)
+  end
+
+  defp multiply_values({:c, ar, ai, shape, ft}, {:c, br, bi, _, _}, r) do
+    {rr, r} = mul(r, ar, br, ft)
+    {ii, r} = mul(r, ai, bi, ft)
+    {ri, r} = mul(r, ar, bi, ft)
+    {ir, r} = mul(r, ai, br, ft)
+    {ii, r} = if ii == :zero, do: {:zero, r}, else: un(r, :neg, ii)
+    {re, r} = part_op(r, :add, rr, ii, ft)
+    {im, r} = part_op(r, :add, ri, ir, ft)
+    {{:c, re, im, shape, ft}, r}
+  end
+
+  @doc "a / b = a conj(b) / |b|^2"
+  def divide(a, b, r) do
+    {a, r} = lift(a, r)
+    {b, r} = lift(b, r)
+    divide_values(a, b, r)
+  end
+
+  defp divide_values(a, {:c, br, bi, shape, ft} = b, r) do
+    {nbi, r} = if bi == :zero, do: {:zero, r}, else: un(r, :neg, bi)
+    {num, r} = multiply(a, {:c, br, nbi, shape, ft}, r)
+    {den, r} = abs2(b, r)
+    {{:c, nr, ni, s, _}, r} = materialize_value(num, r)
+    {re, r} = bin(r, :divide, nr, den, ft)
+    {im, r} = bin(r, :divide, ni, den, ft)
+    {{:c, re, im, s, ft}, r}
+  end
+
+  @doc "exp(a)"
+  def exp({:c, re, im, shape, ft}, r) do
+    {im, r} = materialize(r, zeroed(im, shape, ft))
+    {e, r} = un(r, :exp, re)
+    {c, r} = un(r, :cos, im)
+    {s, r} = un(r, :sin, im)
+    {new_re, r} = bin(r, :multiply, e, c, ft)
+    {new_im, r} = bin(r, :multiply, e, s, ft)
+    {{:c, new_re, new_im, shape, ft}, r}
+  end
+
+  @doc "log(a) = log|a| + i phase(a)"
+  def log({:c, _, _, shape, ft} = x, r) do
+    {m, r} = modulus(x, r)
+    {l, r} = un(r, :log, m)
+    {t, r} = phase(x, r)
+    {{:c, l, t, shape, ft}, r}
+  end
+
+  @doc "The principal square root: t = sqrt((|z| + |re|) / 2); re >= 0: (t, im / 2t); else (|im| / 2t, copysign(t, im))."
+  def sqrt({:c, re, im, shape, ft}, r) do
+    {im, r} = materialize(r, zeroed(im, shape, ft))
+    {sq, r} = abs2({:c, re, im, shape, ft}, r)
+    {mag, r} = un(r, :sqrt, sq)
+    {abs_re, r} = un(r, :abs, re)
+    {sum, r} = bin(r, :add, mag, abs_re, ft)
+    {t, r} = scale(r, sum, 0.5, ft)
+    {t, r} = un(r, :sqrt, t)
+    {two_t, r} = bin(r, :add, t, t, ft)
+    {zero, r} = scalar(r, ft, 0.0)
+    {is_zero, r} = Recipe.emit(r, :equal, [], [t, zero])
+    {im_over, r} = bin(r, :divide, im, two_t, ft)
+    {abs_im, r} = un(r, :abs, im)
+    {abs_im_over, r} = bin(r, :divide, abs_im, two_t, ft)
+    {neg_t, r} = un(r, :neg, t)
+    {im_neg, r} = Recipe.emit(r, :less, [], [im, zero])
+    {signed_t, r} = Recipe.emit(r, :select, [out: ft], [im_neg, neg_t, t])
+    {re_pos, r} = Recipe.emit(r, :greater_equal, [], [re, zero])
+    {new_re, r} = Recipe.emit(r, :select, [out: ft], [re_pos, t, abs_im_over])
+    {new_im, r} = Recipe.emit(r, :select, [out: ft], [re_pos, im_over, signed_t])
+    {new_re, r} = Recipe.emit(r, :select, [out: ft], [is_zero, zero, new_re])
+    {new_im, r} = Recipe.emit(r, :select, [out: ft], [is_zero, im, new_im])
+    {{:c, new_re, new_im, shape, ft}, r}
+  end
+
+  @doc "a ** b = exp(b log a)"
+  def pow(a, b, r) do
+    {l, r} = log(a, r)
+    {p, r} = multiply(b, l, r)
+    exp(p, r)
+  end
+
+  @doc "|a|^2 as a real reference"
+  def abs2({:c, re, im, _shape, ft}, r) do
+    {rr, r} = mul(r, re, re, ft)
+    {ii, r} = mul(r, im, im, ft)
+    part_op(r, :add, rr, ii, ft)
+  end
+
+  @doc "|a| as a real reference"
+  def modulus(x, r) do
+    {sq, r} = abs2(x, r)
+    un(r, :sqrt, sq)
+  end
+
+  @doc "The phase atan2(im, re) as a real reference"
+  def phase({:c, re, im, shape, ft}, r) do
+    {im, r} = materialize(r, zeroed(im, shape, ft))
+    Recipe.emit(r, :atan2, [out: ft], [im, re])
+  end
+
+  @doc "m (cos t + i sin t) for real references m and t"
+  def polar({:c, _, _, shape, ft}, m, t, r) do
+    {c, r} = un(r, :cos, t)
+    {s, r} = un(r, :sin, t)
+    {re, r} = bin(r, :multiply, m, c, ft)
+    {im, r} = bin(r, :multiply, m, s, ft)
+    {{:c, re, im, shape, ft}, r}
+  end
+
+  @doc "The constant re + im i, labelled with `like`'s shape and part type (a scalar broadcast by the ops)."
+  def const({:c, _, _, shape, ft}, re, im), do: {:const, re, im, shape, ft}
+
+  # ---- helpers ----
+
+  # Constants become scalar references on first use.
+  defp materialize_const({:const, re, im, shape, ft}, r) do
+    {re_ref, r} = scalar(r, ft, re)
+    {im_ref, r} = if im == 0.0, do: {:zero, r}, else: scalar(r, ft, im)
+    {{:c, re_ref, im_ref, shape, ft}, r}
+  end
+
+  defp zeroed(:zero, shape, ft), do: {:zero, shape, ft}
+  defp zeroed(ref, _shape, _ft), do: ref
+
+  defp materialize(r, {:zero, shape, ft}),
+    do: Recipe.emit(r, :full, [shape: Tuple.to_list(shape), dtype: ft, value: 0.0], [])
+
+  defp materialize(r, ref), do: {ref, r}
+
+  defp materialize_value({:c, re, im, shape, ft}, r) do
+    {re, r} = materialize(r, zeroed(re, shape, ft))
+    {im, r} = materialize(r, zeroed(im, shape, ft))
+    {{:c, re, im, shape, ft}, r}
+  end
+
+  defp scalar(r, ft, v), do: Recipe.emit(r, :full, [shape: [], dtype: ft, value: v * 1.0], [])
+
+  defp scale(r, ref, k, ft) do
+    {s, r} = scalar(r, ft, k)
+    bin(r, :multiply, ref, s, ft)
+  end
+
+  defp un(r, op, ref), do: Recipe.emit(r, op, [], [ref])
+  defp bin(r, op, a, b, ft), do: Recipe.emit(r, op, [out: ft], [a, b])
+
+  defp mul(r, :zero, _b, _ft), do: {:zero, r}
+  defp mul(r, _a, :zero, _ft), do: {:zero, r}
+  defp mul(r, a, b, ft), do: bin(r, :multiply, a, b, ft)
+
+  defp part_op(r, :add, :zero, b, _ft), do: {b, r}
+  defp part_op(r, :add, a, :zero, _ft), do: {a, r}
+  defp part_op(r, op, a, b, ft), do: bin(r, op, a, b, ft)
+end
