@@ -25,25 +25,90 @@ defmodule ExBurn.PackageTest do
 
   defp shipped?(relative), do: MapSet.member?(shipped(), relative)
 
-  test "every listed path exists and nothing built is shipped" do
-    for entry <- listed(), do: assert(File.exists?(Path.join(@root, entry)), "#{entry} is listed but missing")
+  # Files a user's machine reads besides the Elixir sources (lib/**/*.ex, compiled by Mix)
+  # and the Rust sources (read by rustc): the project and workspace manifests, the lock
+  # file, cargo settings (CUDA pin, musl flags), the matrix and checksum file ExBurn.Nif
+  # reads at compile time, and what hex requires of every package (README, LICENSE) plus
+  # the formatter settings a dependency's `mix format` imports.
+  @metadata ~w(mix.exs README.md LICENSE .formatter.exs checksum-Elixir.ExBurn.Nif.exs
+               native/targets.txt Cargo.toml Cargo.lock .cargo/config.toml
+               native/ex_burn_core/Cargo.toml native/ex_burn_nif/Cargo.toml)
 
-    for file <- shipped() do
-      refute String.starts_with?(file, ["priv/", "target/", "_build/", "deps/"]), file
-      refute Path.extname(file) in ~w(.so .dll .dylib .a .rlib .beam .gz), file
-    end
+  # Rust modules compiled only with a GPU feature, so absent from the cpu build's dep-info.
+  @feature_only %{"native/ex_burn_core/src/cuda.rs" => "cuda"}
+
+  # The workspace sources the last `cargo build --release -p ex_burn_nif` (bin/setup) read,
+  # from the dep-info file cargo writes beside the library.
+  defp rust_sources_read do
+    target = System.get_env("CARGO_TARGET_DIR") || Path.expand("~/.cache/ex_burn/target")
+    dep_info = Path.join([target, "release", "libex_burn_nif.d"])
+    assert File.exists?(dep_info), "#{dep_info} missing: run bin/setup first"
+    [_target, deps] = String.split(File.read!(dep_info), ": ", parts: 2)
+    paths = deps |> String.replace("\\ ", "\0") |> String.split() |> Enum.map(&String.replace(&1, "\0", " "))
+    local = Enum.filter(paths, &String.starts_with?(&1, @root <> "/"))
+
+    assert local != [],
+           "#{dep_info} was written by a build of another checkout (#{hd(paths)}): run bin/setup here"
+
+    MapSet.new(local, &Path.relative_to(&1, @root))
   end
 
-  test "the sources, matrix, lock file and build settings are shipped" do
-    for file <- ~w(mix.exs lib/ex_burn/nif.ex lib/ex_burn/nif/config.ex checksum-Elixir.ExBurn.Nif.exs
-                   native/targets.txt Cargo.toml Cargo.lock Cross.toml .cargo/config.toml),
-        do: assert(shipped?(file), file)
+  test "the package is exactly what a user's build reads, and small" do
+    for entry <- listed(), do: assert(File.exists?(Path.join(@root, entry)), "#{entry} is listed but missing")
+
+    elixir = @root |> Path.join("lib/**/*.ex") |> Path.wildcard() |> MapSet.new(&Path.relative_to(&1, @root))
+    rust = rust_sources_read()
+    expected = elixir |> MapSet.union(rust) |> MapSet.union(MapSet.new(@metadata))
+    shipped = shipped()
+    gated = MapSet.new(Map.keys(@feature_only))
+
+    assert MapSet.difference(expected, shipped) |> Enum.sort() == [], "read by a build but not shipped"
+
+    assert MapSet.difference(shipped, MapSet.union(expected, gated)) |> Enum.sort() == [],
+           "shipped but never read by a build"
+
+    for {file, feature} <- @feature_only do
+      assert file in shipped
+      module = Path.basename(file, ".rs")
+      lib = File.read!(Path.join(@root, Path.join(Path.dirname(file), "lib.rs")))
+      assert lib =~ ~r/#\[cfg\(feature = "#{feature}"\)\]\s*(pub )?mod #{module};/, file
+    end
+
+    # The list with sizes (the test log shows it), a budget per file and for the whole.
+    sizes = shipped |> Enum.sort() |> Enum.map(&{&1, File.stat!(Path.join(@root, &1)).size})
+    total = sizes |> Enum.map(&elem(&1, 1)) |> Enum.sum()
+
+    if System.get_env("EX_BURN_PACKAGE_LIST") do
+      for {file, size} <- sizes, do: IO.puts(String.pad_leading(Integer.to_string(size), 8) <> "  " <> file)
+      IO.puts(String.pad_leading(Integer.to_string(total), 8) <> "  total, #{length(sizes)} files")
+    end
+
+    for {file, size} <- sizes, file != "Cargo.lock", do: assert(size < 96 * 1024, "#{file}: #{size} bytes")
+    assert total < 1_500_000, "package #{total} bytes"
+  end
+
+  test "nothing built, no maintainers' tools" do
+    for file <- shipped() do
+      refute String.starts_with?(file, [
+               "priv/",
+               "target/",
+               "_build/",
+               "deps/",
+               "native/ex_burn_release",
+               "bench/",
+               "test/"
+             ]),
+             file
+
+      refute Path.extname(file) in ~w(.so .dll .dylib .a .rlib .beam .gz), file
+      refute Path.basename(file) in ~w(Cross.toml release.yml), file
+    end
   end
 
   test "every workspace member, path dependency and included file is shipped (source builds)" do
     [_, members] = Regex.run(~r/members\s*=\s*\[([^\]]*)\]/, File.read!(Path.join(@root, "Cargo.toml")))
     members = Regex.scan(~r/"([^"]+)"/, members, capture: :all_but_first) |> List.flatten()
-    assert "native/ex_burn_nif" in members
+    assert Enum.sort(members) == ["native/ex_burn_core", "native/ex_burn_nif"]
 
     for member <- members do
       assert shipped?(Path.join(member, "Cargo.toml")), member

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::{archive, checksum, elf, naming, targets::Matrix, verify};
+use crate::{archive, checksum, elf, inspect, naming, targets::Matrix, verify};
 
 /// Usage text.
 pub const USAGE: &str = "\
@@ -17,8 +17,14 @@ usage: ex_burn_release <command> [--flag value]...
            every artifact of the matrix is present, listed and unaltered (exit 1 if not)
   glibc    --lib <file> [--max <x.y>]
            print the highest GLIBC_ version the library needs (exit 1 above --max)
+  inspect  --lib <file> --target <triple>
+           the library fits the target: format and CPU, `nif_init` exported, only system
+           libraries needed, glibc floor for -linux-gnu (exit 1 if not)
   matrix   [--version <v>] [--targets <file>]
            print the release matrix as GitHub Actions JSON
+  job      --target <triple> [--variant <name>] [--nif <x.y>] [--version <v>] [--targets <file>]
+           one job of the matrix as KEY=value lines (TARGET, VARIANT, NIF, FEATURES, BUILDER,
+           RUSTFLAGS, LIBRARY, ARTIFACT); --nif defaults to the first NIF version
 
 --targets defaults to the native/targets.txt this tool was built with.
 ";
@@ -48,7 +54,9 @@ pub fn run(args: &[String]) -> Result<Outcome, String> {
         "checksum" => &["dir", "out"],
         "verify" => &["dir", "checksum", "version", "targets"],
         "glibc" => &["lib", "max"],
+        "inspect" => &["lib", "target"],
         "matrix" => &["version", "targets"],
+        "job" => &["target", "variant", "nif", "version", "targets"],
         "help" | "--help" | "-h" => return Ok(Outcome::ok(USAGE.to_string())),
         other => return Err(format!("unknown command {other:?}\n\n{USAGE}")),
     };
@@ -58,6 +66,8 @@ pub fn run(args: &[String]) -> Result<Outcome, String> {
         "checksum" => write_checksum(&flags),
         "verify" => run_verify(&flags),
         "glibc" => glibc(&flags),
+        "inspect" => run_inspect(&flags),
+        "job" => job(&flags),
         _ => {
             let matrix = load_matrix(&flags)?;
             Ok(Outcome::ok(matrix.to_json(flags.get("version")) + "\n"))
@@ -204,4 +214,48 @@ fn glibc(flags: &Flags) -> Result<Outcome, String> {
         }),
         _ => Ok(Outcome::ok(format!("{text}\n"))),
     }
+}
+
+fn run_inspect(flags: &Flags) -> Result<Outcome, String> {
+    let target = flags.required("target")?;
+    let report = inspect::inspect(&read(&flags.path("lib")?)?, target)?;
+    Ok(Outcome {
+        code: if report.problems.is_empty() { 0 } else { 1 },
+        stdout: report.render(target),
+    })
+}
+
+fn job(flags: &Flags) -> Result<Outcome, String> {
+    let matrix = load_matrix(flags)?;
+    let target = flags.required("target")?;
+    let variant = flags.get("variant").filter(|v| !v.is_empty() && *v != "-");
+    let nif = flags
+        .get("nif")
+        .or(matrix.nif_versions.first().map(String::as_str))
+        .ok_or("no NIF version")?;
+    let artifacts = matrix.artifacts();
+    let artifact = artifacts
+        .iter()
+        .find(|a| a.entry.target == target && a.entry.variant.as_deref() == variant && a.nif == nif)
+        .ok_or_else(|| {
+            format!(
+                "no job for target {target}, variant {}, NIF {nif} in the matrix",
+                variant.unwrap_or("-")
+            )
+        })?;
+    let e = artifact.entry;
+    let mut lines = vec![
+        ("TARGET", e.target.clone()),
+        ("VARIANT", variant.unwrap_or("").to_string()),
+        ("NIF", nif.to_string()),
+        ("FEATURES", artifact.cargo_features()),
+        ("BUILDER", e.builder.as_str().to_string()),
+        ("RUSTFLAGS", e.rustflags().to_string()),
+        ("LIBRARY", naming::built_library(naming::CRATE, &e.target)),
+    ];
+    if let Some(v) = flags.get("version") {
+        lines.push(("ARTIFACT", artifact.file_name(v)));
+    }
+    let text: String = lines.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    Ok(Outcome::ok(text))
 }

@@ -7,6 +7,8 @@
 //! | `checksum` | a folder of tarballs -> `checksum-Elixir.ExBurn.Nif.exs` (rustler_precompiled's format) |
 //! | `verify`   | every artifact of the matrix is present, listed and unaltered |
 //! | `glibc`    | the highest `GLIBC_x.y` symbol version a library needs |
+//! | `inspect`  | a built library fits its target: CPU, format, `nif_init` exported, system libraries only, glibc floor |
+//! | `job`      | one matrix job's fields as `KEY=value` lines (for `bin/release-check`) |
 //! | `matrix`   | the release matrix (`native/targets.txt`) as GitHub Actions JSON |
 #![warn(missing_docs)]
 
@@ -14,6 +16,7 @@ pub mod archive;
 pub mod checksum;
 pub mod cli;
 pub mod elf;
+pub mod inspect;
 pub mod naming;
 pub mod targets;
 pub mod verify;

@@ -12,8 +12,12 @@ pub const TARGETS_TXT: &str = include_str!("../../targets.txt");
 pub enum Builder {
     /// `cargo build --target` with the runner's own toolchain.
     Cargo,
-    /// `cargo zigbuild --target <triple>.2.31`: links against glibc 2.31 symbols.
+    /// `cargo zigbuild`: zig links; `-linux-gnu` triples get `.2.31` (glibc 2.31 symbols),
+    /// musl ones link only against musl's libc (libunwind is linked in statically).
     Zigbuild,
+    /// `cargo build --target` linked by the mingw-w64 GCC of the (Linux) runner, for
+    /// `*-windows-gnu`: the toolchain cross-rs's image holds, without Docker.
+    Mingw,
     /// `cross build --target`: a Docker image per target (Cross.toml).
     Cross,
 }
@@ -23,6 +27,7 @@ impl Builder {
         match s {
             "cargo" => Some(Builder::Cargo),
             "zigbuild" => Some(Builder::Zigbuild),
+            "mingw" => Some(Builder::Mingw),
             "cross" => Some(Builder::Cross),
             _ => None,
         }
@@ -33,6 +38,7 @@ impl Builder {
         match self {
             Builder::Cargo => "cargo",
             Builder::Zigbuild => "zigbuild",
+            Builder::Mingw => "mingw",
             Builder::Cross => "cross",
         }
     }
@@ -54,10 +60,14 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Extra rustc flags the target needs: musl cdylibs must not link the C runtime statically.
+    /// Extra rustc flags the target needs: musl cdylibs must not link the C runtime
+    /// statically; GNU ld writes the link time into a PE header unless told not to, which
+    /// would make two builds of a Windows DLL differ.
     pub fn rustflags(&self) -> &'static str {
         if self.target.ends_with("-musl") {
             "-C target-feature=-crt-static"
+        } else if self.target.ends_with("-windows-gnu") {
+            "-C link-arg=-Wl,--no-insert-timestamp"
         } else {
             ""
         }
@@ -168,7 +178,7 @@ impl Matrix {
             }
             let builder = Builder::parse(builder).ok_or_else(|| {
                 err(format!(
-                    "unknown builder `{builder}` (cargo, zigbuild, cross)"
+                    "unknown builder `{builder}` (cargo, zigbuild, mingw, cross)"
                 ))
             })?;
             if entries
