@@ -492,9 +492,32 @@ defmodule ExBurn.BurnBridge do
   def pad(other, _value, _config), do: Tensor.not_a_tensor(other, :pad)
 
   if Code.ensure_loaded?(Nx) do
-    @doc "Converts to an `Nx.Tensor` on Nx's default backend (requires Nx)."
+    @doc """
+    Converts to an `Nx.Tensor` on Nx's default backend (requires Nx; `Nx.BinaryBackend` when
+    Nx's application is not loaded). Nx has no zero-size dimensions: such tensors raise
+    `ExBurn.Error` of kind `:shape`.
+    """
     @spec to_nx(tensor()) :: Nx.Tensor.t()
-    def to_nx(%Tensor{} = t), do: t |> Tensor.to_binary() |> Nx.from_binary(t.type) |> Nx.reshape(t.shape)
+    def to_nx(%Tensor{shape: shape} = t) do
+      if 0 in Tuple.to_list(shape) do
+        raise ExBurn.Error.new(
+                kind: :shape,
+                op: :to_nx,
+                message: "Nx has no tensors with zero-size dimensions (shape #{inspect(shape)})"
+              )
+      end
+
+      t |> Tensor.to_binary() |> Nx.from_binary(t.type, backend: nx_backend()) |> Nx.reshape(shape)
+    end
+
+    # Nx's default backend; Nx.BinaryBackend when Nx's application environment is not loaded
+    # (Nx on the code path, its application never loaded).
+    defp nx_backend do
+      Nx.default_backend()
+    rescue
+      ArgumentError -> Nx.BinaryBackend
+    end
+
     def to_nx(other), do: Tensor.not_a_tensor(other, :to_nx)
 
     @doc "Converts an `Nx.Tensor` to an ExBurn tensor (requires Nx). Options: `:device`."

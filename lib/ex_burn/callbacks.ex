@@ -27,8 +27,10 @@ defmodule ExBurn.Callbacks do
     metrics
   end
 
+  # Only when the telemetry application runs (it is an optional dependency: loaded but not
+  # started, :telemetry.execute/3 logs a warning per event).
   defp telemetry(metrics) do
-    if Code.ensure_loaded?(:telemetry) do
+    if Code.ensure_loaded?(:telemetry) and List.keymember?(Application.started_applications(), :telemetry, 0) do
       measurements =
         Map.take(metrics, [:loss, :val_loss, :accuracy, :val_accuracy, :samples_per_second, :seconds])
 

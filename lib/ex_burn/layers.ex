@@ -73,7 +73,10 @@ defmodule ExBurn.Layers do
 
   def sizes_opt(t) when is_tuple(t) or is_list(t) do
     l = if is_tuple(t), do: Tuple.to_list(t), else: t
-    if l != [] and Enum.all?(l, &(is_integer(&1) and &1 > 0)), do: {:ok, t}, else: :error
+
+    if l != [] and Options.proper_list?(l) and Enum.all?(l, &(is_integer(&1) and &1 > 0)),
+      do: {:ok, t},
+      else: :error
   end
 
   def sizes_opt(_), do: :error

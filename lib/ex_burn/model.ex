@@ -334,6 +334,8 @@ defmodule ExBurn.Model do
   def unfreeze(other, _layers), do: not_a_model(other, :unfreeze)
 
   defp names!(layers, op) when is_list(layers) do
+    unless Options.proper_list?(layers), do: Options.fail(op, "expected a proper list of layer names")
+
     Enum.map(layers, fn
       n when is_binary(n) or (is_atom(n) and not is_nil(n)) -> to_string(n)
       other -> Options.fail(op, "expected layer names, got #{Options.short(other)}")

@@ -95,6 +95,8 @@ defmodule ExBurn.Op do
   end
 
   defp refs!(inputs, op) when is_list(inputs) do
+    unless Options.proper_list?(inputs), do: Options.fail(op, "expected a proper list of ExBurn.Tensor")
+
     Enum.map(inputs, fn
       %Tensor{ref: r} -> r
       other -> Options.fail(op, "expected a list of ExBurn.Tensor, got an element #{Options.short(other)}")

@@ -450,6 +450,7 @@ defmodule ExBurn.Training do
   def device_data(model, inputs, targets, op) do
     inputs = if is_list(inputs), do: inputs, else: [inputs]
     if inputs == [], do: Options.fail(op, "expected at least one input tensor")
+    unless Options.proper_list?(inputs), do: Options.fail(op, "inputs: expected a proper list of tensors")
     tensors = Enum.map(inputs, &to_tensor(&1, model.device, op))
 
     %{

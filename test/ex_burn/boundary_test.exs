@@ -204,6 +204,15 @@ defmodule ExBurn.BoundaryTest do
     test "data is never taken for a path" do
       assert {:error, %{kind: :corrupt}} = Model.deserialize_params("/etc/passwd")
     end
+
+    # What a tensor sent to another node looks like there: a reference, not a resource.
+    test "a reference that is not a tensor of this node says so" do
+      t = %{Tensor.new([1.0]) | ref: make_ref()}
+      e = error(fn -> BurnBridge.add(t, t) end)
+      assert e.kind == :argument and e.message =~ "not an ExBurn tensor of this node"
+      e = error(fn -> BurnBridge.concatenate([t, t]) end)
+      assert e.kind == :argument and e.message =~ "Nx.backend_copy"
+    end
   end
 
   describe "integer arithmetic" do
@@ -277,6 +286,26 @@ defmodule ExBurn.BoundaryTest do
             fn -> ExBurn.configure!(default_device: :tpu) end
           ] do
         assert %ExBurn.Error{} = error(f)
+      end
+    end
+
+    # Found by the fuzz campaign: improper lists reached Enum.map.
+    test "improper lists are ExBurn.Error :argument" do
+      t = Tensor.new([[1.0, 2.0], [3.0, 4.0]])
+      m = Layers.input("x", shape: {nil, 2}) |> Layers.dense(2) |> Model.compile()
+      y = Tensor.new([0, 1], type: :s64)
+
+      for f <- [
+            fn -> BurnBridge.stack([t | :x]) end,
+            fn -> BurnBridge.concatenate([t | t]) end,
+            fn -> ExBurn.Op.eval(:sum, [t | "x"], axes: [0]) end,
+            fn -> Training.predict(m, [t | 1.0]) end,
+            fn -> Training.fit(m, {[t | :low], y}, epochs: 1, verbose: false) end,
+            fn -> Training.evaluate(m, {[t | :select], y}) end,
+            fn -> Model.unfreeze(m, ["dense_0" | :valid]) end,
+            fn -> Layers.input("x", shape: {nil, 1, 8, 8}) |> Layers.conv(2, kernel_size: [3 | nil]) end
+          ] do
+        assert %ExBurn.Error{kind: :argument} = error(f)
       end
     end
   end

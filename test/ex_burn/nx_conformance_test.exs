@@ -145,5 +145,31 @@ if Code.ensure_loaded?(Nx) do
       k = w |> Nx.slice([0], [2]) |> Nx.reshape({1, 1, 2})
       assert_close(Nx.conv(x, k), on_binary(&Nx.conv/2, [x, k]), 1.0e-4)
     end
+
+    test "a complex product multiplies (exact for exact factors), over any axes" do
+      t = Nx.tensor([[1, 0, 0], [0, Complex.new(0, 2), 0], [0, 0, 3]])
+      assert Nx.to_number(Nx.LinAlg.determinant(t)) == Complex.new(0.0, 6.0)
+
+      assert Nx.to_number(
+               Nx.product(Nx.tensor([Complex.new(1, 2), Complex.new(3, -1), Complex.new(0.5, 0.5)]))
+             ) ==
+               Complex.new(0.0, 5.0)
+
+      x = Nx.iota({2, 3, 4}) |> Nx.add(Nx.Constants.i()) |> Nx.divide(5)
+
+      for opts <- [[], [axes: [1]], [axes: [0, 2]], [axes: [2], keep_axes: true], [axes: [0, 1, 2]]] do
+        got = binary(Nx.product(x, opts))
+        want = on_binary(&Nx.product(&1, opts), [x])
+        assert Nx.shape(got) == Nx.shape(want)
+        rel = Nx.divide(Nx.abs(Nx.subtract(got, want)), Nx.abs(want)) |> Nx.reduce_max() |> Nx.to_number()
+        assert rel < 1.0e-6, "#{inspect(opts)}: relative error #{rel}"
+      end
+    end
+
+    test "a zero-size ExBurn tensor has no Nx form: ExBurn.Error, not Nx's ArgumentError" do
+      t = ExBurn.Tensor.from_binary(<<>>, {0, 2}, {:f, 32})
+      e = assert_raise ExBurn.Error, fn -> ExBurn.BurnBridge.to_nx(t) end
+      assert e.kind == :shape and e.message =~ "zero-size"
+    end
   end
 end

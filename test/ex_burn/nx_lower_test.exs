@@ -58,9 +58,12 @@ defmodule ExBurn.NxLowerTest do
 
   test "unsupported ops and types raise naming them" do
     error =
-      assert_raise ExBurn.Error, fn -> Lower.lower(:product, t({}, {:c, 64}), [t({2}, {:c, 64}), []]) end
+      assert_raise ExBurn.Error, fn ->
+        opts = [left_side: true, lower: true, transform_a: :none]
+        Lower.lower(:triangular_solve, t({2, 2}, {:c, 64}), [t({2, 2}, {:c, 64}), t({2, 2}, {:c, 64}), opts])
+      end
 
-    assert error.kind == :unsupported and error.op == :product
+    assert error.kind == :unsupported and error.op == :triangular_solve
 
     error =
       assert_raise ExBurn.Error, fn -> Lower.lower(:add, t({}, {:f, 8}), [t({}, {:f, 8}), t({}, {:f, 8})]) end

@@ -44,6 +44,28 @@ defmodule ExBurn.TrainingTest do
     assert Training.evaluate(model, {x, y}) == loss
   end
 
+  @tag :telemetry
+  test "each epoch emits [:ex_burn, :training, :epoch] when telemetry runs" do
+    parent = self()
+    id = {__MODULE__, make_ref()}
+
+    :ok =
+      apply(:telemetry, :attach, [
+        id,
+        [:ex_burn, :training, :epoch],
+        fn event, measurements, meta, _ -> send(parent, {:event, event, measurements, meta}) end,
+        nil
+      ])
+
+    try do
+      Training.fit(mlp(), blobs(64), epochs: 2, batch_size: 32, verbose: false)
+      assert_receive {:event, [:ex_burn, :training, :epoch], %{loss: l1}, %{epoch: 1}} when is_float(l1)
+      assert_receive {:event, [:ex_burn, :training, :epoch], %{loss: _}, %{epoch: 2, learning_rate: _}}
+    after
+      apply(:telemetry, :detach, [id])
+    end
+  end
+
   test "learning-rate schedules give their sequences" do
     assert Enum.map(0..4, &Training.schedule_lr({:step, 0.1, 2, 0.5}, &1, 5)) == [0.1, 0.1, 0.05, 0.05, 0.025]
 

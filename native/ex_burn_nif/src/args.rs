@@ -5,7 +5,7 @@
 
 use crate::resource::{ModelRes, ProgramRes, TensorRes};
 use ex_burn_core::{DType, Device, Error, Result, Tensor};
-use rustler::{Atom, Binary, Decoder, LocalPid, NifTaggedEnum, ResourceArc, Term};
+use rustler::{Atom, Binary, Decoder, LocalPid, ResourceArc, Term};
 
 /// Decodes `term` as `T`; `what` names the argument in the error. Improper lists are refused
 /// first (rustler's list decoding panics on them).
@@ -91,28 +91,37 @@ pub fn preview(term: Term) -> String {
     s
 }
 
-/// A device in canonical form.
-#[derive(NifTaggedEnum, Clone, Copy)]
-enum DeviceTerm {
-    Cpu,
-    Cuda(u32),
-    Vulkan(u32),
-    Metal(u32),
+/// A tagged term, `:tag` or `{:tag, value}`: the tag and the value. (Decoded by hand:
+/// rustler's `NifTaggedEnum` derive emits its atoms in `HashMap` order, so two builds of the
+/// same source differ, and released artifacts must be reproducible.)
+pub fn tagged(term: Term) -> Option<(String, Option<Term>)> {
+    if let Ok(tag) = term.atom_to_string() {
+        return Some((tag, None));
+    }
+    match rustler::types::tuple::get_tuple(term).ok()?.as_slice() {
+        [tag, value] => Some((tag.atom_to_string().ok()?, Some(*value))),
+        _ => None,
+    }
 }
 
 /// `:cpu`, `{:cuda, i}`, `{:vulkan, i}` or `{:metal, i}`.
 pub fn device(term: Term) -> Result<Device> {
-    let d: DeviceTerm = term.decode().map_err(|_| {
+    let index = |v: Term| v.decode::<u32>().ok().map(|i| i as usize);
+    let device = match tagged(term) {
+        Some((tag, None)) if tag == "cpu" => Some(Device::Cpu),
+        Some((tag, Some(v))) => match tag.as_str() {
+            "cuda" => index(v).map(Device::Cuda),
+            "vulkan" => index(v).map(Device::Vulkan),
+            "metal" => index(v).map(Device::Metal),
+            _ => None,
+        },
+        _ => None,
+    };
+    device.ok_or_else(|| {
         Error::Argument(format!(
             "invalid device {} (expected :cpu, {{:cuda, i}}, {{:vulkan, i}} or {{:metal, i}})",
             preview(term)
         ))
-    })?;
-    Ok(match d {
-        DeviceTerm::Cpu => Device::Cpu,
-        DeviceTerm::Cuda(i) => Device::Cuda(i as usize),
-        DeviceTerm::Vulkan(i) => Device::Vulkan(i as usize),
-        DeviceTerm::Metal(i) => Device::Metal(i as usize),
     })
 }
 
@@ -174,7 +183,7 @@ pub fn is_nil(term: Term) -> bool {
 
 /// A tensor handle.
 pub fn tensor_ref(term: Term) -> Result<ResourceArc<TensorRes>> {
-    get(term, "tensor handle")
+    get(term, "tensor handle").map_err(|e| foreign_handle_hint(e, term))
 }
 
 /// A tensor (alive).
@@ -184,8 +193,29 @@ pub fn tensor(term: Term) -> Result<Tensor> {
 
 /// A list of tensors.
 pub fn tensors(term: Term) -> Result<Vec<Tensor>> {
-    let refs: Vec<ResourceArc<TensorRes>> = get(term, "list of tensor handles")?;
+    let refs: Vec<ResourceArc<TensorRes>> =
+        get(term, "list of tensor handles").map_err(|e| foreign_handle_hint(e, term))?;
     refs.iter().map(|r| r.get()).collect()
+}
+
+/// A reference that is not a resource of this library is, in practice, a tensor that was
+/// sent from another node (a resource is valid only in the VM that made it): say so.
+fn foreign_handle_hint(error: Error, term: Term) -> Error {
+    use rustler::TermType;
+    let is_ref = |t: Term| t.get_type() == TermType::Ref;
+    let foreign = is_ref(term)
+        || (term.get_type() == TermType::List
+            && term
+                .decode::<Vec<Term>>()
+                .is_ok_and(|items| items.iter().any(|t| is_ref(*t))));
+    match error {
+        Error::Argument(message) if foreign => Error::Argument(format!(
+            "{message} (a reference that is not an ExBurn tensor of this node: tensors live in \
+             the VM that created them; copy them to another node with \
+             Nx.backend_copy(tensor, Nx.BinaryBackend) or ExBurn.Tensor.to_binary/1)"
+        )),
+        other => other,
+    }
 }
 
 /// `nil` or a tensor.
@@ -217,7 +247,6 @@ pub fn opt_pid(term: Term) -> Result<Option<LocalPid>> {
 }
 
 /// Where a file's bytes come from: never a binary taken for a path.
-#[derive(NifTaggedEnum)]
 pub enum Source<'a> {
     /// A file path.
     Path(String),
@@ -227,7 +256,15 @@ pub enum Source<'a> {
 
 /// `{:path, path}` or `{:bytes, binary}`.
 pub fn source<'a>(term: Term<'a>) -> Result<Source<'a>> {
-    get(term, "source (expected {:path, path} or {:bytes, binary})")
+    let what = "source (expected {:path, path} or {:bytes, binary})";
+    match tagged(term) {
+        Some((tag, Some(v))) if tag == "path" => get(v, what).map(Source::Path),
+        Some((tag, Some(v))) if tag == "bytes" => get(v, what).map(Source::Bytes),
+        _ => Err(Error::Argument(format!(
+            "invalid {what}: {}",
+            preview(term)
+        ))),
+    }
 }
 
 /// A float option (integers accepted).

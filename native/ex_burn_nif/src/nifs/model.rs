@@ -6,8 +6,8 @@ use crate::sched::{self, Class, Here};
 use crate::{args, decode, reply};
 use ex_burn_core::train::checkpoint;
 use ex_burn_core::train::{CompileOptions, Data, EpochOptions, Model, ModelSpec, OnNonFinite};
-use ex_burn_core::{Result, Tensor};
-use rustler::{Encoder, Env, NewBinary, NifMap, NifTaggedEnum, NifUnitEnum, ResourceArc, Term};
+use ex_burn_core::{Error, Result, Tensor};
+use rustler::{Encoder, Env, NewBinary, NifMap, NifUnitEnum, ResourceArc, Term};
 
 rustler::atoms! { ex_burn_progress, device, steps, frozen, shapes, params, ok }
 
@@ -253,7 +253,6 @@ pub fn profile_step<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
 }
 
 /// What a model-level call does.
-#[derive(NifTaggedEnum)]
 enum Request<'a> {
     Parameters,
     Info,
@@ -268,12 +267,41 @@ enum Request<'a> {
     SetOptimizer(Term<'a>),
 }
 
+/// `:parameters`, `:info`, `:clone`, `:serialize`, `:meta`, `{:freeze, names}`,
+/// `{:unfreeze, names}`, `{:to_device, device}`, `{:cast, type}`, `{:save, path}` or
+/// `{:set_optimizer, settings}`.
+fn request(term: Term) -> Result<Request> {
+    let names = |v: Term| args::get::<Vec<String>>(v, "layer names");
+    let request = match args::tagged(term) {
+        Some((tag, None)) => match tag.as_str() {
+            "parameters" => Some(Request::Parameters),
+            "info" => Some(Request::Info),
+            "clone" => Some(Request::Clone),
+            "serialize" => Some(Request::Serialize),
+            "meta" => Some(Request::Meta),
+            _ => None,
+        },
+        Some((tag, Some(v))) => match tag.as_str() {
+            "freeze" => Some(Request::Freeze(names(v)?)),
+            "unfreeze" => Some(Request::Unfreeze(names(v)?)),
+            "to_device" => Some(Request::ToDevice(v)),
+            "cast" => Some(Request::Cast(v)),
+            "save" => Some(Request::Save(args::get(v, "path")?)),
+            "set_optimizer" => Some(Request::SetOptimizer(v)),
+            _ => None,
+        },
+        None => None,
+    };
+    request
+        .ok_or_else(|| Error::Argument(format!("invalid model request: {}", args::preview(term))))
+}
+
 /// `(model, request)`: parameters, info, freezing, copies, device moves, casts and saving.
 /// These wait for the model's lock (a running epoch holds it) and for files: dirty IO.
 pub fn call<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::always(env, a, here, Class::DirtyIo, || {
         let m = args::model(a[0])?;
-        let req: Request = args::get(a[1], "model request")?;
+        let req = request(a[1])?;
         let new = |model: Model| ResourceArc::new(ModelRes::new(model)).encode(env);
         Ok(match req {
             Request::Parameters => reply::named(env, m.read(|model| model.parameters())?),
