@@ -510,6 +510,8 @@ defmodule ExBurn.BurnBridge do
       t |> Tensor.to_binary() |> Nx.from_binary(t.type, backend: nx_backend()) |> Nx.reshape(shape)
     end
 
+    def to_nx(other), do: Tensor.not_a_tensor(other, :to_nx)
+
     # Nx's default backend; Nx.BinaryBackend when Nx's application environment is not loaded
     # (Nx on the code path, its application never loaded).
     defp nx_backend do
@@ -517,8 +519,6 @@ defmodule ExBurn.BurnBridge do
     rescue
       ArgumentError -> Nx.BinaryBackend
     end
-
-    def to_nx(other), do: Tensor.not_a_tensor(other, :to_nx)
 
     @doc "Converts an `Nx.Tensor` to an ExBurn tensor (requires Nx). Options: `:device`."
     @spec from_nx(Nx.Tensor.t(), keyword()) :: tensor()

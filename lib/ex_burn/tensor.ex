@@ -222,8 +222,9 @@ defmodule ExBurn.Tensor do
     defp format_value(x, {_, bits} = type) when is_float(x) and bits < 64 do
       bin = ExBurn.Type.encode([x], type)
 
-      Enum.find_value(1..17, fn d ->
-        r = Float.round(x, d)
+      # significant digits (decimal places would turn denormals into 0.0)
+      Enum.find_value(1..16, fn d ->
+        r = x |> :erlang.float_to_binary(scientific: d) |> :erlang.binary_to_float()
         if ExBurn.Type.encode([r], type) == bin, do: Float.to_string(r)
       end) || Float.to_string(x)
     end

@@ -43,6 +43,12 @@ defmodule ExBurn.FuzzTest do
     for s <- summary.slow, do: IO.puts("  [fuzz] over 15 s: #{inspect(s, limit: 12)}")
     assert summary.calls >= calls
 
+    # A caught panic keeps the VM alive but means a check came too late: the boundary
+    # refuses bad terms itself, so none is expected.
+    assert summary.panics == [],
+           "seed #{seed}: panics caught at the boundary (a missing check):\n" <>
+             Enum.join(summary.panics, "\n")
+
     assert summary.bad == [],
            "seed #{seed}: calls answered with something else than ExBurn.Error:\n" <>
              Enum.map_join(summary.bad, "\n", &inspect(&1, limit: 20))

@@ -39,6 +39,15 @@ defmodule ExBurn.TensorTest do
     assert inspect(big) =~ ~r/^#ExBurn.Tensor<s32\[100\] :cpu \[0, 1, 2, .*, 29, \.\.\.\]>$/
   end
 
+  test "inspect prints floats with the fewest significant digits, denormals included" do
+    assert inspect(Tensor.from_binary(<<1::32-little>>, {1}, :f32)) == "#ExBurn.Tensor<f32[1] :cpu [1.4e-45]>"
+
+    assert inspect(Tensor.from_binary(<<1::16-little>>, {1}, :bf16)) ==
+             "#ExBurn.Tensor<bf16[1] :cpu [9.2e-41]>"
+
+    assert inspect(Tensor.new([0.1, 3.14159, -2.5])) == "#ExBurn.Tensor<f32[3] :cpu [0.1, 3.14159, -2.5]>"
+  end
+
   test "to_device on the same device returns the tensor, unknown devices are refused" do
     t = Tensor.new([1.0])
     assert Tensor.to_device(t, :cpu) == t

@@ -19,20 +19,22 @@ pub fn get<'a, T: Decoder<'a>>(term: Term<'a>, what: &str) -> Result<T> {
         .map_err(|_| Error::Argument(format!("invalid {what}: {}", preview(term))))
 }
 
+/// The elements of a proper list; `None` for an improper one or a term that is not a list
+/// (rustler's list decoding panics on an improper list: every list is read through here).
+pub fn list_items(term: Term) -> Option<Vec<Term>> {
+    term.list_length().ok()?;
+    term.decode::<Vec<Term>>().ok()
+}
+
 /// Whether every list in `term`, down to `depth` levels, is proper (the fixed-shape arguments
 /// decoded with `get` are shallow; deeper terms fail to decode anyway).
 fn proper(term: Term, depth: usize) -> bool {
     use rustler::TermType;
     let items: Vec<Term> = match term.get_type() {
-        TermType::List => {
-            if term.list_length().is_err() {
-                return false;
-            }
-            match term.decode::<Vec<Term>>() {
-                Ok(items) => items,
-                Err(_) => return false,
-            }
-        }
+        TermType::List => match list_items(term) {
+            Some(items) => items,
+            None => return false,
+        },
         TermType::Tuple => rustler::types::tuple::get_tuple(term).unwrap_or_default(),
         TermType::Map => match rustler::types::map::MapIterator::new(term) {
             Some(it) => it.map(|(_, v)| v).collect(),
@@ -56,12 +58,11 @@ pub fn preview(term: Term) -> String {
     let flat = match term.get_type() {
         TermType::List => match term.list_length() {
             Ok(n) if n > 16 => return format!("a list of {n} elements"),
-            Ok(_) => match term.decode::<Vec<Term>>() {
-                Ok(items) if items.iter().all(scalar) => true,
-                Ok(items) => return format!("a list of {} elements", items.len()),
-                Err(_) => return "an improper list".into(),
+            _ => match list_items(term) {
+                Some(items) if items.iter().all(scalar) => true,
+                Some(items) => return format!("a list of {} elements", items.len()),
+                None => return "an improper list".into(),
             },
-            Err(_) => return "an improper list".into(),
         },
         TermType::Tuple => match rustler::types::tuple::get_tuple(term) {
             Ok(items) if items.len() <= 16 && items.iter().all(scalar) => true,
@@ -205,9 +206,7 @@ fn foreign_handle_hint(error: Error, term: Term) -> Error {
     let is_ref = |t: Term| t.get_type() == TermType::Ref;
     let foreign = is_ref(term)
         || (term.get_type() == TermType::List
-            && term
-                .decode::<Vec<Term>>()
-                .is_ok_and(|items| items.iter().any(|t| is_ref(*t))));
+            && list_items(term).is_some_and(|items| items.iter().any(|t| is_ref(*t))));
     match error {
         Error::Argument(message) if foreign => Error::Argument(format!(
             "{message} (a reference that is not an ExBurn tensor of this node: tensors live in \

@@ -10,6 +10,7 @@
 //! Terms nested deeper than [`MAX_DEPTH`] are refused (the decoder recurses with the term), and
 //! the core types refuse unknown keys, naming the accepted ones.
 
+use crate::args::list_items;
 use ex_burn_core::{Error, Result};
 use rustler::{Term, TermType};
 use serde::de::{
@@ -121,13 +122,6 @@ fn child(term: Term, depth: usize) -> Result<De, DeError> {
         )));
     }
     Ok(De(term, depth + 1))
-}
-
-/// The elements of a proper list (`None` for an improper one; rustler's list decoding would
-/// panic on it).
-fn list_items(term: Term) -> Option<Vec<Term>> {
-    term.list_length().ok()?;
-    term.decode::<Vec<Term>>().ok()
 }
 
 fn is_keyword(term: Term) -> bool {

@@ -177,7 +177,16 @@ pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         (_, Bin::Mul) => B::int_mul(x, y),
         (_, Bin::Div) | (_, Bin::Quot) => {
             nonzero_divisor(b)?;
-            B::int_div(x, y)
+            if a.dtype().is_signed_int() {
+                // MIN / -1 overflows (Rust's division panics): divide by 1 there and negate,
+                // which wraps to MIN as Nx's stored result does.
+                let minus_one = B::int_equal_elem(y.clone(), (-1i64).into(), b.bool_dtype());
+                let safe = B::int_mask_fill(y, minus_one.clone(), 1i64.into());
+                let q = B::int_div(x.clone(), safe);
+                B::int_mask_where(q, minus_one, B::int_neg(x))
+            } else {
+                B::int_div(x, y)
+            }
         }
         (_, Bin::Rem) => return remainder(a, b),
         (_, Bin::Pow) => B::int_powi(x, y),

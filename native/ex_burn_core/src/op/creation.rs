@@ -28,6 +28,7 @@ pub(super) fn eval(op: &Op, device: Device) -> Result<Tensor> {
             max,
             seed,
         } => {
+            finite_params("random_uniform", &[("min", *min), ("max", *max)])?;
             let (lo, span) = (*min, *max - *min);
             random(shape, *dtype, *seed, device, |g| lo + span * g.uniform())
         }
@@ -38,6 +39,7 @@ pub(super) fn eval(op: &Op, device: Device) -> Result<Tensor> {
             std,
             seed,
         } => {
+            finite_params("random_normal", &[("mean", *mean), ("std", *std)])?;
             let (m, s) = (*mean, *std);
             random(shape, *dtype, *seed, device, |g| m + s * g.normal())
         }
@@ -45,6 +47,16 @@ pub(super) fn eval(op: &Op, device: Device) -> Result<Tensor> {
             "{} is not a creation op",
             other.name()
         ))),
+    }
+}
+
+/// Distribution parameters must be finite numbers.
+fn finite_params(op: &str, params: &[(&str, f64)]) -> Result<()> {
+    match params.iter().find(|(_, v)| !v.is_finite()) {
+        Some((name, v)) => Err(Error::Argument(format!(
+            "{op}: {name} must be a finite number, got {v}"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -57,7 +69,11 @@ pub(crate) fn iota(
 ) -> Result<Tensor> {
     let dev = device.to_dispatch()?;
     let n = crate::tensor::numel(shape);
-    if n == 0 {
+    if let Some(a) = axis {
+        util::axis(a, shape.len())?;
+    }
+    // Empty tensors and scalars (whose one element is 0 along any axis).
+    if n == 0 || shape.is_empty() {
         return util::full(shape, dtype, Scalar::I(0), &dev);
     }
     let counts = match axis {
@@ -130,11 +146,22 @@ fn random(
 ) -> Result<Tensor> {
     let n = crate::tensor::numel(shape);
     let mut g = SplitMix64::new(seed);
-    // Integer samples floor toward negative infinity, so `[min, max)` holds for any sign.
-    let floor = dtype.is_int();
+    // Integer samples floor toward negative infinity, so `[min, max)` holds for any sign, and
+    // saturate at the type's range (a normal sample can fall anywhere).
+    let range = if dtype.is_signed_int() {
+        let m = 2f64.powi(dtype.bits() as i32 - 1);
+        Some((-m, m - 1.0))
+    } else if dtype.is_unsigned_int() {
+        Some((0.0, 2f64.powi(dtype.bits() as i32) - 1.0))
+    } else {
+        None
+    };
     let values: Vec<f64> = (0..n)
         .map(|_| sample(&mut g))
-        .map(|v| if floor { v.floor() } else { v })
+        .map(|v| match range {
+            Some((lo, hi)) => v.floor().clamp(lo, hi),
+            None => v,
+        })
         .collect();
     let data = TensorData::new(values, prim_shape(shape)).convert_dtype(dtype.burn());
     Tensor::from_data(data, dtype, shape.to_vec(), device)

@@ -114,7 +114,9 @@ fn gather(x: &Tensor, idx: &Tensor, axes: &[usize]) -> Result<Tensor> {
             idx.shape()
         )));
     }
+    indexable("gather", x)?;
     let (xp, _) = axes_first(&as_storable(x)?, axes)?;
+    empty_axis("gather", x, axes, idx.numel() / k.max(1))?;
     let mut shape: Vec<usize> = idx.shape()[..idx.rank() - 1].to_vec();
     shape.extend_from_slice(&xp.shape()[k..]);
     if crate::tensor::numel(&shape) == 0 || x.numel() == 0 {
@@ -128,9 +130,30 @@ fn gather(x: &Tensor, idx: &Tensor, axes: &[usize]) -> Result<Tensor> {
     Ok(Tensor::from_prim(prim, xp.kind(), shape))
 }
 
+/// Indexed ops read along an axis: scalars have none.
+fn indexable(op: &str, x: &Tensor) -> Result<()> {
+    if x.rank() == 0 {
+        return Err(Error::Shape(format!("{op}: a scalar has no axis to index")));
+    }
+    Ok(())
+}
+
+/// Any index into an axis of size 0 is out of bounds.
+fn empty_axis(op: &str, x: &Tensor, axes: &[usize], indices: usize) -> Result<()> {
+    match axes.iter().find(|&&a| x.shape()[a] == 0) {
+        Some(a) if indices > 0 => Err(Error::Argument(format!(
+            "{op}: index out of bounds for axis {a} of size 0 in shape {:?}",
+            x.shape()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn take(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
     check_index_type(idx)?;
+    indexable("take", x)?;
     util::axis(axis, x.rank())?;
+    empty_axis("take", x, &[axis], idx.numel())?;
     let x = as_storable(x)?;
     let mut shape: Vec<usize> = x.shape()[..axis].to_vec();
     shape.extend_from_slice(idx.shape());
@@ -150,7 +173,9 @@ fn take(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
 
 fn take_along_axis(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
     check_index_type(idx)?;
+    indexable("take_along_axis", x)?;
     util::axis(axis, x.rank())?;
+    empty_axis("take_along_axis", x, &[axis], idx.numel())?;
     if idx.rank() != x.rank() {
         return Err(Error::Shape(format!(
             "take_along_axis: indices {:?} must have the rank of the tensor {:?}",

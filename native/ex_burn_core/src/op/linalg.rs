@@ -49,6 +49,14 @@ pub(super) fn triangular_solve(
     let batch: Vec<usize> = a.shape()[..ra - 2].to_vec();
     let nb: usize = batch.iter().product();
     let vector = b.rank() == ra - 1;
+    let batch_ok = b.rank() >= ra - 2 && b.shape()[..ra - 2] == batch[..];
+    if !(vector || b.rank() == ra) || !batch_ok {
+        return Err(Error::Shape(format!(
+            "b of shape {:?} does not match a of shape {:?} (a vector or matrix per matrix of a)",
+            b.shape(),
+            a.shape()
+        )));
+    }
     let b3 = match (vector, left_side) {
         (true, true) => b.reshape(vec![nb, n, 1])?,
         (true, false) => b.reshape(vec![nb, 1, n])?,

@@ -93,6 +93,21 @@ fn windows(size: u128, lo: i64, hi: i64, window: u128, stride: u128, dilation: u
     }
 }
 
+/// The dimensions of `x` grown by non-negative `(low, high)` padding (negative padding crops,
+/// never grows), saturating: a product of them overflows into a shape error.
+fn padded_dims(x: &Tensor, padding: Option<&[(i64, i64)]>) -> Vec<u128> {
+    x.shape()
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| {
+            let (lo, hi) = padding.and_then(|p| p.get(i)).copied().unwrap_or((0, 0));
+            (d as u128)
+                .saturating_add(lo.max(0) as u128)
+                .saturating_add(hi.max(0) as u128)
+        })
+        .collect()
+}
+
 /// The size and work of `op` on `inputs`. Ops whose result is no larger than their inputs
 /// cost the input size; creation, broadcasting, padding, products, convolutions, windows and
 /// gathers are computed from their attributes.
@@ -257,6 +272,23 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
             }
             let what = || "the convolution".to_string();
             let out_n = product(dims, &what)?;
+            // Padding and input dilation are applied to a copy of the input (by ExBurn, or
+            // inside Burn's convolution): it is as large as the padded input.
+            let mut padded = vec![x.shape()[0] as u128, x.shape()[1] as u128];
+            for i in 0..sp {
+                let size = x.shape()[2 + i] as u128;
+                let dilated = size.saturating_sub(1).saturating_mul(at(input_dilation, i)) + 1;
+                let (lo, hi) = padding
+                    .as_ref()
+                    .and_then(|p| p.get(i))
+                    .copied()
+                    .unwrap_or((0, 0));
+                let grown = (if size == 0 { 0 } else { dilated } as i128)
+                    .saturating_add(lo.max(0) as i128)
+                    .saturating_add(hi.max(0) as i128);
+                padded.push(grown.max(0) as u128);
+            }
+            let padded_n = product(padded, &|| "the padded convolution input".to_string())?;
             let groups = (*feature_group_size).max(1) as u128 * (*batch_group_size).max(1) as u128;
             let per_out = (x.shape()[1] as u128 / groups.max(1)).max(1) * window;
             let t = out_type(*out, inputs);
@@ -266,8 +298,8 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 .checked_div(k.shape()[0].max(1) as u128)
                 .unwrap_or(0);
             Plan {
-                bytes: bytes(out_n + patches + input_elems, t),
-                work: out_n.saturating_mul(per_out),
+                bytes: bytes(out_n + patches + input_elems + padded_n, t),
+                work: out_n.saturating_mul(per_out).max(padded_n),
             }
         }
         WindowSum {
@@ -329,6 +361,41 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 work: out_n.saturating_mul(window.max(1)),
             }
         }
+        WindowScatterMax {
+            window_dims,
+            padding,
+            ..
+        }
+        | WindowScatterMin {
+            window_dims,
+            padding,
+            ..
+        } => {
+            let (Some(x), Some(src)) = (inputs.first(), inputs.get(1)) else {
+                return Ok(Plan::default());
+            };
+            let what = || format!("the window scatter over {:?}", x.shape());
+            let padded_n = product(padded_dims(x, padding.as_deref()), &what)?;
+            // One strided view per window offset, stacked, then one padded sum per offset.
+            let k = product(window_dims.iter().map(|&d| d as u128), &what)?;
+            let views = product([k, size_of(src)], &what)?;
+            Plan {
+                bytes: bytes(views + padded_n.saturating_mul(3), x.dtype()),
+                work: k.saturating_mul(padded_n).max(views),
+            }
+        }
+        WindowReduce { padding, .. } => {
+            let Some(x) = first else {
+                return Ok(Plan::default());
+            };
+            let padded_n = product(padded_dims(x, padding.as_deref()), &|| {
+                format!("the padded input of window_reduce over {:?}", x.shape())
+            })?;
+            Plan {
+                bytes: bytes(padded_n.saturating_mul(2) + input_elems, x.dtype()),
+                work: u128::MAX,
+            }
+        }
         Gather { axes } => {
             let (Some(x), Some(idx)) = (inputs.first(), inputs.get(1)) else {
                 return Ok(Plan::default());
@@ -347,8 +414,12 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
             let (Some(x), Some(idx)) = (inputs.first(), inputs.get(1)) else {
                 return Ok(Plan::default());
             };
-            let rest =
-                x.numel() as u128 / (x.shape().get(*axis).copied().unwrap_or(1).max(1) as u128);
+            let rest = product(
+                (0..x.rank())
+                    .filter(|i| i != axis)
+                    .map(|i| x.shape()[i] as u128),
+                &|| "the take".into(),
+            )?;
             let n = product([rest, idx.numel() as u128], &|| "the take".into())?;
             elementwise(n, x.dtype())
         }
@@ -368,7 +439,7 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
             }
         }
         // Folds and control flow run sub-programs a data-dependent number of times.
-        Reduce { .. } | WindowReduce { .. } | While { .. } | Cond { .. } => Plan {
+        Reduce { .. } | While { .. } | Cond { .. } => Plan {
             bytes: bytes(input_elems, widest(inputs)),
             work: u128::MAX,
         },

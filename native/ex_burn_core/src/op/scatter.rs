@@ -50,6 +50,11 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
     let padded_shape: Vec<usize> = (0..r)
         .map(|i| t.shape()[i] + (padding[i].0 + padding[i].1) as usize)
         .collect();
+    if (0..r).any(|i| dims[i] > padded_shape[i]) {
+        return Err(Error::Shape(format!(
+            "window {dims:?} is larger than the padded input {padded_shape:?}"
+        )));
+    }
     let counts: Vec<usize> = (0..r)
         .map(|i| (padded_shape[i].saturating_sub(dims[i])) / strides[i] + 1)
         .collect();

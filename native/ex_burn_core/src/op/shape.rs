@@ -57,6 +57,13 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
         Op::Concatenate { axis } => concatenate(x, *axis),
         Op::Stack { axis } => {
             util::axis(*axis, x[0].rank() + 1)?;
+            if let Some(t) = x.iter().find(|t| t.shape() != x[0].shape()) {
+                return Err(Error::Shape(format!(
+                    "cannot stack tensors of shapes {:?} and {:?}",
+                    x[0].shape(),
+                    t.shape()
+                )));
+            }
             let parts = x
                 .iter()
                 .map(|t| {
@@ -172,6 +179,9 @@ pub(crate) fn slice(
         if st == 0 {
             return Err(Error::Argument("slice strides must be positive".into()));
         }
+        // A stride of at least the length takes one element: the same slice with a stride
+        // that fits the backend's signed step.
+        let st = st.min(len.max(1));
         let start = starts[i].clamp(0, (d - len) as i64) as usize;
         spec.push((start, start + len, st));
         shape.push(len.div_ceil(st));
@@ -252,6 +262,9 @@ fn put_slice(t: &Tensor, update: &Tensor, starts: &[i64]) -> Result<Tensor> {
 
 fn concatenate(x: &[Tensor], axis: usize) -> Result<Tensor> {
     let first = &x[0];
+    if first.rank() == 0 {
+        return Err(Error::Shape("cannot concatenate scalars (rank 0)".into()));
+    }
     util::axis(axis, first.rank())?;
     let out = x
         .iter()

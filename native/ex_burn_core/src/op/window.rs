@@ -83,7 +83,7 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     };
     let mut out_shape = Vec::with_capacity(r);
     for i in 0..r {
-        let span = (dims[i] - 1) * dil[i] + 1;
+        let span = (dims[i] - 1).saturating_mul(dil[i]).saturating_add(1);
         let d = x.shape()[i];
         out_shape.push(if d < span {
             0

@@ -68,7 +68,7 @@ pub fn from_bytes(bytes: &[u8], device: Device) -> Result<Model> {
                 .into(),
         ));
     }
-    let (mut tensors, meta) = tensors_from_bytes(bytes, Device::Cpu)?;
+    let (tensors, meta) = tensors_from_bytes(bytes, Device::Cpu)?;
     if meta.get("format").map(String::as_str) != Some(FORMAT) {
         return Err(Error::Corrupt(format!(
             "not an ExBurn model checkpoint (format {:?}, expected {FORMAT:?})",
@@ -79,6 +79,27 @@ pub fn from_bytes(bytes: &[u8], device: Device) -> Result<Model> {
     let options: CompileOptions = parse(&meta, "options")?;
     let ids: HashMap<String, String> = parse(&meta, "param_ids")?;
     let frozen: Vec<String> = parse(&meta, "frozen")?;
+    // The file is what was written (integrity code), but a hand-made file can be sealed too:
+    // Burn's record decoding panics on malformed contents, and those panics are this file's
+    // corruption, not a failure of the engine.
+    match crate::guard::catch(|| rebuild(tensors, &meta, spec, options, ids, frozen, device)) {
+        Ok(result) => result,
+        Err(panic) => Err(Error::Corrupt(format!(
+            "the checkpoint's contents cannot be read back: {}",
+            panic
+        ))),
+    }
+}
+
+fn rebuild(
+    mut tensors: Vec<(String, Tensor)>,
+    meta: &HashMap<String, String>,
+    spec: ModelSpec,
+    options: CompileOptions,
+    ids: HashMap<String, String>,
+    frozen: Vec<String>,
+    device: Device,
+) -> Result<Model> {
     let steps: u64 = meta
         .get("steps")
         .and_then(|s| s.parse().ok())
@@ -96,7 +117,11 @@ pub fn from_bytes(bytes: &[u8], device: Device) -> Result<Model> {
         .collect::<Result<_>>()?;
     let ids: Vec<(String, ParamId)> = ids
         .into_iter()
-        .map(|(n, s)| Ok((n, ParamId::deserialize(&s))))
+        .map(|(n, s)| {
+            ParamId::try_deserialize(&s)
+                .map(|id| (n, id))
+                .ok_or_else(|| Error::Corrupt(format!("bad parameter id {s:?}")))
+        })
         .collect::<Result<_>>()?;
     model
         .set_parameters(&tensors, Some(&ids), false)

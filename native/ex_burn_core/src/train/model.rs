@@ -828,7 +828,9 @@ impl Model {
             if let (LayerOp::BatchNorm { .. }, Some(s)) = (&l.op, self.slots[i]) {
                 let bn = &net.bn[s];
                 for (name, st) in [("mean", &bn.running_mean), ("var", &bn.running_var)] {
-                    let v = st.value().inner().into_primitive().tensor();
+                    // `valid` folds the last training step's pending update into the value
+                    // (`value` alone is one update behind, and a checkpoint would be too).
+                    let v = AutodiffModule::valid(st).value().into_primitive().tensor();
                     out.push((format!("{}.{name}", l.name), Tensor::wrap(v, Kind::Float)));
                 }
             }
@@ -935,12 +937,15 @@ impl Model {
                         set!(net.bn[s].gamma, "gamma", 1);
                         set!(net.bn[s].beta, "beta", 1);
                         if let Some(t) = find(&key("mean")) {
+                            // On the autodiff device like the state BatchNorm::init
+                            // makes (an inner tensor fails every later forward pass),
+                            // outside the graph.
                             net.bn[s].running_mean =
-                                burn::module::RunningState::new(to_param::<1>(t, &ad)?.inner());
+                                burn::module::RunningState::new(to_param::<1>(t, &ad)?.detach());
                         }
                         if let Some(t) = find(&key("var")) {
                             net.bn[s].running_var =
-                                burn::module::RunningState::new(to_param::<1>(t, &ad)?.inner());
+                                burn::module::RunningState::new(to_param::<1>(t, &ad)?.detach());
                         }
                     }
                     LayerOp::LayerNorm { .. } => {

@@ -11,6 +11,7 @@ mod creation;
 mod dot;
 mod fold;
 mod fusion;
+mod hostile;
 mod index;
 mod linalg;
 mod nn;
