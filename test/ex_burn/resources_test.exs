@@ -56,7 +56,7 @@ defmodule ExBurn.ResourcesTest do
   end
 
   @workloads [
-    {"5120x5120 matmul", :matmul},
+    {"8192x8192 matmul", :matmul},
     {"while loop of 300k iterations", :while},
     {"pad to 10^8 elements", :pad}
   ]
@@ -92,7 +92,7 @@ defmodule ExBurn.ResourcesTest do
   end
 
   defp workload(:matmul) do
-    n = 5120
+    n = 8192
     a = BurnBridge.random_uniform({n, n}, seed: 1)
     b = BurnBridge.random_uniform({n, n}, seed: 2)
 

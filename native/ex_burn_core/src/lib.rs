@@ -11,7 +11,7 @@
 //! | `flex`   | Burn's pure-Rust CPU backend (default)    | present in every build                  |
 //! | `cpu`    | alias of `flex`                           | never Burn's LLVM `cpu` backend         |
 //! | `cuda`   | NVIDIA CUDA (NVRTC at run time) + `flex`  | pin the API with `CUDARC_CUDA_VERSION`  |
-//! | `fusion` | Burn kernel fusion for GPU backends        | on in the released GPU variants         |
+//! | `fusion` | Burn kernel fusion for GPU backends        | opt-in; off in released variants (f64)  |
 //! | `vulkan` | Vulkan through wgpu + `flex`              | exclusive with `metal`/`wgpu`           |
 //! | `metal`  | Metal through wgpu + `flex`               | exclusive with `vulkan`/`wgpu`          |
 //! | `wgpu`   | WebGPU through wgpu + `flex`              | exclusive with `vulkan`/`metal`         |
@@ -29,6 +29,7 @@ pub mod op;
 pub mod program;
 pub mod scalar;
 pub mod tensor;
+pub mod threads;
 pub mod train;
 
 pub use device::Device;

@@ -22,6 +22,8 @@ mod sched;
 fn load(_env: rustler::Env, _info: rustler::Term) -> bool {
     // Install the panic hook now so the first guarded call does not race to install it.
     let _ = ex_burn_core::guard(|| Ok(()));
+    // CPU compute threads below the schedulers' priority, before any op can start the pool.
+    ex_burn_core::threads::init();
     true
 }
 

@@ -90,7 +90,7 @@ impl Platform {
             ),
             Platform::Windows => {
                 let l = library.to_ascii_lowercase();
-                const WINDOWS: [&str; 24] = [
+                const WINDOWS: [&str; 26] = [
                     "kernel32.dll",
                     "ntdll.dll",
                     "msvcrt.dll",
@@ -114,6 +114,10 @@ impl Platform {
                     "d3d12.dll",
                     "dxgi.dll",
                     "d3dcompiler_47.dll",
+                    // Device enumeration and COM (wgpu's Vulkan/DX12 adapters): in every
+                    // Windows since 8, so in every Windows that Erlang/OTP supports.
+                    "setupapi.dll",
+                    "combase.dll",
                     // The MSVC runtime: installed with Erlang/OTP on Windows.
                     "vcruntime140.dll",
                 ];
@@ -239,7 +243,14 @@ pub fn inspect(bytes: &[u8], target: &str) -> Result<Report, String> {
         .map_err(|e| format!("import table: {e}"))?
     {
         let library = library.map_err(|e| format!("import table: {e}"))?;
-        needed.push(String::from_utf8_lossy(library.name()).into_owned());
+        let name = String::from_utf8_lossy(library.name()).into_owned();
+        // PE import tables name a DLL once per import descriptor, in any case.
+        if !needed
+            .iter()
+            .any(|n: &String| n.eq_ignore_ascii_case(&name))
+        {
+            needed.push(name);
+        }
     }
     for library in &needed {
         if !platform.is_system_library(library) {
