@@ -18,11 +18,13 @@ pub fn init() -> bool {
 
 #[cfg(target_os = "linux")]
 fn lower_priority() {
-    // SAFETY: gettid has no arguments; sched_setscheduler with a thread id and a valid
-    // sched_param changes the policy of that thread only.
+    // SAFETY: gettid has no arguments; sched_param is plain data (all-zero is valid);
+    // sched_setscheduler with a thread id changes the policy of that thread only.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::pid_t;
-        let param = libc::sched_param { sched_priority: 0 };
+        // Zeroed, then the priority: musl's sched_param has more fields than glibc's.
+        let mut param: libc::sched_param = std::mem::zeroed();
+        param.sched_priority = 0;
         if libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) != 0 {
             // Not permitted (e.g. by a seccomp profile): the lowest niceness instead.
             libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
