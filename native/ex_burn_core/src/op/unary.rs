@@ -15,6 +15,13 @@ use burn::tensor::TensorMetadata;
 pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     use Op::*;
     match op {
+        // On a GPU, erfc is composed from an approximation good to an f32 (`erfc` below),
+        // and Burn's `erf` is a ~1e-7 polyfill on the wgpu backends (CUDA calls its libm):
+        // in f64 they (and erf_inv, refined through erf) would silently have an f32's
+        // digits. f64 tensors take a round trip to the host instead, where they have all.
+        Erf | Erfc | ErfInv if x.dtype() == DType::F64 && x.device() != crate::Device::Cpu => {
+            eval(op, &x.to_device(crate::Device::Cpu)?)?.to_device(x.device())
+        }
         // Unsigned negation wraps (0 - x); GPU backends cannot multiply unsigned by -1.
         Neg if x.dtype().is_unsigned_int() => {
             let zero = util::full_like(x, Scalar::I(0))?;

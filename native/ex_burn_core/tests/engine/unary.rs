@@ -86,6 +86,36 @@ fn erf_family() {
     close(&ev(Op::ErfInv, &[&x]), &[0.27246271472675443], 1e-12);
 }
 
+/// f64 erf and erfc have an f64's digits on every device, tails included (on the H200 erfc(1)
+/// came out as 0.15729921223999327: an f32 approximation evaluated in f64).
+#[test]
+fn erf_and_erfc_keep_f64_precision() {
+    let x = t(&[1.0, 0.3, 4.0, -2.0], &[4], DType::F64);
+    let rel = |got: &[f64], want: &[f64]| {
+        for (g, w) in got.iter().zip(want) {
+            assert!(((g - w) / w).abs() < 1e-14, "got {got:?}, want {want:?}");
+        }
+    };
+    rel(
+        &v(&ev(Op::Erfc, &[&x])),
+        &[
+            0.15729920705028513,
+            0.6713732405408726,
+            1.541725790028002e-8,
+            1.9953222650189528,
+        ],
+    );
+    rel(
+        &v(&ev(Op::Erf, &[&x])),
+        &[
+            0.8427007929497149,
+            0.3286267594591274,
+            0.9999999845827421,
+            -0.9953222650189527,
+        ],
+    );
+}
+
 #[test]
 fn expm1_keeps_precision_near_zero() {
     let x = t(&[1e-10, -1e-8], &[2], DType::F64);
