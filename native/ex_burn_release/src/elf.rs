@@ -47,8 +47,14 @@ impl Reader<'_> {
             .ok_or_else(|| format!("truncated ELF file (reading {len} bytes at {at})"))
     }
 
+    fn array<const N: usize>(&self, at: u64) -> Result<[u8; N], String> {
+        self.slice(at, N)?
+            .try_into()
+            .map_err(|_| format!("truncated ELF file (reading {N} bytes at {at})"))
+    }
+
     fn u16(&self, at: u64) -> Result<u64, String> {
-        let b: [u8; 2] = self.slice(at, 2)?.try_into().unwrap();
+        let b: [u8; 2] = self.array::<2>(at)?;
         Ok(u64::from(if self.big_endian {
             u16::from_be_bytes(b)
         } else {
@@ -57,7 +63,7 @@ impl Reader<'_> {
     }
 
     fn u32(&self, at: u64) -> Result<u64, String> {
-        let b: [u8; 4] = self.slice(at, 4)?.try_into().unwrap();
+        let b: [u8; 4] = self.array::<4>(at)?;
         Ok(u64::from(if self.big_endian {
             u32::from_be_bytes(b)
         } else {
@@ -68,7 +74,7 @@ impl Reader<'_> {
     /// A word: 8 bytes in 64-bit files, 4 in 32-bit ones.
     fn word(&self, at: u64) -> Result<u64, String> {
         if self.is_64 {
-            let b: [u8; 8] = self.slice(at, 8)?.try_into().unwrap();
+            let b: [u8; 8] = self.array::<8>(at)?;
             Ok(if self.big_endian {
                 u64::from_be_bytes(b)
             } else {

@@ -310,13 +310,15 @@ pub(crate) fn compare_same(c: Cmp, a: &Tensor, b: &Tensor) -> Tensor {
             Cmp::Gt => B::int_greater(x, y, bd),
             Cmp::Ge => B::int_greater_equal(x, y, bd),
         },
-        Kind::Bool => {
-            let (a, b) = (
-                a.cast(DType::U8).expect("bool cast"),
-                b.cast(DType::U8).expect("bool cast"),
-            );
-            return compare_same(c, &a, &b);
-        }
+        // false < true, as on u8.
+        Kind::Bool => match c {
+            Cmp::Eq => B::bool_equal(x, y),
+            Cmp::Ne => B::bool_not_equal(x, y),
+            Cmp::Lt => B::bool_and(B::bool_not(x), y),
+            Cmp::Le => B::bool_or(B::bool_not(x), y),
+            Cmp::Gt => B::bool_and(x, B::bool_not(y)),
+            Cmp::Ge => B::bool_or(x, B::bool_not(y)),
+        },
     };
     util::bool_tensor(prim, shape)
 }

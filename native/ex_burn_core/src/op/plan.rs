@@ -250,10 +250,17 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 v.as_ref().and_then(|v| v.get(i)).copied().unwrap_or(1) as u128
             };
             let mut dims = vec![x.shape()[0] as u128, k.shape()[0] as u128];
+            // Padding and input dilation are applied to a copy of the input (by ExBurn, or
+            // inside Burn's convolution): it is as large as the padded input.
+            let mut padded = vec![x.shape()[0] as u128, x.shape()[1] as u128];
             let mut window = 1u128;
             for i in 0..sp {
                 let size = x.shape()[2 + i] as u128;
-                let dilated = size.saturating_sub(1).saturating_mul(at(input_dilation, i)) + 1;
+                let dilated = if size == 0 {
+                    0
+                } else {
+                    size.saturating_sub(1).saturating_mul(at(input_dilation, i)) + 1
+                };
                 let (lo, hi) = padding
                     .as_ref()
                     .and_then(|p| p.get(i))
@@ -262,32 +269,20 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 let kw = k.shape()[2 + i] as u128;
                 window = window.saturating_mul(kw);
                 dims.push(windows(
-                    if size == 0 { 0 } else { dilated },
+                    dilated,
                     lo,
                     hi,
                     kw,
                     at(strides, i),
                     at(kernel_dilation, i),
                 ));
-            }
-            let what = || "the convolution".to_string();
-            let out_n = product(dims, &what)?;
-            // Padding and input dilation are applied to a copy of the input (by ExBurn, or
-            // inside Burn's convolution): it is as large as the padded input.
-            let mut padded = vec![x.shape()[0] as u128, x.shape()[1] as u128];
-            for i in 0..sp {
-                let size = x.shape()[2 + i] as u128;
-                let dilated = size.saturating_sub(1).saturating_mul(at(input_dilation, i)) + 1;
-                let (lo, hi) = padding
-                    .as_ref()
-                    .and_then(|p| p.get(i))
-                    .copied()
-                    .unwrap_or((0, 0));
-                let grown = (if size == 0 { 0 } else { dilated } as i128)
+                let grown = (dilated as i128)
                     .saturating_add(lo.max(0) as i128)
                     .saturating_add(hi.max(0) as i128);
                 padded.push(grown.max(0) as u128);
             }
+            let what = || "the convolution".to_string();
+            let out_n = product(dims, &what)?;
             let padded_n = product(padded, &|| "the padded convolution input".to_string())?;
             let groups = (*feature_group_size).max(1) as u128 * (*batch_group_size).max(1) as u128;
             let per_out = (x.shape()[1] as u128 / groups.max(1)).max(1) * window;

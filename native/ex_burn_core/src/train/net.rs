@@ -383,7 +383,12 @@ pub fn forward(
                     p.bias.as_ref().map(|b| b.val()),
                 );
                 let mut out_shape = s.clone();
-                *out_shape.last_mut().expect("rank >= 1") = *units;
+                let Some(features) = out_shape.last_mut() else {
+                    return Err(Error::Shape(
+                        "dense needs an input with a feature axis".into(),
+                    ));
+                };
+                *features = *units;
                 Value::Float(y.into_primitive(), vec![rows, *units]).reshape_to(out_shape)?
             }
             LayerOp::Conv {

@@ -490,12 +490,12 @@ fn output_shape(op: &LayerOp, ins: &[&Vec<usize>]) -> Result<Vec<usize>> {
         LayerOp::Dense { units, .. } => {
             need(1)?;
             let mut s = ins[0].clone();
-            if s.is_empty() {
+            let Some(features) = s.last_mut() else {
                 return Err(Error::Shape(
                     "dense needs an input with a feature axis".into(),
                 ));
-            }
-            *s.last_mut().expect("non-empty") = *units;
+            };
+            *features = *units;
             Ok(s)
         }
         LayerOp::Conv {

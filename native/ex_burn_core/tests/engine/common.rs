@@ -115,3 +115,19 @@ pub fn close(t: &Tensor, want: &[f64], tol: f64) {
         assert!(ok, "got {got:?}, want {want:?} (tol {tol})");
     }
 }
+
+/// A convolution with Nx's defaults (no strides, padding, dilation, groups or permutations).
+pub fn conv() -> Op {
+    Op::Conv {
+        strides: None,
+        padding: None,
+        input_dilation: None,
+        kernel_dilation: None,
+        feature_group_size: 1,
+        batch_group_size: 1,
+        input_permutation: None,
+        kernel_permutation: None,
+        output_permutation: None,
+        out: None,
+    }
+}

@@ -1,21 +1,6 @@
 use crate::common::*;
 use ex_burn_core::{DType, Op};
 
-fn conv() -> Op {
-    Op::Conv {
-        strides: None,
-        padding: None,
-        input_dilation: None,
-        kernel_dilation: None,
-        feature_group_size: 1,
-        batch_group_size: 1,
-        input_permutation: None,
-        kernel_permutation: None,
-        output_permutation: None,
-        out: None,
-    }
-}
-
 fn with(f: impl FnOnce(&mut Op)) -> Op {
     let mut op = conv();
     f(&mut op);
