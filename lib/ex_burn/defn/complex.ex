@@ -15,6 +15,9 @@ defmodule ExBurn.Defn.Complex do
   alias ExBurn.Defn.{Lower, Recipe}
   alias ExBurn.Defn.Complex.Math
 
+  # The elementary functions lowered by Complex.Math (declared there once).
+  @elementary Math.functions()
+
   @complex [{:c, 64}, {:c, 128}]
 
   # Ops that apply to the real and imaginary parts independently.
@@ -273,27 +276,7 @@ defmodule ExBurn.Defn.Complex do
 
   defp op(name, out, [x, opts], r) when name in [:fft, :ifft], do: fft(name, out, x, opts, r)
 
-  defp op(name, out, [x], r)
-       when name in [
-              :log,
-              :log1p,
-              :expm1,
-              :sigmoid,
-              :rsqrt,
-              :cbrt,
-              :sin,
-              :cos,
-              :tan,
-              :sinh,
-              :cosh,
-              :tanh,
-              :asin,
-              :acos,
-              :atan,
-              :asinh,
-              :acosh,
-              :atanh
-            ] do
+  defp op(name, out, [x], r) when name in @elementary do
     {ft, _} = storage(out.type, out.shape)
     {x, r} = as_complex(r, x, ft)
     Math.apply(name, x, r)
