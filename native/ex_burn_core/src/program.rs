@@ -8,7 +8,10 @@
 //! their last use, so intermediates free their memory while the program runs. On the CPU,
 //! runs of element-wise instructions execute cache-blocked (see `fuse`).
 
+mod fold;
 mod fuse;
+
+pub use fuse::loop_runs;
 
 use crate::op::{self, Op};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -68,6 +71,7 @@ impl TryFrom<Spec> for Program {
             constants: Constants::default(),
             last_use: vec![],
             runs: vec![],
+            folds: vec![],
         };
         p.validate()?;
         Ok(p)
@@ -97,6 +101,9 @@ pub struct Program {
     /// For each instruction starting a run of element-wise instructions, where the run ends.
     #[serde(skip)]
     runs: Vec<Option<usize>>,
+    /// For each `dot` whose only use is a matrix transpose, that transpose (see `fold`).
+    #[serde(skip)]
+    folds: Vec<Option<usize>>,
 }
 
 impl Program {
@@ -123,6 +130,7 @@ impl Program {
             constants: Constants::default(),
             last_use: vec![],
             runs: vec![],
+            folds: vec![],
         };
         p.validate()?;
         Ok(p)
@@ -182,6 +190,7 @@ impl Program {
         }
         self.last_use = last;
         self.runs = element_wise_runs(&self.instrs);
+        self.folds = fold::plan(&self.instrs, self.inputs + self.consts, &self.outputs);
         Ok(())
     }
 
@@ -219,6 +228,8 @@ impl Program {
         for c in self.constants.0.iter() {
             values.push(Some(c.to_device(device)?));
         }
+        // transposes already computed by the dot that feeds them
+        let mut folded: Vec<bool> = Vec::new();
         let mut i = 0;
         while i < self.instrs.len() {
             if let Some(end) = self.runs.get(i).copied().flatten() {
@@ -237,7 +248,20 @@ impl Program {
                         .ok_or_else(|| Error::Execution(format!("value {a} was freed")))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let out = op::eval(&ins.op, &args, device)?;
+            let out = if folded.get(i) == Some(&true) {
+                // the dot that fed this transpose computed it already
+                args
+            } else if let Some((op, swapped)) =
+                self.folds[i].and_then(|_| fold::swapped(&ins.op, &args))
+            {
+                if let Some(j) = self.folds[i] {
+                    folded.resize(self.instrs.len(), false);
+                    folded[j] = true;
+                }
+                op::eval(&op, &swapped, device)?
+            } else {
+                op::eval(&ins.op, &args, device)?
+            };
             if out.len() != ins.op.results() {
                 return Err(Error::Execution(format!(
                     "{} gave {} results, expected {}",
@@ -304,8 +328,8 @@ impl Program {
     }
 }
 
-/// For each instruction that starts a run of two or more element-wise instructions, the end
-/// of the run.
+/// For each instruction that starts a run of two or more element-wise instructions (or of one
+/// that the op table computes in several passes), the end of the run.
 fn element_wise_runs(instrs: &[Instr]) -> Vec<Option<usize>> {
     let mut runs = vec![None; instrs.len()];
     let mut i = 0;
@@ -314,7 +338,7 @@ fn element_wise_runs(instrs: &[Instr]) -> Vec<Option<usize>> {
         while end < instrs.len() && fuse::elementwise(&instrs[end].op) {
             end += 1;
         }
-        if end - i >= 2 {
+        if end - i >= 2 || (end - i == 1 && fuse::worth_alone(&instrs[i].op)) {
             runs[i] = Some(end);
         }
         i = end.max(i + 1);

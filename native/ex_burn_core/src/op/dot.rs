@@ -104,8 +104,15 @@ pub(crate) fn dot(
     }
     let perm_a: Vec<usize> = [ba, &fa, ca].concat();
     let perm_b: Vec<usize> = [bb, cb, &fb].concat();
-    let a3 = util::permute(&a.cast(out)?, &perm_a)?.reshape(vec![nb, m, k])?;
-    let b3 = util::permute(&b.cast(out)?, &perm_b)?.reshape(vec![nb, k, n])?;
+    let (a, b) = (a.cast(out)?, b.cast(out)?);
+    if direct_matmul(ba, &fa, ca, &fb, on_gpu, out) {
+        // One axis per group: the permuted views are the matmul's operands as they are (the
+        // CPU GEMM reads them through their strides; reshaping would copy a transposed view).
+        let res = matmul(&util::permute(&a, &perm_a)?, &util::permute(&b, &perm_b)?)?;
+        return res.reshape(shape);
+    }
+    let a3 = util::permute(&a, &perm_a)?.reshape(vec![nb, m, k])?;
+    let b3 = util::permute(&b, &perm_b)?.reshape(vec![nb, k, n])?;
     let res = if on_gpu && !matches!(out, DType::F16 | DType::BF16 | DType::F32) {
         broadcast_product(&a3, &b3)?
     } else if on_gpu && out == DType::F32 && precision == Precision::Highest {
@@ -116,6 +123,26 @@ pub(crate) fn dot(
     res.reshape(shape)
 }
 
+/// Whether a float contraction on the CPU can run as one 2-D (no batch axis) or 3-D (one
+/// batch axis) matmul of the permuted operands, without reshaping them: one free axis on each
+/// side, one contracted axis and at most one batch axis.
+fn direct_matmul(
+    ba: &[usize],
+    fa: &[usize],
+    ca: &[usize],
+    fb: &[usize],
+    on_gpu: bool,
+    out: DType,
+) -> bool {
+    !on_gpu
+        && matches!(out, DType::F32 | DType::F64 | DType::F16)
+        && ba.len() <= 1
+        && fa.len() == 1
+        && ca.len() == 1
+        && fb.len() == 1
+}
+
+/// `[.., m, k] x [.., k, n]` (rank 2, or rank 3 with one batch axis) in the operands' type.
 fn matmul(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
     let out = a3.dtype();
     if a3.kind() != Kind::Float && !matches!(out, DType::S32 | DType::S64) {
@@ -127,13 +154,15 @@ fn matmul(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
         Kind::Float => B::float_matmul(a3.prim(), b3.prim()),
         _ => B::int_matmul(a3.int_prim()?, b3.int_prim()?),
     };
-    let (nb, m, n) = (a3.shape()[0], a3.shape()[1], b3.shape()[2]);
+    let (r, rank) = (a3.shape(), a3.rank());
+    let mut shape = r[..rank - 1].to_vec();
+    shape.push(b3.shape()[rank - 1]);
     let kind = if a3.kind() == Kind::Float {
         Kind::Float
     } else {
         Kind::Int
     };
-    Ok(Tensor::from_prim(prim, kind, vec![nb, m, n]))
+    Ok(Tensor::from_prim(prim, kind, shape))
 }
 
 /// [nb, m, k] x [nb, k, n] as sum_k of [nb, m, k, 1] * [nb, 1, k, n].

@@ -97,6 +97,15 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     if !x.device().is_host() {
         return by_offsets(&x, dims, &strides, &dil, &out_shape, red);
     }
+    if red >= 2 && x.dtype() == crate::DType::F32 {
+        let geometry = Geometry {
+            dims,
+            strides: &strides,
+            dilations: &dil,
+            out_shape: &out_shape,
+        };
+        return extremum_f32(&x, &geometry, red == 2);
+    }
     // Unfold axis i in place into its windows; Burn appends the window axis at the end, so
     // after all axes the layout is [windows_0.., window_0..].
     let mut t = x.clone();
@@ -179,4 +188,71 @@ fn by_offsets(
         });
     }
     acc.ok_or_else(|| Error::Argument("empty window".into()))
+}
+
+/// Where the windows of a window op lie in its (padded) input.
+struct Geometry<'a> {
+    dims: &'a [usize],
+    strides: &'a [usize],
+    dilations: &'a [usize],
+    out_shape: &'a [usize],
+}
+
+/// `window_max` (`max`) or `window_min` of an f32 tensor on the host in one pass: each output
+/// element reads its window straight from the input, output rows in parallel (unfolding copied
+/// the input once per windowed axis and reduced it in as many passes). NaN propagates: an
+/// element is replaced by a later one that is NaN or strictly greater (less); ties keep the
+/// first.
+fn extremum_f32(x: &Tensor, g: &Geometry, max: bool) -> Result<Tensor> {
+    use rayon::prelude::*;
+    let data = x.to_f32_vec()?;
+    let r = x.rank();
+    let mut in_strides = vec![1usize; r];
+    for i in (0..r.saturating_sub(1)).rev() {
+        in_strides[i] = in_strides[i + 1] * x.shape()[i + 1];
+    }
+    // the flat offset of every window position, in row-major window order
+    let mut offsets = vec![0usize];
+    for ((&stride, &d), &dims) in in_strides.iter().zip(g.dilations).zip(g.dims) {
+        let step = d * stride;
+        offsets = offsets
+            .iter()
+            .flat_map(|&o| (0..dims).map(move |w| o + w * step))
+            .collect();
+    }
+    let last = r - 1;
+    let row_len = g.out_shape[last];
+    let col_step = g.strides[last] * in_strides[last];
+    let rows = crate::tensor::numel(&g.out_shape[..last]);
+    let mut out = vec![0f32; rows * row_len];
+    let better = |v: f32, acc: f32| v.is_nan() || if max { v > acc } else { v < acc };
+    out.par_chunks_mut(row_len)
+        .enumerate()
+        .for_each(|(row, dst)| {
+            // the input offset of this output row's first window
+            let (mut rest, mut base) = (row, 0);
+            for i in (0..last).rev() {
+                base += (rest % g.out_shape[i]) * g.strides[i] * in_strides[i];
+                rest /= g.out_shape[i];
+            }
+            for (j, d) in dst.iter_mut().enumerate() {
+                let start = base + j * col_step;
+                let mut acc = data[start + offsets[0]];
+                if !acc.is_nan() {
+                    for &o in &offsets[1..] {
+                        let v = data[start + o];
+                        if better(v, acc) {
+                            acc = v;
+                            if v.is_nan() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                *d = acc;
+            }
+        });
+    let shape = g.out_shape.to_vec();
+    let data = burn::tensor::TensorData::new(out, shape.clone());
+    Tensor::from_data(data, crate::DType::F32, shape, x.device())
 }

@@ -1,7 +1,8 @@
 //! Cache-blocked execution of element-wise runs on the CPU.
 //!
 //! A run of consecutive element-wise instructions whose tensor operands all share one shape
-//! (other operands being scalars) is executed chunk by chunk: every op of the run is applied
+//! (other operands being scalars; f32 runs also take bias rows and per-row columns that
+//! broadcast to it) is executed chunk by chunk: every op of the run is applied
 //! to a slice of a few thousand elements before the next slice is read, so intermediates stay
 //! in cache instead of making one pass over memory per op. Chunks are spread over the host's
 //! cores. Runs over f32 whose instructions are all plain maps run as tight loops over chunk
@@ -13,6 +14,17 @@ mod map32;
 use super::Instr;
 use crate::op::{self, shape, Op};
 use crate::{Device, Error, Result, Tensor};
+
+thread_local! {
+    /// Runs this thread executed as f32 chunk loops (see [`loop_runs`]).
+    static LOOP_RUNS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many element-wise runs the programs run on this thread executed as f32 chunk loops:
+/// lets tests tell a fused run from one that fell back to op-by-op evaluation.
+pub fn loop_runs() -> u64 {
+    LOOP_RUNS.with(|c| c.get())
+}
 
 /// Elements per chunk (64 KiB of f32): a handful of live chunks fit in a core's L2 cache.
 const CHUNK: usize = 16 * 1024;
@@ -29,6 +41,13 @@ pub(super) fn elementwise(op: &Op) -> bool {
         Bitcast { .. } => false,
         op => matches!(op.arity(), Some(1) | Some(2)) && is_map(op),
     }
+}
+
+/// Whether a run of this single op is worth executing in chunks: the op table computes it
+/// in several passes over memory (`max`/`min`: a comparison, a NaN test and a select), the
+/// chunk loops in one.
+pub(super) fn worth_alone(op: &Op) -> bool {
+    matches!(op, Op::Max { .. } | Op::Min { .. } | Op::Select { .. })
 }
 
 /// Unary and binary maps of the op table (not reductions, shapes or indexing).
@@ -68,15 +87,40 @@ pub(super) fn execute(
             Ok((a, t))
         })
         .collect::<Result<_>>()?;
-    let Some(shape) = external
-        .iter()
-        .find(|(_, t)| t.rank() > 0)
-        .map(|(_, t)| t.shape().to_vec())
-    else {
+    let mut shape: Option<Vec<usize>> = None;
+    for (_, t) in external.iter().filter(|(_, t)| t.rank() > 0) {
+        shape = Some(match shape {
+            None => t.shape().to_vec(),
+            Some(s) => match op::util::broadcast_shape(&s, t.shape()) {
+                Ok(s) => s,
+                Err(_) => return Ok(None),
+            },
+        });
+    }
+    let Some(shape) = shape else {
         return Ok(None);
     };
     let n: usize = shape.iter().product();
-    if n < MIN_ELEMENTS
+    if n < MIN_ELEMENTS {
+        return Ok(None);
+    }
+    let workers_for = |chunks: usize| {
+        std::thread::available_parallelism()
+            .map(|p| p.get())
+            .unwrap_or(1)
+            .min(chunks)
+    };
+    if let Some(plan) = map32::Plan::new(run, &external, &shape, live_out, device)? {
+        if let Some(out) =
+            plan.execute(n, workers_for(n.div_ceil(CHUNK)), live_out, &shape, device)?
+        {
+            LOOP_RUNS.with(|c| c.set(c.get() + 1));
+            return Ok(Some(out));
+        }
+    }
+    // The op table on chunks: every tensor operand has the run's shape (a single op gains
+    // nothing from it).
+    if run.instrs.len() < 2
         || external
             .iter()
             .any(|(_, t)| t.rank() > 0 && t.shape() != shape)
@@ -87,20 +131,6 @@ pub(super) fn execute(
         .into_iter()
         .map(|(a, t)| Ok((a, if t.rank() > 0 { t.reshape(vec![n])? } else { t })))
         .collect::<Result<_>>()?;
-
-    let workers_for = |chunks: usize| {
-        std::thread::available_parallelism()
-            .map(|p| p.get())
-            .unwrap_or(1)
-            .min(chunks)
-    };
-    if let Some(plan) = map32::Plan::new(run, &flat, device)? {
-        if let Some(out) =
-            plan.execute(n, workers_for(n.div_ceil(CHUNK)), live_out, &shape, device)?
-        {
-            return Ok(Some(out));
-        }
-    }
     let chunks: Vec<(usize, usize)> = (0..n)
         .step_by(CHUNK)
         .map(|s| (s, CHUNK.min(n - s)))

@@ -3,7 +3,7 @@
 
 use crate::common::*;
 use ex_burn_core::program::Instr;
-use ex_burn_core::{DType, Op, Program, Scalar, Tensor};
+use ex_burn_core::{DType, Device, Op, Program, Scalar, Tensor};
 
 fn ins(op: Op, args: &[usize]) -> Instr {
     Instr {
@@ -64,10 +64,14 @@ fn a_large_element_wise_run_matches_op_by_op_evaluation() {
 }
 
 #[test]
-fn runs_with_differently_shaped_operands_run_unfused() {
+fn runs_with_a_broadcast_row_operand_match_op_by_op_evaluation() {
     let x = big(200_000);
     let y = f(&[1., 2., 3., 4.], &[4]);
+    let before = ex_burn_core::program::loop_runs();
     let out = chain().run(vec![x.clone(), y.clone()], dev()).unwrap();
+    if dev() == Device::Cpu {
+        assert_eq!(ex_burn_core::program::loop_runs(), before + 1, "not fused");
+    }
     let (want, _) = eager_chain(&x, &y);
     assert_eq!(v(&out[0]), v(&want));
 }
@@ -157,4 +161,158 @@ fn f32_chunk_loops_match_op_by_op_evaluation() {
     assert_eq!(bits(&out[0]), bits(&e13));
     assert_eq!(bits(&out[1]), bits(&e5));
     assert_eq!(bits(&out[2]), bits(&e10));
+}
+
+/// Evaluates `prog`'s instructions one at a time (no fusion, no folding).
+fn op_by_op(prog: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
+    let mut values: Vec<Tensor> = inputs.to_vec();
+    for i in &prog.instrs {
+        let args: Vec<&Tensor> = i.args.iter().map(|&a| &values[a]).collect();
+        let r = ev(i.op.clone(), &args);
+        values.push(r);
+    }
+    prog.outputs.iter().map(|&o| values[o].clone()).collect()
+}
+
+fn bits(t: &Tensor) -> Vec<u64> {
+    v(t).iter().map(|a| a.to_bits()).collect()
+}
+
+/// Values with ties, signed zeros, infinities and NaNs, so `max`, `min`, comparisons and
+/// `select` meet every special case.
+fn special(n: usize, shift: usize) -> Vec<f64> {
+    let pool = [
+        0.0,
+        -0.0,
+        1.5,
+        -2.25,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        3.0,
+    ];
+    (0..n)
+        .map(|i| {
+            if i % 3 == 0 {
+                pool[(i / 3 + shift) % pool.len()]
+            } else {
+                ((i * 7 + shift) % 11) as f64 - 5.0
+            }
+        })
+        .collect()
+}
+
+/// A dense layer's relu and its gradient as Nx writes them (bias row, integer constant,
+/// comparisons, `select` with constant branches, live constants), with a per-row column and a
+/// boolean input mask: the f32 chunk loops give the op table's bits, special values included.
+#[test]
+fn broadcast_operands_comparisons_and_select_match_op_by_op_evaluation() {
+    let (rows, cols) = (40_001, 8);
+    let n = rows * cols;
+    let x = f(&special(n, 0), &[rows, cols]);
+    let g = f(&special(n, 3), &[rows, cols]);
+    let bias = f(&special(cols, 1), &[cols]);
+    let column = f(&special(rows, 2), &[rows, 1]);
+    let mask = t(
+        &(0..n)
+            .map(|i| (i % 5 == 0) as u8 as f64)
+            .collect::<Vec<_>>(),
+        &[rows, cols],
+        DType::U8,
+    );
+    let mask = ev(Op::NotEqual, &[&mask, &t(&[0.], &[], DType::U8)]);
+    let int = |v: i64| Op::Full {
+        shape: vec![],
+        dtype: DType::S32,
+        value: Scalar::I(v),
+    };
+    let f32 = Some(DType::F32);
+    let prog = Program::new(
+        5,
+        vec![
+            ins(Op::Add { out: f32 }, &[0, 2]),          // 5: x + bias
+            ins(int(0), &[]),                            // 6: 0 (s32), live
+            ins(Op::Max { out: f32 }, &[5, 6]),          // 7: relu
+            ins(Op::Equal, &[5, 7]),                     // 8
+            ins(scalar(1.0), &[]),                       // 9: live
+            ins(scalar(0.0), &[]),                       // 10
+            ins(Op::Select { out: f32 }, &[8, 9, 10]),   // 11
+            ins(Op::Equal, &[6, 7]),                     // 12
+            ins(int(2), &[]),                            // 13
+            ins(Op::Select { out: f32 }, &[12, 13, 9]),  // 14
+            ins(Op::Divide { out: f32 }, &[11, 14]),     // 15
+            ins(Op::Multiply { out: f32 }, &[1, 15]),    // 16: gradient
+            ins(Op::Min { out: None }, &[16, 3]),        // 17: per-row column
+            ins(Op::GreaterEqual, &[17, 5]),             // 18
+            ins(Op::Select { out: None }, &[18, 7, 16]), // 19
+            ins(Op::Select { out: None }, &[4, 19, 3]),  // 20: boolean input mask
+            ins(Op::Less, &[20, 9]),                     // 21
+            ins(Op::Select { out: None }, &[21, 1, 20]), // 22
+        ],
+        vec![22, 16, 7, 6, 9],
+    )
+    .unwrap();
+    let inputs = [x, g, bias, column, mask];
+    let before = ex_burn_core::program::loop_runs();
+    let got = prog.run(inputs.to_vec(), dev()).unwrap();
+    if dev() == Device::Cpu {
+        assert_eq!(ex_burn_core::program::loop_runs(), before + 1, "not fused");
+    }
+    let want = op_by_op(&prog, &inputs);
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.shape(), b.shape(), "output {k}");
+        assert_eq!(a.dtype(), b.dtype(), "output {k}");
+        assert_eq!(bits(a), bits(b), "output {k}");
+    }
+}
+
+/// A matrix transpose of a dot's result is computed as the dot of the swapped operands when
+/// it is the result's only use, and the plain way otherwise: the same values either way.
+#[test]
+fn transposed_dot_results_match_op_by_op_evaluation() {
+    let a = f(
+        &special(6 * 4, 0)
+            .iter()
+            .map(|x| if x.is_finite() { *x } else { 1.0 })
+            .collect::<Vec<_>>(),
+        &[6, 4],
+    );
+    let b = f(
+        &(0..6 * 5)
+            .map(|i| i as f64 * 0.25 - 3.0)
+            .collect::<Vec<_>>(),
+        &[6, 5],
+    );
+    let dot = Op::Dot {
+        contract_a: vec![0],
+        batch_a: vec![],
+        contract_b: vec![0],
+        batch_b: vec![],
+        out: None,
+        precision: Default::default(),
+    };
+    let swap = Op::Transpose { axes: None };
+    // 2: folded (only use); 4: read twice, not folded; 7: a program output, not folded
+    let prog = Program::new(
+        2,
+        vec![
+            ins(dot.clone(), &[0, 1]), // 2
+            ins(swap.clone(), &[2]),   // 3
+            ins(dot.clone(), &[0, 1]), // 4
+            ins(swap.clone(), &[4]),   // 5
+            ins(Op::Neg, &[4]),        // 6
+            ins(dot.clone(), &[0, 1]), // 7
+            ins(swap, &[7]),           // 8
+        ],
+        vec![3, 5, 6, 7, 8],
+    )
+    .unwrap();
+    let inputs = [a, b];
+    let got = prog.run(inputs.to_vec(), dev()).unwrap();
+    let want = op_by_op(&prog, &inputs);
+    assert_eq!(got[0].shape(), &[5, 4]);
+    for (k, (x, y)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(x.shape(), y.shape(), "output {k}");
+        assert_eq!(v(x), v(y), "output {k}");
+    }
 }

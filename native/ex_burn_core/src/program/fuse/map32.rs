@@ -1,15 +1,19 @@
 //! f32 element-wise runs on the CPU as plain loops over chunk buffers.
 //!
-//! When every operand of a fused run is f32 and every instruction is one of the maps below,
-//! each worker keeps one chunk-sized buffer per instruction and applies the whole run to a
-//! chunk with one tight loop per instruction, writing live results straight into the output
-//! buffers. Nothing is allocated per op and chunk, unlike running the op table on chunk
-//! tensors. Each map is the very element function the op table applies for that op on f32
-//! (IEEE `+ - * /`, libm `expf`, ..., the correctly rounded kernels of `op::exact32` for
-//! `sin`/`cos`/`tanh` where the op table uses them), so results are bit-identical to the
-//! unfused program (tests/engine/fusion.rs compares them).
+//! When every operand of a fused run is f32 (or boolean, read as a mask), broadcasts to the
+//! run's shape as a whole tensor, a bias row or a per-row column, and every instruction is one
+//! of the maps below, `select`, or a scalar constant, each worker keeps one chunk-sized buffer
+//! per instruction and applies the whole run to a chunk with one tight loop per instruction,
+//! writing live results straight into the output buffers. Nothing is allocated per op and
+//! chunk, unlike running the op table on chunk tensors. Each map is the very element function
+//! the op table applies for that op on f32 (IEEE `+ - * /` and comparisons, `max`/`min` as
+//! its `min_max`, libm `expf`, ..., the correctly rounded kernels of `op::exact32` for
+//! `sin`/`cos`/`tanh` where the op table uses them; constants of other types cast to f32 as
+//! the op table casts them), so results are bit-identical to the unfused program
+//! (tests/engine/fusion.rs compares them).
 
 use super::{on_threads, Run, CHUNK};
+use crate::dtype::Kind;
 use crate::op::exact32::{self, Fun};
 use crate::op::{self, shape, Op};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -21,10 +25,47 @@ use std::mem::MaybeUninit;
 enum Src {
     /// The result of an earlier step of the run.
     Step(usize),
-    /// A chunk of an external tensor (index into the run's external tensors).
+    /// An external tensor (index into the plan's external operands).
     Ext(usize),
     /// A scalar, broadcast.
     Const(f32),
+}
+
+/// How element `i` of the run's (row-major) output reads an external operand.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    /// The operand has the run's shape: element `i`.
+    Full,
+    /// The operand's shape is a trailing part of the run's (a bias row): element `i % len`.
+    Rows(usize),
+    /// The operand's shape is a leading part of the run's, then unit axes (a per-row
+    /// statistic kept with `keep_axes`): element `i / inner`.
+    Columns(usize),
+}
+
+impl Layout {
+    /// How an operand of shape `s` broadcasts to `full` (`None`: not one of the layouts).
+    fn of(s: &[usize], full: &[usize]) -> Option<Layout> {
+        if s == full {
+            return Some(Layout::Full);
+        }
+        let lead = s.iter().take_while(|&&d| d == 1).count();
+        let rest = &s[lead..];
+        if rest.len() <= full.len() && full.ends_with(rest) && s.len() <= full.len() {
+            return Some(Layout::Rows(rest.iter().product()));
+        }
+        let keep = s.len() - s.iter().rev().take_while(|&&d| d == 1).count();
+        if s.len() == full.len() && s[..keep] == full[..keep] {
+            return Some(Layout::Columns(full[keep..].iter().product()));
+        }
+        None
+    }
+}
+
+/// An external operand: its values (row-major) and how the run reads them.
+struct Ext {
+    tensor: Tensor,
+    layout: Layout,
 }
 
 /// The per-element function of a step.
@@ -34,6 +75,13 @@ enum Map {
     Sub,
     Mul,
     Div,
+    /// Nx `max`: the left operand where it is greater or NaN, else the right one (the op
+    /// table's `min_max`, element by element).
+    Max,
+    /// Nx `min`, as `Max` with "less".
+    Min,
+    /// A comparison; its result is a mask (1.0 or 0.0) that only other steps read.
+    Cmp(Cmp),
     Neg,
     Abs,
     Sqrt,
@@ -47,8 +95,19 @@ enum Map {
     Exact(Fun),
 }
 
+/// The IEEE comparisons of f32 operands.
+#[derive(Clone, Copy, Debug)]
+enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
 impl Map {
-    /// The map of `op` when its result is f32 (`None`: not handled here).
+    /// The map of `op` when its operands are f32 (`None`: not handled here).
     fn of(op: &Op) -> Option<Map> {
         let f32_out = |out: &Option<DType>| matches!(out, None | Some(DType::F32));
         if let Some(fun) = Fun::of(op).filter(|_| exact32::available()) {
@@ -59,6 +118,14 @@ impl Map {
             Op::Subtract { out } if f32_out(out) => Map::Sub,
             Op::Multiply { out } if f32_out(out) => Map::Mul,
             Op::Divide { out } if f32_out(out) => Map::Div,
+            Op::Max { out } if f32_out(out) => Map::Max,
+            Op::Min { out } if f32_out(out) => Map::Min,
+            Op::Equal => Map::Cmp(Cmp::Eq),
+            Op::NotEqual => Map::Cmp(Cmp::Ne),
+            Op::Less => Map::Cmp(Cmp::Lt),
+            Op::LessEqual => Map::Cmp(Cmp::Le),
+            Op::Greater => Map::Cmp(Cmp::Gt),
+            Op::GreaterEqual => Map::Cmp(Cmp::Ge),
             Op::Neg => Map::Neg,
             Op::Abs => Map::Abs,
             Op::Sqrt => Map::Sqrt,
@@ -72,7 +139,10 @@ impl Map {
     }
 
     fn binary(self) -> bool {
-        matches!(self, Map::Add | Map::Sub | Map::Mul | Map::Div)
+        matches!(
+            self,
+            Map::Add | Map::Sub | Map::Mul | Map::Div | Map::Max | Map::Min | Map::Cmp(_)
+        )
     }
 }
 
@@ -82,80 +152,189 @@ enum Step {
     Const(f32),
     Unary(Map, Src),
     Binary(Map, Src, Src),
+    /// Nx `select(pred, on_true, on_false)`: `pred` is true where it is not 0 (NaN included).
+    Select(Src, Src, Src),
 }
 
 /// A run compiled to f32 loops.
 pub(super) struct Plan {
     steps: Vec<Step>,
-    /// External tensor operands, flat (rank 1) and f32.
-    ext: Vec<Tensor>,
+    /// The scalar tensors of constant steps (`None` for other steps), returned when live.
+    consts: Vec<Option<Tensor>>,
+    /// External tensor operands, f32.
+    ext: Vec<Ext>,
 }
 
-/// Reads a one-element f32 tensor (exact: f32 -> f64 -> f32).
-fn scalar_value(t: &Tensor) -> Result<f32> {
-    Ok(op::util::read_scalar(t)?.to_f64() as f32)
+/// A scalar operand as the op table uses it in an f32 computation: cast to f32 as `prepare`
+/// and `select` cast it (exact for f32; int, f16 and bf16 values convert as Burn's cast does).
+fn scalar_f32(t: &Tensor) -> Result<f32> {
+    Ok(op::util::read_scalar(&t.cast(DType::F32)?)?.to_f64() as f32)
+}
+
+/// What an operand or step holds: f32 values, a mask (1.0/0.0, from a comparison or a
+/// boolean tensor; read only by `select` and never a result), or a scalar of the given type.
+#[derive(Clone, Copy, PartialEq)]
+enum Ty {
+    F32,
+    Mask,
+    Const(DType),
+}
+
+impl Ty {
+    /// The Nx type of a value operand (`None`: a mask).
+    fn dtype(self) -> Option<DType> {
+        match self {
+            Ty::F32 => Some(DType::F32),
+            Ty::Mask => None,
+            Ty::Const(d) => Some(d),
+        }
+    }
+}
+
+/// Whether an op with result type `out` on value operands `tys` computes in f32 (what the
+/// loops do): `out` says f32, or by default Nx's merged type of the operands is f32.
+fn computes_in_f32(out: Option<DType>, tys: &[Ty]) -> bool {
+    let mut merged = None;
+    for t in tys {
+        let Some(d) = t.dtype() else { return false };
+        merged = Some(merged.map_or(d, |m| DType::merge(m, d)));
+    }
+    match out {
+        Some(o) => o == DType::F32,
+        None => merged == Some(DType::F32),
+    }
+}
+
+/// The result type an op declares (`None`: the default, Nx's merge of its operands).
+fn declared_out(op: &Op) -> Option<DType> {
+    match op {
+        Op::Add { out }
+        | Op::Subtract { out }
+        | Op::Multiply { out }
+        | Op::Divide { out }
+        | Op::Max { out }
+        | Op::Min { out }
+        | Op::Select { out } => *out,
+        _ => None,
+    }
 }
 
 impl Plan {
-    /// Compiles `run` (whose external operands are `flat`: rank-1 tensors of the run's length
-    /// or scalars) when every operand is f32 and every instruction has an f32 map; `Ok(None)`
-    /// otherwise.
-    pub(super) fn new(run: &Run, flat: &[(usize, Tensor)], device: Device) -> Result<Option<Plan>> {
-        if flat.iter().any(|(_, t)| t.dtype() != DType::F32) {
-            return Ok(None);
-        }
-        let mut ext: Vec<Tensor> = Vec::new();
+    /// Compiles `run` when every external operand is f32 or boolean and broadcasts to `full`
+    /// as one of the [`Layout`]s, every instruction has an f32 map (comparisons and `select`
+    /// included), computes in f32 a tensor of the run's shape, and no mask is read after the
+    /// run; `Ok(None)` otherwise.
+    pub(super) fn new(
+        run: &Run,
+        external: &[(usize, Tensor)],
+        full: &[usize],
+        live_out: &[bool],
+        device: Device,
+    ) -> Result<Option<Plan>> {
+        let mut ext: Vec<Ext> = Vec::new();
         let mut ext_ids: Vec<usize> = Vec::new();
         let mut steps: Vec<Step> = Vec::with_capacity(run.instrs.len());
+        let mut consts: Vec<Option<Tensor>> = Vec::with_capacity(run.instrs.len());
+        // per step: its type and whether it has the run's shape (false for constants)
+        let mut kinds: Vec<(Ty, bool)> = Vec::with_capacity(run.instrs.len());
         for ins in run.instrs {
             if let Op::Full { shape, dtype, .. } = &ins.op {
-                if !shape.is_empty() || *dtype != DType::F32 {
+                if !shape.is_empty() {
                     return Ok(None);
                 }
-                // the op table's own conversion of the value to f32
                 let t = op::eval(&ins.op, &[], device)?
                     .pop()
                     .ok_or_else(|| Error::Execution("no result".into()))?;
-                steps.push(Step::Const(scalar_value(&t)?));
+                steps.push(Step::Const(scalar_f32(&t)?));
+                consts.push(Some(t));
+                kinds.push((Ty::Const(*dtype), false));
                 continue;
             }
-            let Some(map) = Map::of(&ins.op) else {
-                return Ok(None);
+            let map = match &ins.op {
+                Op::Select { .. } => None,
+                op => match Map::of(op) {
+                    Some(m) => Some(m),
+                    None => return Ok(None),
+                },
             };
-            let mut srcs = Vec::with_capacity(2);
+            let mut srcs = Vec::with_capacity(3);
+            let mut tys = Vec::with_capacity(3);
+            let mut full_operand = false;
             for &a in &ins.args {
                 let src = if a >= run.first {
+                    let (ty, is_full) = kinds[a - run.first];
+                    tys.push(ty);
+                    full_operand |= is_full;
                     match steps[a - run.first] {
                         Step::Const(v) => Src::Const(v),
                         _ => Src::Step(a - run.first),
                     }
                 } else {
-                    let (_, t) = flat
+                    let (_, t) = external
                         .iter()
                         .find(|(v, _)| *v == a)
                         .ok_or_else(|| Error::Execution(format!("value {a} missing")))?;
                     if t.rank() == 0 {
-                        Src::Const(scalar_value(t)?)
-                    } else if let Some(j) = ext_ids.iter().position(|&e| e == a) {
-                        Src::Ext(j)
+                        tys.push(Ty::Const(t.dtype()));
+                        Src::Const(scalar_f32(t)?)
                     } else {
-                        ext_ids.push(a);
-                        ext.push(t.clone());
-                        Src::Ext(ext.len() - 1)
+                        let ty = match (t.kind(), t.dtype()) {
+                            (Kind::Bool, _) => Ty::Mask,
+                            (_, DType::F32) => Ty::F32,
+                            _ => return Ok(None),
+                        };
+                        tys.push(ty);
+                        let Some(layout) = Layout::of(t.shape(), full) else {
+                            return Ok(None);
+                        };
+                        full_operand |= layout == Layout::Full;
+                        let j = match ext_ids.iter().position(|&e| e == a) {
+                            Some(j) => j,
+                            None => {
+                                ext_ids.push(a);
+                                // masks are read as 1.0/0.0
+                                let tensor = if ty == Ty::Mask {
+                                    t.cast(DType::F32)?
+                                } else {
+                                    t.clone()
+                                };
+                                ext.push(Ext { tensor, layout });
+                                ext.len() - 1
+                            }
+                        };
+                        Src::Ext(j)
                     }
                 };
                 srcs.push(src);
             }
-            let all_const = srcs.iter().all(|s| matches!(s, Src::Const(_)));
-            steps.push(match (map.binary(), srcs.as_slice()) {
-                // a scalar result: the generic path keeps its rank-0 shape
-                _ if all_const => return Ok(None),
-                (true, &[a, b]) => Step::Binary(map, a, b),
-                (false, &[a]) => Step::Unary(map, a),
+            // A step without an operand of the run's shape would compute a smaller (or
+            // scalar) tensor, which the loops cannot represent.
+            if !full_operand {
+                return Ok(None);
+            }
+            let out = declared_out(&ins.op);
+            let (step, ty) = match (map, srcs.as_slice(), tys.as_slice()) {
+                (None, &[p, t, f], &[_, tt, tf]) if computes_in_f32(out, &[tt, tf]) => {
+                    (Step::Select(p, t, f), Ty::F32)
+                }
+                (Some(m @ Map::Cmp(_)), &[a, b], &[ta, tb]) if computes_in_f32(None, &[ta, tb]) => {
+                    (Step::Binary(m, a, b), Ty::Mask)
+                }
+                (Some(m), &[a, b], &[ta, tb]) if m.binary() && computes_in_f32(out, &[ta, tb]) => {
+                    (Step::Binary(m, a, b), Ty::F32)
+                }
+                (Some(m), &[a], &[Ty::F32]) if !m.binary() => (Step::Unary(m, a), Ty::F32),
                 _ => return Ok(None),
-            });
+            };
+            if ty == Ty::Mask && live_out[steps.len()] {
+                // a boolean result read after the run: the op table makes its tensor
+                return Ok(None);
+            }
+            steps.push(step);
+            consts.push(None);
+            kinds.push((ty, true));
         }
-        Ok(Some(Plan { steps, ext }))
+        Ok(Some(Plan { steps, consts, ext }))
     }
 
     /// Runs the plan over `n` elements in `chunks` on `workers` threads; returns the live
@@ -168,14 +347,20 @@ impl Plan {
         shape: &[usize],
         device: Device,
     ) -> Result<Option<Vec<Option<Tensor>>>> {
-        if live_out
+        // Operands of the run's shape are read chunk by chunk from a flat (contiguous) view;
+        // broadcast ones are small: read once, indexed per chunk.
+        let sources: Vec<Source> = self
+            .ext
             .iter()
-            .zip(&self.steps)
-            .any(|(&live, s)| live && matches!(s, Step::Const(_)))
-        {
-            return Ok(None);
-        }
-        let live: Vec<usize> = (0..self.steps.len()).filter(|&k| live_out[k]).collect();
+            .map(|e| match e.layout {
+                Layout::Full => Ok(Source::Flat(Box::new(e.tensor.reshape(vec![n])?))),
+                _ => Ok(Source::Small(e.tensor.to_f32_vec()?)),
+            })
+            .collect::<Result<_>>()?;
+        // live constants are returned as they are; the loops write the other live results
+        let live: Vec<usize> = (0..self.steps.len())
+            .filter(|&k| live_out[k] && self.consts[k].is_none())
+            .collect();
         // Outputs are written once, by the workers (no zeroing pass on this thread first).
         let mut outs: Vec<Vec<f32>> = live.iter().map(|_| Vec::with_capacity(n)).collect();
         let n_chunks = n.div_ceil(CHUNK);
@@ -190,7 +375,7 @@ impl Plan {
         for (c, parts) in per_chunk.into_iter().enumerate() {
             per_worker[c % workers].push((c, parts));
         }
-        on_threads(per_worker, |work| self.run_chunks(work, &live))?;
+        on_threads(per_worker, |work| self.run_chunks(work, &live, &sources))?;
         for buf in outs.iter_mut() {
             // SAFETY: every worker returned Ok, so every chunk of every output was written in
             // full by `run_chunks` (the chunks cover `0..n` exactly once).
@@ -198,9 +383,13 @@ impl Plan {
         }
         let mut bufs = outs.into_iter();
         let mut out = Vec::with_capacity(self.steps.len());
-        for &l in live_out {
+        for (k, &l) in live_out.iter().enumerate() {
             if !l {
                 out.push(None);
+                continue;
+            }
+            if let Some(c) = &self.consts[k] {
+                out.push(Some(c.clone()));
                 continue;
             }
             let buf = bufs
@@ -218,15 +407,32 @@ impl Plan {
     }
 
     /// Computes the chunks of one worker.
-    fn run_chunks(&self, work: Vec<(usize, Parts)>, live: &[usize]) -> Result<()> {
+    fn run_chunks(
+        &self,
+        work: Vec<(usize, Parts)>,
+        live: &[usize],
+        sources: &[Source],
+    ) -> Result<()> {
         let mut regs: Vec<Vec<f32>> = self.steps.iter().map(|_| vec![0f32; CHUNK]).collect();
         let mut ext: Vec<Vec<f32>> = vec![Vec::new(); self.ext.len()];
         for (c, mut parts) in work {
             let start = c * CHUNK;
             let len = parts.first().map_or(0, |p| p.len());
-            for (buf, t) in ext.iter_mut().zip(&self.ext) {
-                let part = shape::slice_static(t, &[start], &[len], &[1])?;
-                *buf = part.to_f32_vec()?;
+            for ((buf, e), source) in ext.iter_mut().zip(&self.ext).zip(sources) {
+                match (e.layout, source) {
+                    (Layout::Rows(m), Source::Small(v)) => {
+                        buf.clear();
+                        buf.extend((start..start + len).map(|i| v[i % m]));
+                    }
+                    (Layout::Columns(inner), Source::Small(v)) => {
+                        buf.clear();
+                        buf.extend((start..start + len).map(|i| v[i / inner]));
+                    }
+                    (_, Source::Flat(t)) => {
+                        *buf = shape::slice_static(t, &[start], &[len], &[1])?.to_f32_vec()?;
+                    }
+                    _ => return Err(Error::Execution("fused operand without values".into())),
+                }
             }
             for k in 0..self.steps.len() {
                 let (done, rest) = regs.split_at_mut(k);
@@ -240,6 +446,7 @@ impl Plan {
                     Step::Const(_) => {}
                     Step::Unary(m, a) => run_step(m, arg(a), None, out),
                     Step::Binary(m, a, b) => run_step(m, arg(a), Some(arg(b)), out),
+                    Step::Select(p, t, f) => select(arg(p), arg(t), arg(f), out),
                 }
             }
             for (part, &k) in parts.iter_mut().zip(live) {
@@ -250,6 +457,14 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// The values of an external operand while a plan runs.
+enum Source {
+    /// An operand of the run's shape, as a rank-1 view.
+    Flat(Box<Tensor>),
+    /// A broadcast operand's values.
+    Small(Vec<f32>),
 }
 
 /// One chunk's (not yet written) slice of every live output.
@@ -332,7 +547,7 @@ fn unary(m: Map, a: Arg, out: &mut [f32]) {
         Map::Sin => map1(a, out, f32::sin),
         Map::Cos => map1(a, out, f32::cos),
         Map::Tanh => map1(a, out, f32::tanh),
-        Map::Add | Map::Sub | Map::Mul | Map::Div => {}
+        Map::Add | Map::Sub | Map::Mul | Map::Div | Map::Max | Map::Min | Map::Cmp(_) => {}
     }
 }
 
@@ -343,6 +558,34 @@ fn binary(m: Map, a: Arg, b: Arg, out: &mut [f32]) {
         Map::Sub => map2(a, b, out, |x, y| x - y),
         Map::Mul => map2(a, b, out, |x, y| x * y),
         Map::Div => map2(a, b, out, |x, y| x / y),
+        Map::Max => map2(a, b, out, |x, y| if x > y || x.is_nan() { x } else { y }),
+        Map::Min => map2(a, b, out, |x, y| if x < y || x.is_nan() { x } else { y }),
+        Map::Cmp(c) => {
+            let mask = |t: bool| if t { 1.0 } else { 0.0 };
+            match c {
+                Cmp::Eq => map2(a, b, out, |x, y| mask(x == y)),
+                Cmp::Ne => map2(a, b, out, |x, y| mask(x != y)),
+                Cmp::Lt => map2(a, b, out, |x, y| mask(x < y)),
+                Cmp::Le => map2(a, b, out, |x, y| mask(x <= y)),
+                Cmp::Gt => map2(a, b, out, |x, y| mask(x > y)),
+                Cmp::Ge => map2(a, b, out, |x, y| mask(x >= y)),
+            }
+        }
         _ => {}
+    }
+}
+
+/// `select` on a chunk: `on_true` where `pred` is not 0 (NaN included), else `on_false`.
+fn select(pred: Arg, on_true: Arg, on_false: Arg, out: &mut [f32]) {
+    let at = |a: Arg, i: usize| match a {
+        Arg::Slice(s) => s[i],
+        Arg::Scalar(v) => v,
+    };
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = if at(pred, i) != 0.0 {
+            at(on_true, i)
+        } else {
+            at(on_false, i)
+        };
     }
 }
