@@ -28,9 +28,10 @@ rows = [
 
 gflops = fn n, us -> Float.round(2 * n ** 3 / us / 1000, 1) end
 
-# The peer in the same run: NumPy (OpenBLAS) on the CPU; PyTorch on the same GPU with f32 inputs
-# and TF32 tensor cores allowed, as Burn's CUDA matmul kernels use them.
-peer = fn n, runs ->
+# The peer in the same run: NumPy (OpenBLAS) on the CPU; PyTorch on the same GPU, at the same
+# precision: f32 inputs with TF32 tensor cores allowed (ExBurn's default `dot_precision`),
+# full f32 (`precision: :highest` against `allow_tf32 = False`), bf16 inputs.
+peer = fn n, runs, kind ->
   code =
     case device do
       :cpu ->
@@ -45,10 +46,17 @@ peer = fn n, runs ->
         """
 
       _gpu ->
+        {tf32, dtype} =
+          case kind do
+            :tf32 -> {"True", "torch.float32"}
+            :fp32 -> {"False", "torch.float32"}
+            :bf16 -> {"True", "torch.bfloat16"}
+          end
+
         """
         import torch, time
-        torch.backends.cuda.matmul.allow_tf32 = True
-        a = torch.rand(#{n}, #{n}, device="cuda"); b = torch.rand(#{n}, #{n}, device="cuda")
+        torch.backends.cuda.matmul.allow_tf32 = #{tf32}
+        a = torch.rand(#{n}, #{n}, device="cuda", dtype=#{dtype}); b = torch.rand(#{n}, #{n}, device="cuda", dtype=#{dtype})
         for _ in range(3): a @ b
         torch.cuda.synchronize(); ts = []
         for _ in range(#{runs}):
@@ -57,19 +65,35 @@ peer = fn n, runs ->
         """
     end
 
-  name = if device == :cpu, do: "NumPy (OpenBLAS)", else: "PyTorch (TF32 allowed)"
+  name =
+    case {device, kind} do
+      {:cpu, _} -> "NumPy (OpenBLAS)"
+      {_, :tf32} -> "PyTorch (TF32 allowed)"
+      {_, :fp32} -> "PyTorch (full f32)"
+      {_, :bf16} -> "PyTorch (bf16)"
+    end
+
   {name, Bench.python(code)}
 end
 
+cases =
+  if device == :cpu,
+    do: [{1024, :tf32}, {4096, :tf32}],
+    else: [{1024, :tf32}, {4096, :tf32}, {8192, :tf32}, {4096, :fp32}, {8192, :bf16}]
+
 matmul_rows =
-  for n <- [1024, 4096] do
-    x = BurnBridge.random_uniform({n, n}, seed: 1, device: device)
-    y = BurnBridge.random_uniform({n, n}, seed: 2, device: device)
+  for {n, kind} <- cases do
+    type = if kind == :bf16, do: {:bf, 16}, else: {:f, 32}
+    x = BurnBridge.random_uniform({n, n}, seed: 1, device: device) |> BurnBridge.as_type(type)
+    y = BurnBridge.random_uniform({n, n}, seed: 2, device: device) |> BurnBridge.as_type(type)
+    opts = if kind == :fp32, do: [precision: :highest], else: []
     runs = if n > 2048 and device == :cpu, do: 3, else: 7
-    us = Bench.median_us(fn -> sync.(BurnBridge.matmul(x, y)) end, runs)
+    # first call: kernel compilation or library initialisation
+    sync.(BurnBridge.matmul(x, y, opts))
+    us = Bench.median_us(fn -> sync.(BurnBridge.matmul(x, y, opts)) end, runs)
 
     {peer_col, ratio} =
-      case peer.(n, runs) do
+      case peer.(n, runs, kind) do
         {name, out} when is_binary(out) ->
           {peer_us, _} = Float.parse(out)
           {"#{name} #{gflops.(n, peer_us)} GFLOP/s", "#{Float.round(peer_us / us, 2)}x"}
@@ -78,7 +102,14 @@ matmul_rows =
           {"n/a (#{name} missing)", "-"}
       end
 
-    ["f32 matmul #{n}x#{n}", "#{gflops.(n, us)} GFLOP/s (#{Float.round(us / 1000, 2)} ms)", peer_col, ratio]
+    label =
+      case kind do
+        :tf32 -> "f32 matmul #{n}x#{n}"
+        :fp32 -> "f32 matmul #{n}x#{n}, `precision: :highest`"
+        :bf16 -> "bf16 matmul #{n}x#{n}"
+      end
+
+    [label, "#{gflops.(n, us)} GFLOP/s (#{Float.round(us / 1000, 2)} ms)", peer_col, ratio]
   end
 
 Bench.write(
@@ -96,7 +127,7 @@ Bench.write(
 
 Bench.write(
   "bench/results/core_#{ExBurn.Device.family(device)}_matmul.md",
-  "f32 matmul on #{inspect(device)}",
+  "Matrix products on #{inspect(device)}",
   "Machine: #{Bench.machine()}. Device: #{ExBurn.Native.call(:device_info, [device]).name}. Ratio > 1 means ExBurn is faster than the peer in the same run.",
   ["case", "ExBurn", "peer", "ExBurn / peer speed"],
   matmul_rows

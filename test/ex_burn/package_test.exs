@@ -32,10 +32,17 @@ defmodule ExBurn.PackageTest do
   # the formatter settings a dependency's `mix format` imports.
   @metadata ~w(mix.exs README.md LICENSE .formatter.exs checksum-Elixir.ExBurn.Nif.exs
                native/targets.txt Cargo.toml Cargo.lock .cargo/config.toml
-               native/ex_burn_core/Cargo.toml native/ex_burn_nif/Cargo.toml)
+               native/ex_burn_core/Cargo.toml native/ex_burn_nif/Cargo.toml
+               native/vendor/burn-dispatch/Cargo.toml native/vendor/burn-dispatch/build.rs
+               native/vendor/burn-dispatch/README.md native/vendor/burn-dispatch/VENDORED.md)
 
-  # Rust modules compiled only with a GPU feature, so absent from the cpu build's dep-info.
-  @feature_only %{"native/ex_burn_core/src/cuda.rs" => "cuda"}
+  # Rust modules compiled only with a GPU feature, so absent from the cpu build's dep-info:
+  # {feature, the file declaring the module, whether that declaration carries the cfg (else the
+  # declaring file is itself feature-only)}.
+  @feature_only %{
+    "native/ex_burn_core/src/cuda/mod.rs" => {"cuda", "native/ex_burn_core/src/lib.rs", true},
+    "native/ex_burn_core/src/cuda/gemm.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false}
+  }
 
   # The workspace sources the last `cargo build --release -p ex_burn_nif` (bin/setup) read,
   # from the dep-info file cargo writes beside the library.
@@ -58,7 +65,20 @@ defmodule ExBurn.PackageTest do
 
     elixir = @root |> Path.join("lib/**/*.ex") |> Path.wildcard() |> MapSet.new(&Path.relative_to(&1, @root))
     rust = rust_sources_read()
-    expected = elixir |> MapSet.union(rust) |> MapSet.union(MapSet.new(@metadata))
+    # The patched dependency (Cargo.toml's [patch.crates-io]): cargo reads its sources, but the
+    # NIF's dep-info lists workspace sources only.
+    vendored =
+      @root
+      |> Path.join("native/vendor/burn-dispatch/src/**/*.rs")
+      |> Path.wildcard()
+      |> MapSet.new(&Path.relative_to(&1, @root))
+
+    assert MapSet.size(vendored) > 0
+
+    assert File.read!(Path.join(@root, "Cargo.toml")) =~
+             ~s(burn-dispatch = { path = "native/vendor/burn-dispatch" })
+
+    expected = elixir |> MapSet.union(rust) |> MapSet.union(vendored) |> MapSet.union(MapSet.new(@metadata))
     shipped = shipped()
     gated = MapSet.new(Map.keys(@feature_only))
 
@@ -67,11 +87,22 @@ defmodule ExBurn.PackageTest do
     assert MapSet.difference(shipped, MapSet.union(expected, gated)) |> Enum.sort() == [],
            "shipped but never read by a build"
 
-    for {file, feature} <- @feature_only do
+    for {file, {feature, declared_in, gated?}} <- @feature_only do
       assert file in shipped
-      module = Path.basename(file, ".rs")
-      lib = File.read!(Path.join(@root, Path.join(Path.dirname(file), "lib.rs")))
-      assert lib =~ ~r/#\[cfg\(feature = "#{feature}"\)\]\s*(pub )?mod #{module};/, file
+
+      module =
+        if Path.basename(file) == "mod.rs",
+          do: Path.basename(Path.dirname(file)),
+          else: Path.basename(file, ".rs")
+
+      declaring = File.read!(Path.join(@root, declared_in))
+
+      if gated? do
+        assert declaring =~ ~r/#\[cfg\(feature = "#{feature}"\)\]\s*(pub )?mod #{module};/, file
+      else
+        assert Map.has_key?(@feature_only, declared_in), file
+        assert declaring =~ ~r/(pub(\(crate\))? )?mod #{module};/, file
+      end
     end
 
     # The list with sizes (the test log shows it), a budget per file and for the whole.

@@ -2,9 +2,11 @@
 //! a -> [batch, free_a, contract], b -> [batch, contract, free_b], result axes are
 //! batch ++ free_a ++ free_b (Nx's order).
 //!
-//! GPU backends: Burn's CUDA matmul kernels take f16/bf16/f32 only, so f64 and integer
-//! products there are computed as a broadcast multiply and a sum over the contracted axis;
-//! f32 products use TF32 tensor cores unless `Precision::Highest` asks for split products.
+//! GPU backends: in CUDA builds, large f32/f16/bf16 products run on cuBLAS when it loads
+//! (`cuda::gemm`; f32 on TF32 tensor cores, or in full f32 for `Precision::Highest`). Otherwise
+//! Burn's matmul kernels take f16/bf16/f32 only, so f64 and integer products there are computed
+//! as a broadcast multiply and a sum over the contracted axis; f32 products use TF32 tensor
+//! cores unless `Precision::Highest` asks for split products.
 
 use super::binary::{self, Bin};
 use super::{util, Precision};
@@ -113,7 +115,9 @@ pub(crate) fn dot(
     }
     let a3 = util::permute(&a, &perm_a)?.reshape(vec![nb, m, k])?;
     let b3 = util::permute(&b, &perm_b)?.reshape(vec![nb, k, n])?;
-    let res = if on_gpu && !matches!(out, DType::F16 | DType::BF16 | DType::F32) {
+    let res = if let Some(r) = gpu_library_matmul(&a3, &b3, precision)? {
+        r
+    } else if on_gpu && !matches!(out, DType::F16 | DType::BF16 | DType::F32) {
         broadcast_product(&a3, &b3)?
     } else if on_gpu && out == DType::F32 && precision == Precision::Highest {
         split_product(&a3, &b3)?
@@ -121,6 +125,18 @@ pub(crate) fn dot(
         matmul(&a3, &b3)?
     };
     res.reshape(shape)
+}
+
+/// The product by the GPU vendor's GEMM library where one applies (cuBLAS in CUDA builds, see
+/// `cuda::gemm`); `None`: Burn's kernels compute it.
+#[cfg(feature = "cuda")]
+fn gpu_library_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<Option<Tensor>> {
+    crate::cuda::gemm::batched_matmul(a3, b3, precision)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_library_matmul(_: &Tensor, _: &Tensor, _: Precision) -> Result<Option<Tensor>> {
+    Ok(None)
 }
 
 /// Whether a float contraction on the CPU can run as one 2-D (no batch axis) or 3-D (one

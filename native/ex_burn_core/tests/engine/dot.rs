@@ -146,3 +146,76 @@ fn f64_and_integer_products_on_every_device() {
         &[7., 10., 15., 22.],
     );
 }
+
+/// Batched products large enough for a GPU vendor library (cuBLAS in CUDA builds), in every
+/// float type and precision, against an f64 reference: TF32 by default, full f32 with
+/// `Precision::Highest`, f16 and bf16 accumulating in f32. On CUDA with cuBLAS present each
+/// one must have run on cuBLAS.
+#[test]
+fn large_batched_products_match_an_f64_reference_in_every_precision() {
+    use ex_burn_core::op::Precision;
+    #[cfg(feature = "cuda")]
+    ex_burn_core::cuda::gemm::set_min_work(1 << 20);
+    let (nb, m, k, n) = (3, 96, 160, 128);
+    let av: Vec<f64> = (0..nb * m * k)
+        .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
+        .collect();
+    let bv: Vec<f64> = (0..nb * k * n)
+        .map(|i| ((i * 104_729) % 997) as f64 / 498.5 - 1.0)
+        .collect();
+    let mut want = vec![0f64; nb * m * n];
+    for b in 0..nb {
+        for i in 0..m {
+            for j in 0..n {
+                want[(b * m + i) * n + j] = (0..k)
+                    .map(|p| av[(b * m + i) * k + p] * bv[(b * k + p) * n + j])
+                    .sum();
+            }
+        }
+    }
+    let scale = want.iter().fold(0f64, |a, &w| a.max(w.abs()));
+    let cases = [
+        (DType::F32, Precision::Default, 5e-3),
+        (DType::F32, Precision::Highest, 2e-6),
+        (DType::F16, Precision::Default, 2e-2),
+        (DType::BF16, Precision::Default, 5e-2),
+    ];
+    for (dtype, precision, tol) in cases {
+        let a = t(&av, &[nb, m, k], dtype);
+        let b = t(&bv, &[nb, k, n], dtype);
+        let op = Op::Dot {
+            contract_a: vec![2],
+            batch_a: vec![0],
+            contract_b: vec![1],
+            batch_b: vec![0],
+            out: None,
+            precision,
+        };
+        #[cfg(feature = "cuda")]
+        let before = ex_burn_core::cuda::gemm::products();
+        let got = ev(op, &[&a, &b]);
+        #[cfg(feature = "cuda")]
+        if dev() != ex_burn_core::Device::Cpu && ex_burn_core::cuda::gemm::available() {
+            assert_eq!(
+                ex_burn_core::cuda::gemm::products(),
+                before + 1,
+                "{dtype:?} {precision:?} did not run on cuBLAS"
+            );
+        }
+        assert_eq!(got.shape(), &[nb, m, n]);
+        assert_eq!(got.dtype(), dtype);
+        let err = v(&got)
+            .iter()
+            .zip(&want)
+            .fold(0f64, |e, (g, w)| e.max((g - w).abs()))
+            / scale;
+        println!(
+            "large product {dtype:?} {precision:?} on {:?}: relative error {err:.2e}",
+            dev()
+        );
+        assert!(
+            err < tol,
+            "{dtype:?} {precision:?}: relative error {err:.2e}"
+        );
+    }
+}

@@ -1,6 +1,8 @@
 //! CUDA preflight: the checks that turn a missing driver, NVRTC or CUDA headers into a clear
 //! [`Error::Device`] before Burn's CUDA runtime would panic on first use.
 
+pub mod gemm;
+
 use crate::{Error, Result};
 use cudarc::driver::result as drv;
 use std::path::PathBuf;
