@@ -108,6 +108,9 @@ pub(crate) fn binary(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Tenso
     if let Some(t) = with_scalar(f, a, b, out)? {
         return Ok(t);
     }
+    if let Some(t) = small_power(f, a, b, out)? {
+        return Ok(t);
+    }
     let (a, b) = prepare(a, b, out)?;
     same(f, &a, &b)
 }
@@ -152,6 +155,33 @@ fn with_scalar(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tens
         (false, _, _) => B::int_mul_scalar(p, v),
     };
     Ok(Some(Tensor::same_shape_as(prim, big.kind(), big)))
+}
+
+/// `x ** 2` and `x ** 3` of an f32 tensor on the CPU (exponent a scalar): the products
+/// rounded once, as Nx's BinaryBackend computes them (an f64 power rounded to f32), instead of
+/// `powf` per element (several times slower, and `powf(x, 3)` is not always the correctly
+/// rounded cube). `x * x` is exact in f64, so its f32 rounding is the correctly rounded square;
+/// the cube is `x * x * x` in f64 (one rounding there) rounded to f32.
+fn small_power(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tensor>> {
+    if f != Bin::Pow
+        || out != DType::F32
+        || a.dtype() != DType::F32
+        || a.rank() == 0
+        || b.rank() != 0
+        || !matches!(a.dispatch_device(), burn::DispatchDevice::Flex(_))
+    {
+        return Ok(None);
+    }
+    match util::read_scalar(&b.cast(DType::F32)?)?.to_f64() {
+        2.0 => Ok(Some(same(Bin::Mul, a, a)?)),
+        3.0 => {
+            let w = a.cast(DType::F64)?;
+            same(Bin::Mul, &same(Bin::Mul, &w, &w)?, &w)?
+                .cast(DType::F32)
+                .map(Some)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Applies `f` to two tensors of one dtype and shape.

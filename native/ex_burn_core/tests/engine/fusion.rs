@@ -316,3 +316,55 @@ fn transposed_dot_results_match_op_by_op_evaluation() {
         assert_eq!(v(x), v(y), "output {k}");
     }
 }
+
+/// `x ** 2` and `x ** 3` (integer exponents, as `Nx.pow` with a literal) are the products
+/// rounded once (Nx's BinaryBackend: an f64 power rounded to f32), fused or not; other
+/// exponents are `powf`. Bits equal op by op, and the cube equals the f64 reference.
+#[test]
+fn small_integer_powers_are_rounded_once_fused_or_not() {
+    let n = 150_001;
+    let xv: Vec<f64> = (0..n)
+        .map(|i| ((i as f64) * 0.7093).sin() * 40.0 + (i % 7) as f64 * 1e-3)
+        .collect();
+    let x = f(&xv, &[n]);
+    let int = |v: i64| Op::Full {
+        shape: vec![],
+        dtype: DType::S32,
+        value: Scalar::I(v),
+    };
+    let prog = Program::new(
+        1,
+        vec![
+            ins(int(2), &[]),                    // 1
+            ins(Op::Pow { out: None }, &[0, 1]), // 2: x ** 2
+            ins(int(3), &[]),                    // 3
+            ins(Op::Pow { out: None }, &[0, 3]), // 4: x ** 3
+            ins(scalar(1.5), &[]),               // 5
+            ins(Op::Abs, &[0]),                  // 6
+            ins(Op::Pow { out: None }, &[6, 5]), // 7: |x| ** 1.5
+            ins(Op::Add { out: None }, &[2, 4]), // 8
+        ],
+        vec![2, 4, 7, 8],
+    )
+    .unwrap();
+    let before = ex_burn_core::program::loop_runs();
+    let got = prog.run(vec![x.clone()], dev()).unwrap();
+    if dev() == Device::Cpu {
+        assert_eq!(ex_burn_core::program::loop_runs(), before + 1, "not fused");
+        let cube: Vec<f64> = xv
+            .iter()
+            .map(|&a| {
+                let w = a as f32 as f64;
+                (w * w * w) as f32 as f64
+            })
+            .collect();
+        assert_eq!(
+            bits(&got[1]),
+            cube.iter().map(|c| c.to_bits()).collect::<Vec<_>>()
+        );
+    }
+    let want = op_by_op(&prog, &[x]);
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(bits(a), bits(b), "output {k}");
+    }
+}

@@ -80,6 +80,9 @@ enum Map {
     Max,
     /// Nx `min`, as `Max` with "less".
     Min,
+    /// `powf`, except exponents 2 and 3 given as constants: the products rounded once (the
+    /// op table's `small_power`).
+    Pow,
     /// A comparison; its result is a mask (1.0 or 0.0) that only other steps read.
     Cmp(Cmp),
     Neg,
@@ -118,6 +121,7 @@ impl Map {
             Op::Subtract { out } if f32_out(out) => Map::Sub,
             Op::Multiply { out } if f32_out(out) => Map::Mul,
             Op::Divide { out } if f32_out(out) => Map::Div,
+            Op::Pow { out } if f32_out(out) => Map::Pow,
             Op::Max { out } if f32_out(out) => Map::Max,
             Op::Min { out } if f32_out(out) => Map::Min,
             Op::Equal => Map::Cmp(Cmp::Eq),
@@ -141,7 +145,14 @@ impl Map {
     fn binary(self) -> bool {
         matches!(
             self,
-            Map::Add | Map::Sub | Map::Mul | Map::Div | Map::Max | Map::Min | Map::Cmp(_)
+            Map::Add
+                | Map::Sub
+                | Map::Mul
+                | Map::Div
+                | Map::Pow
+                | Map::Max
+                | Map::Min
+                | Map::Cmp(_)
         )
     }
 }
@@ -212,6 +223,7 @@ fn declared_out(op: &Op) -> Option<DType> {
         | Op::Subtract { out }
         | Op::Multiply { out }
         | Op::Divide { out }
+        | Op::Pow { out }
         | Op::Max { out }
         | Op::Min { out }
         | Op::Select { out } => *out,
@@ -547,7 +559,14 @@ fn unary(m: Map, a: Arg, out: &mut [f32]) {
         Map::Sin => map1(a, out, f32::sin),
         Map::Cos => map1(a, out, f32::cos),
         Map::Tanh => map1(a, out, f32::tanh),
-        Map::Add | Map::Sub | Map::Mul | Map::Div | Map::Max | Map::Min | Map::Cmp(_) => {}
+        Map::Add
+        | Map::Sub
+        | Map::Mul
+        | Map::Div
+        | Map::Pow
+        | Map::Max
+        | Map::Min
+        | Map::Cmp(_) => {}
     }
 }
 
@@ -558,6 +577,14 @@ fn binary(m: Map, a: Arg, b: Arg, out: &mut [f32]) {
         Map::Sub => map2(a, b, out, |x, y| x - y),
         Map::Mul => map2(a, b, out, |x, y| x * y),
         Map::Div => map2(a, b, out, |x, y| x / y),
+        Map::Pow => match b {
+            Arg::Scalar(2.0) => map1(a, out, |x| x * x),
+            Arg::Scalar(3.0) => map1(a, out, |x| {
+                let w = x as f64;
+                (w * w * w) as f32
+            }),
+            _ => map2(a, b, out, f32::powf),
+        },
         Map::Max => map2(a, b, out, |x, y| if x > y || x.is_nan() { x } else { y }),
         Map::Min => map2(a, b, out, |x, y| if x < y || x.is_nan() { x } else { y }),
         Map::Cmp(c) => {
