@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine (bench/gpu/bundle.sh made .device/): unpacks the runtime and, for
 # each build variant in $VARIANTS (default: fusion nofusion), runs the steps in
-# $EX_BURN_GPU_STEPS (default: engine core training classifier). Logs and results go to $OUT,
+# $EX_BURN_GPU_STEPS (default: engine core training classifier; also nx, defn, gpt2). Logs and results go to $OUT,
 # prefixed by the variant.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,6 +61,12 @@ for v in ${VARIANTS:-fusion nofusion}; do
           mix do compile --no-prune-code-paths + run bench/defn.exs > "$OUT/${v}_defn.log" 2>&1
         grep -E '^\|' "$OUT/${v}_defn.log" | tail -8
         cp bench/results/defn_cuda.md "$OUT/${v}_defn_cuda.md" 2>/dev/null ;;
+      gpt2)
+        echo "== bench/gpt2_layer.exs on cuda ($v)"
+        elixir118 && EX_BURN_BENCH_DEVICE=cuda MIX_ENV=test MIX_BUILD_PATH=/tmp/exb_build_118 timeout 400 \
+          mix do compile --no-prune-code-paths + run bench/gpt2_layer.exs > "$OUT/${v}_gpt2.log" 2>&1
+        grep -E '^\||First call' "$OUT/${v}_gpt2.log" | tail -6
+        cp bench/results/gpt2_layer_cuda.md "$OUT/${v}_gpt2_layer_cuda.md" 2>/dev/null ;;
       *) echo "unknown step $step" ;;
     esac
   done
