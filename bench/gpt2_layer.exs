@@ -30,9 +30,9 @@ defmodule Bench.Gpt2Layer do
     (x - mean) * Nx.rsqrt(var + 1.0e-5) * g + b
   end
 
-  defn gelu(x), do: 0.5 * x * (1 + Nx.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+  defn(gelu(x), do: 0.5 * x * (1 + Nx.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))))
 
-  defn heads(t), do: t |> Nx.reshape({@b, @s, @heads, @hd}) |> Nx.transpose(axes: [0, 2, 1, 3])
+  defn(heads(t), do: t |> Nx.reshape({@b, @s, @heads, @hd}) |> Nx.transpose(axes: [0, 2, 1, 3]))
 
   defn layer(p, x) do
     h = layer_norm(x, p.ln1_g, p.ln1_b)
@@ -52,13 +52,16 @@ defmodule Bench.Gpt2Layer do
     x + Nx.dot(gelu(Nx.dot(h, p.w_1) + p.b_1), p.w_2) + p.b_2
   end
 
-  defn loss_and_grad(p, x), do: value_and_grad(p, fn p -> Nx.mean(layer(p, x) ** 2) end)
+  defn(loss_and_grad(p, x), do: value_and_grad(p, fn p -> Nx.mean(layer(p, x) ** 2) end))
 end
 
 rounds = String.to_integer(System.get_env("EX_BURN_BENCH_ROUNDS", "20"))
 key = Nx.Random.key(0)
 {d, f} = {768, 3072}
-normal = fn shape, i -> Nx.multiply(elem(Nx.Random.normal(Nx.Random.fold_in(key, i), shape: shape), 0), 0.02) end
+
+normal = fn shape, i ->
+  Nx.multiply(elem(Nx.Random.normal(Nx.Random.fold_in(key, i), shape: shape), 0), 0.02)
+end
 
 params = %{
   ln1_g: Nx.broadcast(1.0, {d}),
@@ -124,6 +127,12 @@ Bench.write(
     "result, the peers synchronise the device. Ratio = best peer time / ExBurn time (> 1: ExBurn faster).\n\n" <>
     "First call (tracing, compilation, kernel compilation, autotuning): forward #{Float.round(first_fwd, 1)} s, " <>
     "forward + backward #{Float.round(first_bwd, 1)} s.",
-  ["case", "ExBurn (Nx.Defn.jit, ExBurn.Compiler)", "PyTorch eager (SDPA)", "JAX (jax.jit)", "ExBurn / best peer"],
+  [
+    "case",
+    "ExBurn (Nx.Defn.jit, ExBurn.Compiler)",
+    "PyTorch eager (SDPA)",
+    "JAX (jax.jit)",
+    "ExBurn / best peer"
+  ],
   rows
 )

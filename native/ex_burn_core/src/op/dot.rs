@@ -107,7 +107,7 @@ pub(crate) fn dot(
     let perm_a: Vec<usize> = [ba, &fa, ca].concat();
     let perm_b: Vec<usize> = [bb, cb, &fb].concat();
     let (a, b) = (a.cast(out)?, b.cast(out)?);
-    if direct_matmul(ba, &fa, ca, &fb, on_gpu, out) {
+    if direct_matmul(&fa, ca, &fb, on_gpu, out) {
         // One axis per group: the permuted views are the matmul's operands as they are (the
         // CPU GEMM reads them through their strides; reshaping would copy a transposed view).
         let res = matmul(&util::permute(&a, &perm_a)?, &util::permute(&b, &perm_b)?)?;
@@ -139,26 +139,18 @@ fn gpu_library_matmul(_: &Tensor, _: &Tensor, _: Precision) -> Result<Option<Ten
     Ok(None)
 }
 
-/// Whether a float contraction on the CPU can run as one 2-D (no batch axis) or 3-D (one
-/// batch axis) matmul of the permuted operands, without reshaping them: one free axis on each
-/// side, one contracted axis and at most one batch axis.
-fn direct_matmul(
-    ba: &[usize],
-    fa: &[usize],
-    ca: &[usize],
-    fb: &[usize],
-    on_gpu: bool,
-    out: DType,
-) -> bool {
+/// Whether a float contraction on the CPU can run as one matmul of the permuted operands
+/// (batch axes first, then `[m, k]` and `[k, n]`), without reshaping them: one free axis on
+/// each side and one contracted axis; the CPU GEMM walks batch axes through their strides.
+fn direct_matmul(fa: &[usize], ca: &[usize], fb: &[usize], on_gpu: bool, out: DType) -> bool {
     !on_gpu
         && matches!(out, DType::F32 | DType::F64 | DType::F16)
-        && ba.len() <= 1
         && fa.len() == 1
         && ca.len() == 1
         && fb.len() == 1
 }
 
-/// `[.., m, k] x [.., k, n]` (rank 2, or rank 3 with one batch axis) in the operands' type.
+/// `[.., m, k] x [.., k, n]` (equal batch axes first) in the operands' type.
 fn matmul(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
     let out = a3.dtype();
     if a3.kind() != Kind::Float && !matches!(out, DType::S32 | DType::S64) {
