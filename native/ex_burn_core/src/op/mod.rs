@@ -4,7 +4,7 @@
 //! values of [`Op`]; [`eval`] runs one. An eager op is a one-instruction program: the program
 //! interpreter calls the same [`eval`]. Ops are grouped by family, one file each.
 
-mod binary;
+pub(crate) mod binary;
 mod conv;
 pub(crate) mod creation;
 mod dot;

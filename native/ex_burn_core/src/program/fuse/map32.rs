@@ -14,6 +14,7 @@
 
 use super::{on_threads, Run, CHUNK};
 use crate::dtype::Kind;
+use crate::op::binary::Cmp;
 use crate::op::exact32::{self, Fun};
 use crate::op::{self, shape, Op};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -83,7 +84,7 @@ enum Map {
     /// `powf`, except exponents 2 and 3 given as constants: the products rounded once (the
     /// op table's `small_power`).
     Pow,
-    /// A comparison; its result is a mask (1.0 or 0.0) that only other steps read.
+    /// An IEEE comparison of f32 operands; its result is a mask (1.0 or 0.0) that only other steps read.
     Cmp(Cmp),
     Neg,
     Abs,
@@ -96,17 +97,6 @@ enum Map {
     /// `sin`/`cos`/`tanh` by the correctly rounded kernels, as the op table computes them
     /// on CPUs that have them.
     Exact(Fun),
-}
-
-/// The IEEE comparisons of f32 operands.
-#[derive(Clone, Copy, Debug)]
-enum Cmp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
 }
 
 impl Map {
@@ -559,14 +549,8 @@ fn unary(m: Map, a: Arg, out: &mut [f32]) {
         Map::Sin => map1(a, out, f32::sin),
         Map::Cos => map1(a, out, f32::cos),
         Map::Tanh => map1(a, out, f32::tanh),
-        Map::Add
-        | Map::Sub
-        | Map::Mul
-        | Map::Div
-        | Map::Pow
-        | Map::Max
-        | Map::Min
-        | Map::Cmp(_) => {}
+        // binary maps: `binary` applies them
+        _ => {}
     }
 }
 
