@@ -251,13 +251,11 @@ impl Program {
             let out = if folded.get(i) == Some(&true) {
                 // the dot that fed this transpose computed it already
                 args
-            } else if let Some((op, swapped)) =
-                self.folds[i].and_then(|_| fold::swapped(&ins.op, &args))
+            } else if let Some((j, (op, swapped))) =
+                self.folds[i].and_then(|j| Some((j, fold::swapped(&ins.op, &args)?)))
             {
-                if let Some(j) = self.folds[i] {
-                    folded.resize(self.instrs.len(), false);
-                    folded[j] = true;
-                }
+                folded.resize(self.instrs.len(), false);
+                folded[j] = true;
                 op::eval(&op, &swapped, device)?
             } else {
                 op::eval(&ins.op, &args, device)?

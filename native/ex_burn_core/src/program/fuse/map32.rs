@@ -52,7 +52,7 @@ impl Layout {
         }
         let lead = s.iter().take_while(|&&d| d == 1).count();
         let rest = &s[lead..];
-        if rest.len() <= full.len() && full.ends_with(rest) && s.len() <= full.len() {
+        if s.len() <= full.len() && full.ends_with(rest) {
             return Some(Layout::Rows(rest.iter().product()));
         }
         let keep = s.len() - s.iter().rev().take_while(|&&d| d == 1).count();

@@ -9,13 +9,7 @@ pub(super) fn values(inputs: &[Tensor], ad: bool, dtype: DType) -> Result<Vec<Va
         .iter()
         .map(|t| {
             if t.dtype().is_float() {
-                let t = t.cast(dtype)?;
-                let p = if ad {
-                    B::from_inner(t.prim())
-                } else {
-                    t.prim()
-                };
-                Ok(Value::Float(TensorPrimitive::Float(p), t.shape().to_vec()))
+                float_value(t, ad, dtype)
             } else {
                 if t.rank() != 2 {
                     return Err(Error::Shape(format!(
@@ -31,19 +25,21 @@ pub(super) fn values(inputs: &[Tensor], ad: bool, dtype: DType) -> Result<Vec<Va
         .collect()
 }
 
+/// A float tensor as a graph value in `dtype` (lifted to the autodiff device when `ad`).
+fn float_value(t: &Tensor, ad: bool, dtype: DType) -> Result<Value> {
+    let t = t.cast(dtype)?;
+    let p = if ad {
+        B::from_inner(t.prim())
+    } else {
+        t.prim()
+    };
+    Ok(Value::Float(TensorPrimitive::Float(p), t.shape().to_vec()))
+}
+
+/// A training target: float values (as inputs are converted), or class ids.
 pub(super) fn target(t: &Tensor, ad: bool, dtype: DType) -> Result<Target> {
-    let _ = ad;
     if t.dtype().is_float() {
-        let t = t.cast(dtype)?;
-        let p = if ad {
-            B::from_inner(t.prim())
-        } else {
-            t.prim()
-        };
-        Ok(Target::Values(Value::Float(
-            TensorPrimitive::Float(p),
-            t.shape().to_vec(),
-        )))
+        Ok(Target::Values(float_value(t, ad, dtype)?))
     } else {
         let n = t.shape().first().copied().unwrap_or(0);
         // Class ids stay on the plain device: losses lift what they derive from them.
