@@ -368,3 +368,135 @@ fn small_integer_powers_are_rounded_once_fused_or_not() {
         assert_eq!(bits(a), bits(b), "output {k}");
     }
 }
+
+/// A generated check of the f32 chunk loops: random element-wise programs (arithmetic,
+/// `max`/`min`, powers, unary maps, comparisons feeding `select`, constants of f32 and s32,
+/// bias rows, per-row columns, a boolean input mask, special values) give op-by-op values,
+/// NaN wherever op-by-op gives NaN and the same bits everywhere else.
+#[test]
+fn generated_element_wise_programs_match_op_by_op_evaluation() {
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut fused = 0;
+    for case in 0..24 {
+        let (rows, cols) = (300 + next(300), 448 + next(64));
+        let n = rows * cols;
+        let mask = t(
+            &(0..n)
+                .map(|i| ((i * 7 + case) % 3 == 0) as u8 as f64)
+                .collect::<Vec<_>>(),
+            &[rows, cols],
+            DType::U8,
+        );
+        let inputs = vec![
+            f(&special(n, case), &[rows, cols]),
+            f(&special(n, case + 5), &[rows, cols]),
+            f(&special(cols, case + 1), &[cols]),
+            f(&special(rows, case + 2), &[rows, 1]),
+            ev(Op::NotEqual, &[&mask, &t(&[0.], &[], DType::U8)]),
+        ];
+        // f32 values of the run's shape, and every f32 value (broadcast ones included)
+        let (mut full, mut any): (Vec<usize>, Vec<usize>) = (vec![0, 1], vec![0, 1, 2, 3]);
+        let mut instrs: Vec<Instr> = Vec::new();
+        let push = |instrs: &mut Vec<Instr>, op: Op, args: &[usize]| {
+            instrs.push(ins(op, args));
+            inputs.len() + instrs.len() - 1
+        };
+        for _ in 0..10 + next(6) {
+            let a = full[next(full.len())];
+            let b = any[next(any.len())];
+            let v = match next(9) {
+                0 => {
+                    let c = push(&mut instrs, scalar([0.5, -2.0, 3.0][next(3)]), &[]);
+                    any.push(c);
+                    push(&mut instrs, Op::Multiply { out: None }, &[a, c])
+                }
+                1 => {
+                    let op = [
+                        Op::Add { out: None },
+                        Op::Subtract { out: None },
+                        Op::Divide { out: None },
+                        Op::Max { out: None },
+                        Op::Min { out: None },
+                    ][next(5)]
+                    .clone();
+                    if next(2) == 0 {
+                        push(&mut instrs, op, &[a, b])
+                    } else {
+                        push(&mut instrs, op, &[b, a])
+                    }
+                }
+                2 => {
+                    let e = Op::Full {
+                        shape: vec![],
+                        dtype: DType::S32,
+                        value: Scalar::I([2, 3][next(2)]),
+                    };
+                    let e = push(&mut instrs, e, &[]);
+                    push(&mut instrs, Op::Pow { out: None }, &[a, e])
+                }
+                3 => {
+                    let op = [Op::Neg, Op::Abs, Op::Exp, Op::Sqrt, Op::Log][next(5)].clone();
+                    push(&mut instrs, op, &[a])
+                }
+                4 => {
+                    let op = [Op::Tanh, Op::Sin, Op::Cos][next(3)].clone();
+                    push(&mut instrs, op, &[a])
+                }
+                5 | 6 => {
+                    let cmp =
+                        [Op::Equal, Op::Less, Op::GreaterEqual, Op::NotEqual][next(4)].clone();
+                    let m = push(&mut instrs, cmp, &[a, b]);
+                    let other = any[next(any.len())];
+                    push(&mut instrs, Op::Select { out: None }, &[m, a, other])
+                }
+                7 => push(&mut instrs, Op::Select { out: None }, &[4, a, b]),
+                _ => {
+                    let z = push(
+                        &mut instrs,
+                        Op::Full {
+                            shape: vec![],
+                            dtype: DType::S32,
+                            value: Scalar::I(0),
+                        },
+                        &[],
+                    );
+                    push(
+                        &mut instrs,
+                        Op::Max {
+                            out: Some(DType::F32),
+                        },
+                        &[a, z],
+                    )
+                }
+            };
+            full.push(v);
+            any.push(v);
+        }
+        // every f32 result (a comparison read after the run goes to the op table by design)
+        let outputs = full[2..].to_vec();
+        let prog = Program::new(inputs.len(), instrs, outputs).unwrap();
+        let before = ex_burn_core::program::loop_runs();
+        let got = prog.run(inputs.clone(), dev()).unwrap();
+        fused += ex_burn_core::program::loop_runs() - before;
+        let want = op_by_op(&prog, &inputs);
+        for (k, (x, y)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(x.shape(), y.shape(), "case {case} output {k}");
+            assert_eq!(x.dtype(), y.dtype(), "case {case} output {k}");
+            for (i, (p, q)) in v(x).iter().zip(v(y)).enumerate() {
+                assert!(
+                    p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
+                    "case {case} output {k} element {i}: {p} vs {q}\n{prog:?}"
+                );
+            }
+        }
+    }
+    if dev() == Device::Cpu {
+        assert_eq!(fused, 24, "runs that took the chunk loops");
+    }
+}
