@@ -143,9 +143,7 @@ defmodule ExBurn.BurnBridge do
 
   # ---- element-wise ----
 
-  @unary ~w(neg abs sign exp expm1 log log1p sqrt rsqrt cbrt sin cos tan asin acos atan sinh cosh
-            tanh asinh acosh atanh erf erfc erf_inv sigmoid relu floor ceil round is_nan is_infinity
-            logical_not bitwise_not population_count count_leading_zeros)a
+  @unary Op.names(:unary)
 
   for name <- @unary do
     @doc "Element-wise `#{name}` (Nx semantics; float functions of integers give `{:f, 32}`)."
@@ -154,9 +152,7 @@ defmodule ExBurn.BurnBridge do
     def unquote(name)(other), do: Tensor.not_a_tensor(other, unquote(name))
   end
 
-  @binary ~w(add subtract multiply divide quotient remainder pow atan2 min max bitwise_and
-             bitwise_or bitwise_xor left_shift right_shift equal not_equal less less_equal
-             greater greater_equal logical_and logical_or logical_xor)a
+  @binary Op.names(:binary) ++ Op.names(:compare) ++ Op.names(:logical)
 
   for name <- @binary do
     @doc "Element-wise `#{name}` with broadcasting and Nx type promotion."
@@ -212,7 +208,7 @@ defmodule ExBurn.BurnBridge do
 
   # ---- reductions ----
 
-  @reductions ~w(sum product reduce_max reduce_min all any)a
+  @reductions Op.names(:reduce)
   @reduce_opts [
     axes: [
       type: {:or, [nil, {:list, :non_neg_integer}]},

@@ -19,6 +19,7 @@ defmodule ExBurn.Nif do
     eval_op: 3,
     program_build: 2,
     program_run: 3,
+    op_names: 0,
     build_info: 0,
     device_info: 1,
     device_sync: 1,

@@ -11,6 +11,77 @@ defmodule ExBurn.Op do
 
   alias ExBurn.{Native, Options, Tensor}
 
+  # The engine's op vocabulary by family, each op once, in the engine's names (Nx's, except
+  # `neg`). The native op table declares the same names (`op_names/0` returns them;
+  # test/ex_burn/op_table_test.exs checks that the two agree). `ExBurn.BurnBridge` and
+  # `ExBurn.Defn.Lower` derive their op lists from it.
+  @families [
+    unary: ~w(neg abs sign exp expm1 log log1p sqrt rsqrt cbrt sin cos tan asin acos atan sinh
+              cosh tanh asinh acosh atanh erf erfc erf_inv sigmoid relu floor ceil round is_nan
+              is_infinity logical_not bitwise_not population_count count_leading_zeros)a,
+    binary: ~w(add subtract multiply divide quotient remainder pow atan2 min max bitwise_and
+               bitwise_or bitwise_xor left_shift right_shift)a,
+    compare: ~w(equal not_equal less less_equal greater greater_equal)a,
+    logical: ~w(logical_and logical_or logical_xor)a,
+    reduce: ~w(sum product reduce_max reduce_min all any)a,
+    arg: ~w(argmax argmin)a,
+    cumulative: ~w(cumulative_sum cumulative_product cumulative_max cumulative_min)a,
+    window: ~w(window_sum window_product window_max window_min)a,
+    window_scatter: ~w(window_scatter_max window_scatter_min)a,
+    other: ~w(iota eye full random_uniform random_normal as_type bitcast select clip dot transpose
+              reshape squeeze broadcast slice put_slice concatenate stack pad reverse gather take
+              take_along_axis indexed_add indexed_put sort argsort conv softmax log_softmax
+              triangular_solve)a,
+    program: ~w(while cond hook reduce window_reduce)a
+  ]
+
+  # Type rules the families do not say: unary float functions (integer input computes in
+  # `{:f, 32}`) and reductions whose `out` attribute gives the accumulation type.
+  @float_functions ~w(exp expm1 log log1p sqrt rsqrt cbrt sin cos tan asin acos atan sinh cosh tanh
+                      asinh acosh atanh erf erfc erf_inv sigmoid)a
+  @typed_reductions ~w(sum product)a
+
+  @doc """
+  The engine's op names of `family` (`:unary`, `:binary`, `:compare`, `:logical`, `:reduce`,
+  `:arg`, `:cumulative`, `:window`, `:window_scatter`, `:other`, or `:program` for the steps
+  only programs have), or every family as a keyword list when called without one.
+
+  ## Examples
+
+      iex> ExBurn.Op.names(:logical)
+      [:logical_and, :logical_or, :logical_xor]
+  """
+  @spec names() :: keyword([atom()])
+  @spec names(atom()) :: [atom()]
+  def names, do: @families
+
+  def names(family) do
+    case List.keyfind(@families, family, 0) do
+      {_, names} ->
+        names
+
+      nil ->
+        Options.fail(
+          :names,
+          "unknown op family #{inspect(family)}; families: #{inspect(Keyword.keys(@families))}"
+        )
+    end
+  end
+
+  @doc "Unary float functions: integer input computes in `{:f, 32}`, as in Nx."
+  @spec float_functions() :: [atom()]
+  def float_functions, do: @float_functions
+
+  @doc "Reductions whose `out` attribute gives the accumulation and result type."
+  @spec typed_reductions() :: [atom()]
+  def typed_reductions, do: @typed_reductions
+
+  @doc """
+  The op names of the loaded native engine by family (what `names/0` must equal).
+  """
+  @spec native_names() :: keyword([atom()])
+  def native_names, do: Native.call(:op_names, [], :op_names)
+
   @doc """
   Encodes an op and its attributes for the engine.
 

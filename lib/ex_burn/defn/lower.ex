@@ -42,22 +42,19 @@ defmodule ExBurn.Defn.Lower do
   }
 
   # Float functions: the input is converted to Nx's output type first (s64 -> f32, f16 stays).
-  @float_unary ~w(exp expm1 log log1p sigmoid cos sin tan cosh sinh tanh acos asin atan acosh
-                  asinh atanh sqrt rsqrt cbrt erf erfc erf_inv)a
+  @float_unary ExBurn.Op.float_functions()
 
   # Binary ops whose result type Nx gives as `out`.
-  @binary_typed ~w(add subtract multiply divide quotient remainder pow atan2 min max bitwise_and
-                   bitwise_or bitwise_xor left_shift right_shift)a
+  @binary_typed ExBurn.Op.names(:binary)
 
   # Binary ops with a boolean result.
-  @binary_pred ~w(equal not_equal less less_equal greater greater_equal logical_and logical_or
-                  logical_xor)a
+  @binary_pred ExBurn.Op.names(:compare) ++ ExBurn.Op.names(:logical)
 
-  @reductions ~w(sum product reduce_max reduce_min all any)a
-  @typed_reductions ~w(sum product)a
-  @windows ~w(window_sum window_product window_max window_min)a
-  @window_scatters ~w(window_scatter_max window_scatter_min)a
-  @cumulative ~w(cumulative_sum cumulative_product cumulative_max cumulative_min)a
+  @reductions ExBurn.Op.names(:reduce)
+  @typed_reductions ExBurn.Op.typed_reductions()
+  @windows ExBurn.Op.names(:window)
+  @window_scatters ExBurn.Op.names(:window_scatter)
+  @cumulative ExBurn.Op.names(:cumulative)
   @shape_ops ~w(reshape squeeze broadcast transpose reverse pad slice put_slice concatenate stack)a
   @index_ops ~w(gather indexed_add indexed_put take take_along_axis)a
   @creation ~w(constant eye iota)a

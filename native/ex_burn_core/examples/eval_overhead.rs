@@ -1,5 +1,6 @@
 //! Per-call cost of the engine's eager path without the BEAM: `cargo run --release --example
 //! eval_overhead`. Prints the median of 200 batches of 10k calls for a 4-element add.
+use ex_burn_core::op::Arith;
 use ex_burn_core::{eval, DType, Device, Op, Tensor};
 use std::time::Instant;
 
@@ -10,7 +11,10 @@ fn main() {
         .collect();
     let a = Tensor::from_bytes(&bytes, &[4], DType::F32, Device::Cpu).unwrap();
     let b = a.clone();
-    let op = Op::Add { out: None };
+    let op = Op::Binary {
+        op: Arith::Add,
+        out: None,
+    };
     let inputs = vec![a, b];
     let mut per_call = Vec::new();
     for _ in 0..200 {

@@ -31,12 +31,13 @@ pub mod scalar;
 pub mod tensor;
 pub mod threads;
 pub mod train;
+mod wire;
 
 pub use device::Device;
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use guard::guard;
 pub use op::{eval, Op};
-pub use program::Program;
+pub use program::{Program, Step};
 pub use scalar::Scalar;
 pub use tensor::Tensor;

@@ -10,11 +10,13 @@
 
 mod fold;
 mod fuse;
+mod reduce_fn;
+mod step;
 
 pub use fuse::loop_runs;
+pub use step::{eval, names, Step};
 
-use crate::op::{self, Op};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{Device, Error, Result, Tensor};
 use serde::Deserialize;
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -27,12 +29,12 @@ thread_local! {
     static HOOKS: RefCell<Option<HookLog>> = const { RefCell::new(None) };
 }
 
-/// One instruction: an op applied to earlier values.
+/// One instruction: a step applied to earlier values.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Instr {
     /// The operation.
-    pub op: Op,
+    pub op: Step,
     /// Value numbers of its inputs.
     #[serde(default)]
     pub args: Vec<usize>,
@@ -107,8 +109,9 @@ pub struct Program {
 }
 
 impl Program {
-    /// A program of a single op on `arity` inputs, returning all of the op's results.
-    pub fn single(op: Op, arity: usize) -> Result<Program> {
+    /// A program of a single step on `arity` inputs, returning all of its results.
+    pub fn single(op: impl Into<Step>, arity: usize) -> Result<Program> {
+        let op = op.into();
         let results = op.results();
         Program::new(
             arity,
@@ -256,9 +259,9 @@ impl Program {
             {
                 folded.resize(self.instrs.len(), false);
                 folded[j] = true;
-                op::eval(&op, &swapped, device)?
+                crate::op::eval(&op, &swapped, device)?
             } else {
-                op::eval(&ins.op, &args, device)?
+                eval(&ins.op, &args, device)?
             };
             if out.len() != ins.op.results() {
                 return Err(Error::Execution(format!(
@@ -345,10 +348,10 @@ fn element_wise_runs(instrs: &[Instr]) -> Vec<Option<usize>> {
 }
 
 /// Validates the sub-programs of a control-flow instruction against their shape.
-fn validate_sub_programs(op: &mut Op, i: usize) -> Result<()> {
+fn validate_sub_programs(op: &mut Step, i: usize) -> Result<()> {
     let bad = |msg: String| Err(Error::Argument(format!("instruction {i}: {msg}")));
     match op {
-        Op::While { cond, body, state } => {
+        Step::While { cond, body, state } => {
             cond.validate()?;
             body.validate()?;
             if cond.inputs != body.inputs || *state > body.inputs {
@@ -361,7 +364,7 @@ fn validate_sub_programs(op: &mut Op, i: usize) -> Result<()> {
             }
             no_constants(&[cond, body], i)
         }
-        Op::Cond { branches } => {
+        Step::Cond { branches } => {
             for b in branches.iter_mut() {
                 b.validate()?;
             }
@@ -377,7 +380,7 @@ fn validate_sub_programs(op: &mut Op, i: usize) -> Result<()> {
             }
             no_constants(&branches.iter().collect::<Vec<_>>(), i)
         }
-        Op::Reduce { body, .. } | Op::WindowReduce { body, .. } => {
+        Step::Reduce { body, .. } | Step::WindowReduce { body, .. } => {
             body.validate()?;
             if body.inputs != 2 || body.outputs.len() != 1 {
                 return bad("a fold body takes (element, acc) and returns one value".into());
@@ -397,36 +400,6 @@ fn no_constants(programs: &[&Program], i: usize) -> Result<()> {
     Ok(())
 }
 
-/// Runs a control-flow op (`While`, `Cond`) on its inputs.
-pub(crate) fn control(op: &Op, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
-    match op {
-        Op::While { cond, body, state } => {
-            let (mut st, inv) = (inputs[..*state].to_vec(), &inputs[*state..]);
-            loop {
-                let args: Vec<Tensor> = st.iter().chain(inv).cloned().collect();
-                if !truthy(&cond.run(args.clone(), device)?[0])? {
-                    return Ok(st);
-                }
-                st = body.run(args, device)?;
-            }
-        }
-        Op::Cond { branches } => {
-            let k = branches.len() - 1;
-            let args = inputs[k..].to_vec();
-            for (pred, branch) in inputs[..k].iter().zip(branches) {
-                if truthy(pred)? {
-                    return branch.run(args, device);
-                }
-            }
-            branches[k].run(args, device)
-        }
-        other => Err(Error::Unsupported(format!(
-            "{} is not a control-flow op",
-            other.name()
-        ))),
-    }
-}
-
 /// Records the values of hook `id` in the log of the running program.
 pub(crate) fn hook(id: u64, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     HOOKS.with(|h| match h.borrow_mut().as_mut() {
@@ -438,16 +411,4 @@ pub(crate) fn hook(id: u64, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             "hook runs only inside a program run with Program::run_hooked".into(),
         )),
     })
-}
-
-/// Whether a scalar predicate is non-zero (NaN counts as non-zero, as in Nx).
-fn truthy(pred: &Tensor) -> Result<bool> {
-    if pred.numel() != 1 {
-        return Err(Error::Shape(format!(
-            "a predicate must be a scalar, got shape {:?}",
-            pred.shape()
-        )));
-    }
-    let bytes = pred.to_bool().cast(DType::U8)?.to_bytes(None)?;
-    Ok(bytes.first().copied().unwrap_or(0) != 0)
 }

@@ -86,10 +86,10 @@ pub fn decode_bounded<'de, T: Deserialize<'de>>(term: Term, what: &str) -> Resul
 /// Decodes an op within the normal-scheduler budget (`None`: too large, decode it on a dirty
 /// scheduler with [`decode`]). Ops given as a bare atom (most eager calls) are decoded once
 /// and cached by atom, which keeps the eager path cheap.
-pub fn op(term: Term) -> Result<Option<ex_burn_core::Op>> {
+pub fn op(term: Term) -> Result<Option<ex_burn_core::Step>> {
     use std::collections::HashMap;
     use std::sync::{OnceLock, RwLock};
-    static CACHE: OnceLock<RwLock<HashMap<rustler::Atom, ex_burn_core::Op>>> = OnceLock::new();
+    static CACHE: OnceLock<RwLock<HashMap<rustler::Atom, ex_burn_core::Step>>> = OnceLock::new();
     let Ok(atom) = rustler::Atom::from_term(term) else {
         return decode_bounded(term, "op");
     };
@@ -97,7 +97,7 @@ pub fn op(term: Term) -> Result<Option<ex_burn_core::Op>> {
     if let Some(op) = cache.read().ok().and_then(|c| c.get(&atom).cloned()) {
         return Ok(Some(op));
     }
-    let op: ex_burn_core::Op = decode(term, "op")?;
+    let op: ex_burn_core::Step = decode(term, "op")?;
     if let Ok(mut c) = cache.write() {
         c.insert(atom, op.clone());
     }

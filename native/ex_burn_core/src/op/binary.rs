@@ -5,70 +5,24 @@
 //! `min`/`max` propagate NaN.
 
 use super::util;
-use super::Op;
+use super::{Arith, Compare, Logical, Op};
 use crate::dtype::Kind;
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 
-/// Arithmetic and bitwise element-wise functions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Bin {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Quot,
-    Rem,
-    Pow,
-    Atan2,
-    Min,
-    Max,
-    And,
-    Or,
-    Xor,
-    Shl,
-    Shr,
-}
-
-/// Comparisons (result is boolean).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Cmp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
 pub(super) fn eval(op: &Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let merged = DType::merge(a.dtype(), b.dtype());
-    let arith =
-        |f: Bin, out: &Option<DType>, default: DType| binary(f, a, b, out.unwrap_or(default));
     match op {
-        Op::Add { out } => arith(Bin::Add, out, merged),
-        Op::Subtract { out } => arith(Bin::Sub, out, merged),
-        Op::Multiply { out } => arith(Bin::Mul, out, merged),
-        Op::Divide { out } => arith(Bin::Div, out, merged.to_floating()),
-        Op::Quotient { out } => arith(Bin::Quot, out, merged),
-        Op::Remainder { out } => arith(Bin::Rem, out, merged),
-        Op::Pow { out } => arith(Bin::Pow, out, merged),
-        Op::Atan2 { out } => arith(Bin::Atan2, out, merged.to_floating()),
-        Op::Min { out } => arith(Bin::Min, out, merged),
-        Op::Max { out } => arith(Bin::Max, out, merged),
-        Op::BitwiseAnd { out } => arith(Bin::And, out, merged),
-        Op::BitwiseOr { out } => arith(Bin::Or, out, merged),
-        Op::BitwiseXor { out } => arith(Bin::Xor, out, merged),
-        Op::LeftShift { out } => arith(Bin::Shl, out, merged),
-        Op::RightShift { out } => arith(Bin::Shr, out, merged),
-        Op::Equal => compare(Cmp::Eq, a, b),
-        Op::NotEqual => compare(Cmp::Ne, a, b),
-        Op::Less => compare(Cmp::Lt, a, b),
-        Op::LessEqual => compare(Cmp::Le, a, b),
-        Op::Greater => compare(Cmp::Gt, a, b),
-        Op::GreaterEqual => compare(Cmp::Ge, a, b),
-        Op::LogicalAnd | Op::LogicalOr | Op::LogicalXor => logical(op, a, b),
+        Op::Binary { op: f, out } => {
+            let merged = DType::merge(a.dtype(), b.dtype());
+            let default = match f {
+                Arith::Divide | Arith::Atan2 => merged.to_floating(),
+                _ => merged,
+            };
+            binary(*f, a, b, out.unwrap_or(default))
+        }
+        Op::Compare(c) => compare(*c, a, b),
+        Op::Logical(l) => logical(*l, a, b),
         other => Err(Error::Unsupported(format!(
             "{} is not a binary op",
             other.name()
@@ -85,10 +39,15 @@ pub(crate) fn prepare(a: &Tensor, b: &Tensor, dtype: DType) -> Result<(Tensor, T
 }
 
 /// Applies an arithmetic/bitwise function with Nx semantics, computing in `out`.
-pub(crate) fn binary(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Tensor> {
+pub(crate) fn binary(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Tensor> {
     let int_only = matches!(
         f,
-        Bin::Quot | Bin::And | Bin::Or | Bin::Xor | Bin::Shl | Bin::Shr
+        Arith::Quotient
+            | Arith::BitwiseAnd
+            | Arith::BitwiseOr
+            | Arith::BitwiseXor
+            | Arith::LeftShift
+            | Arith::RightShift
     );
     if int_only && out.is_float() {
         return Err(Error::Dtype(format!(
@@ -97,7 +56,7 @@ pub(crate) fn binary(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Tenso
             b.dtype()
         )));
     }
-    if f == Bin::Atan2 && !out.is_float() {
+    if f == Arith::Atan2 && !out.is_float() {
         return Err(Error::Dtype(format!(
             "expects a float result type, got {out}"
         )));
@@ -121,7 +80,7 @@ const SCALAR_KERNEL_MIN: usize = 4096;
 /// `tensor op scalar` on the CPU runs as Burn's scalar kernel: the CPU backend walks broadcast
 /// views several times slower than contiguous data. The results are identical (the scalar is
 /// first converted to `out`, as broadcasting would). GPU kernels broadcast at no cost.
-fn with_scalar(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tensor>> {
+fn with_scalar(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tensor>> {
     let (big, small, left) = match (a.rank(), b.rank()) {
         (r, 0) if r > 0 => (a, b, false),
         (0, r) if r > 0 => (b, a, true),
@@ -129,9 +88,9 @@ fn with_scalar(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tens
     };
     let float = out.is_float();
     let supported = match f {
-        Bin::Add | Bin::Mul => true,
-        Bin::Sub => float || !left,
-        Bin::Div => float && !left,
+        Arith::Add | Arith::Multiply => true,
+        Arith::Subtract => float || !left,
+        Arith::Divide => float && !left,
         _ => false,
     };
     if !supported
@@ -145,13 +104,13 @@ fn with_scalar(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tens
     let v = util::read_scalar(&small.cast(out)?)?.burn_for(out);
     let p = big.prim();
     let prim = match (float, f, left) {
-        (true, Bin::Add, _) => B::float_add_scalar(p, v),
-        (true, Bin::Sub, false) => B::float_sub_scalar(p, v),
-        (true, Bin::Sub, true) => B::float_add_scalar(B::float_neg(p), v),
-        (true, Bin::Mul, _) => B::float_mul_scalar(p, v),
+        (true, Arith::Add, _) => B::float_add_scalar(p, v),
+        (true, Arith::Subtract, false) => B::float_sub_scalar(p, v),
+        (true, Arith::Subtract, true) => B::float_add_scalar(B::float_neg(p), v),
+        (true, Arith::Multiply, _) => B::float_mul_scalar(p, v),
         (true, _, _) => B::float_div_scalar(p, v),
-        (false, Bin::Add, _) => B::int_add_scalar(p, v),
-        (false, Bin::Sub, _) => B::int_sub_scalar(p, v),
+        (false, Arith::Add, _) => B::int_add_scalar(p, v),
+        (false, Arith::Subtract, _) => B::int_sub_scalar(p, v),
         (false, _, _) => B::int_mul_scalar(p, v),
     };
     Ok(Some(Tensor::same_shape_as(prim, big.kind(), big)))
@@ -162,8 +121,8 @@ fn with_scalar(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tens
 /// `powf` per element (several times slower, and `powf(x, 3)` is not always the correctly
 /// rounded cube). `x * x` is exact in f64, so its f32 rounding is the correctly rounded square;
 /// the cube is `x * x * x` in f64 (one rounding there) rounded to f32.
-fn small_power(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tensor>> {
-    if f != Bin::Pow
+fn small_power(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tensor>> {
+    if f != Arith::Pow
         || out != DType::F32
         || a.dtype() != DType::F32
         || a.rank() == 0
@@ -173,10 +132,10 @@ fn small_power(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tens
         return Ok(None);
     }
     match util::read_scalar(&b.cast(DType::F32)?)?.to_f64() {
-        2.0 => Ok(Some(same(Bin::Mul, a, a)?)),
+        2.0 => Ok(Some(same(Arith::Multiply, a, a)?)),
         3.0 => {
             let w = a.cast(DType::F64)?;
-            same(Bin::Mul, &same(Bin::Mul, &w, &w)?, &w)?
+            same(Arith::Multiply, &same(Arith::Multiply, &w, &w)?, &w)?
                 .cast(DType::F32)
                 .map(Some)
         }
@@ -185,27 +144,27 @@ fn small_power(f: Bin, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tens
 }
 
 /// Applies `f` to two tensors of one dtype and shape.
-pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+pub(crate) fn same(f: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if a.numel() == 0 {
         return Ok(a.clone());
     }
     let kind = a.kind();
     let (x, y) = (a.prim(), b.prim());
     let prim: Prim = match (kind, f) {
-        (Kind::Float, Bin::Add) => B::float_add(x, y),
-        (Kind::Float, Bin::Sub) => B::float_sub(x, y),
-        (Kind::Float, Bin::Mul) => B::float_mul(x, y),
-        (Kind::Float, Bin::Div) => B::float_div(x, y),
-        (Kind::Float, Bin::Pow) => B::float_powf(x, y),
-        (Kind::Float, Bin::Atan2) => B::float_atan2(x, y),
-        (Kind::Float, Bin::Rem) => return remainder(a, b),
-        (_, Bin::Min) => return min_max(a, b, false),
-        (_, Bin::Max) => return min_max(a, b, true),
+        (Kind::Float, Arith::Add) => B::float_add(x, y),
+        (Kind::Float, Arith::Subtract) => B::float_sub(x, y),
+        (Kind::Float, Arith::Multiply) => B::float_mul(x, y),
+        (Kind::Float, Arith::Divide) => B::float_div(x, y),
+        (Kind::Float, Arith::Pow) => B::float_powf(x, y),
+        (Kind::Float, Arith::Atan2) => B::float_atan2(x, y),
+        (Kind::Float, Arith::Remainder) => return remainder(a, b),
+        (_, Arith::Min) => return min_max(a, b, false),
+        (_, Arith::Max) => return min_max(a, b, true),
         (Kind::Float, _) => return Err(Error::Dtype(format!("{f:?} expects integer operands"))),
-        (_, Bin::Add) => B::int_add(x, y),
-        (_, Bin::Sub) => B::int_sub(x, y),
-        (_, Bin::Mul) => B::int_mul(x, y),
-        (_, Bin::Div) | (_, Bin::Quot) => {
+        (_, Arith::Add) => B::int_add(x, y),
+        (_, Arith::Subtract) => B::int_sub(x, y),
+        (_, Arith::Multiply) => B::int_mul(x, y),
+        (_, Arith::Divide) | (_, Arith::Quotient) => {
             nonzero_divisor(b)?;
             if a.dtype().is_signed_int() {
                 // MIN / -1 overflows (Rust's division panics): divide by 1 there and negate,
@@ -218,20 +177,20 @@ pub(crate) fn same(f: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
                 B::int_div(x, y)
             }
         }
-        (_, Bin::Rem) => return remainder(a, b),
-        (_, Bin::Pow) => B::int_powi(x, y),
-        (_, Bin::And) => B::bitwise_and(x, y),
-        (_, Bin::Or) => B::bitwise_or(x, y),
-        (_, Bin::Xor) => B::bitwise_xor(x, y),
-        (_, Bin::Shl) | (_, Bin::Shr) => {
-            nonnegative_shift(b, f == Bin::Shl)?;
-            if f == Bin::Shl {
+        (_, Arith::Remainder) => return remainder(a, b),
+        (_, Arith::Pow) => B::int_powi(x, y),
+        (_, Arith::BitwiseAnd) => B::bitwise_and(x, y),
+        (_, Arith::BitwiseOr) => B::bitwise_or(x, y),
+        (_, Arith::BitwiseXor) => B::bitwise_xor(x, y),
+        (_, Arith::LeftShift) | (_, Arith::RightShift) => {
+            nonnegative_shift(b, f == Arith::LeftShift)?;
+            if f == Arith::LeftShift {
                 B::bitwise_left_shift(x, y)
             } else {
                 B::bitwise_right_shift(x, y)
             }
         }
-        (_, Bin::Atan2) => return Err(Error::Dtype("atan2 expects float operands".into())),
+        (_, Arith::Atan2) => return Err(Error::Dtype("atan2 expects float operands".into())),
     };
     let kind = if kind == Kind::Bool { Kind::Int } else { kind };
     Ok(Tensor::same_shape_as(prim, kind, a))
@@ -277,8 +236,8 @@ fn nonnegative_shift(b: &Tensor, left: bool) -> Result<()> {
 /// floats: from Burn's divisor-signed remainder.
 fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if a.kind() != Kind::Float {
-        let q = same(Bin::Quot, a, b)?;
-        return same(Bin::Sub, a, &same(Bin::Mul, b, &q)?);
+        let q = same(Arith::Quotient, a, b)?;
+        return same(Arith::Subtract, a, &same(Arith::Multiply, b, &q)?);
     }
     let r = Tensor::from_prim(
         B::float_remainder(a.prim(), b.prim()),
@@ -287,24 +246,24 @@ fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     );
     // r has b's sign; where r != 0 and sign(a) != sign(b), the C remainder is r - b.
     let zero = util::broadcast_to(&util::scalar_like(a, 0.0)?, a.shape())?;
-    let a_neg = compare_same(Cmp::Lt, a, &zero);
-    let b_neg = compare_same(Cmp::Lt, b, &zero);
-    let r_nz = compare_same(Cmp::Ne, &r, &zero);
-    let signs_differ = bool_op(Bin::Xor, &a_neg, &b_neg);
-    let fix = bool_op(Bin::And, &signs_differ, &r_nz);
-    let shifted = same(Bin::Sub, &r, b)?;
+    let a_neg = compare_same(Compare::Less, a, &zero);
+    let b_neg = compare_same(Compare::Less, b, &zero);
+    let r_nz = compare_same(Compare::NotEqual, &r, &zero);
+    let signs_differ = bool_op(Arith::BitwiseXor, &a_neg, &b_neg);
+    let fix = bool_op(Arith::BitwiseAnd, &signs_differ, &r_nz);
+    let shifted = same(Arith::Subtract, &r, b)?;
     Ok(util::select(&fix, &shifted, &r))
 }
 
 /// NaN-propagating element-wise min/max.
 fn min_max(a: &Tensor, b: &Tensor, max: bool) -> Result<Tensor> {
-    let a_wins = compare_same(if max { Cmp::Gt } else { Cmp::Lt }, a, b);
+    let a_wins = compare_same(if max { Compare::Greater } else { Compare::Less }, a, b);
     let a_wins = if a.kind() == Kind::Float {
         let a_nan = util::bool_tensor(
             B::float_is_nan(a.prim(), a.bool_dtype()),
             a.shape().to_vec(),
         );
-        bool_op(Bin::Or, &a_wins, &a_nan)
+        bool_op(Arith::BitwiseOr, &a_wins, &a_nan)
     } else {
         a_wins
     };
@@ -312,67 +271,67 @@ fn min_max(a: &Tensor, b: &Tensor, max: bool) -> Result<Tensor> {
 }
 
 /// Nx comparison: computes in the merged type of both operands, returns `{:u, 8}` (bool kind).
-pub(crate) fn compare(c: Cmp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+pub(crate) fn compare(c: Compare, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let t = DType::merge(a.dtype(), b.dtype());
     let (a, b) = prepare(a, b, t)?;
     Ok(compare_same(c, &a, &b))
 }
 
 /// Compares two tensors of one dtype and shape.
-pub(crate) fn compare_same(c: Cmp, a: &Tensor, b: &Tensor) -> Tensor {
+pub(crate) fn compare_same(c: Compare, a: &Tensor, b: &Tensor) -> Tensor {
     let shape = a.shape().to_vec();
     let (x, y) = (a.prim(), b.prim());
     let bd = a.bool_dtype();
     let prim = match a.kind() {
         Kind::Float => match c {
-            Cmp::Eq => B::float_equal(x, y, bd),
-            Cmp::Ne => B::float_not_equal(x, y, bd),
-            Cmp::Lt => B::float_lower(x, y, bd),
-            Cmp::Le => B::float_lower_equal(x, y, bd),
-            Cmp::Gt => B::float_greater(x, y, bd),
-            Cmp::Ge => B::float_greater_equal(x, y, bd),
+            Compare::Equal => B::float_equal(x, y, bd),
+            Compare::NotEqual => B::float_not_equal(x, y, bd),
+            Compare::Less => B::float_lower(x, y, bd),
+            Compare::LessEqual => B::float_lower_equal(x, y, bd),
+            Compare::Greater => B::float_greater(x, y, bd),
+            Compare::GreaterEqual => B::float_greater_equal(x, y, bd),
         },
         Kind::Int => match c {
-            Cmp::Eq => B::int_equal(x, y, bd),
-            Cmp::Ne => B::int_not_equal(x, y, bd),
-            Cmp::Lt => B::int_lower(x, y, bd),
-            Cmp::Le => B::int_lower_equal(x, y, bd),
-            Cmp::Gt => B::int_greater(x, y, bd),
-            Cmp::Ge => B::int_greater_equal(x, y, bd),
+            Compare::Equal => B::int_equal(x, y, bd),
+            Compare::NotEqual => B::int_not_equal(x, y, bd),
+            Compare::Less => B::int_lower(x, y, bd),
+            Compare::LessEqual => B::int_lower_equal(x, y, bd),
+            Compare::Greater => B::int_greater(x, y, bd),
+            Compare::GreaterEqual => B::int_greater_equal(x, y, bd),
         },
         // false < true, as on u8.
         Kind::Bool => match c {
-            Cmp::Eq => B::bool_equal(x, y),
-            Cmp::Ne => B::bool_not_equal(x, y),
-            Cmp::Lt => B::bool_and(B::bool_not(x), y),
-            Cmp::Le => B::bool_or(B::bool_not(x), y),
-            Cmp::Gt => B::bool_and(x, B::bool_not(y)),
-            Cmp::Ge => B::bool_or(x, B::bool_not(y)),
+            Compare::Equal => B::bool_equal(x, y),
+            Compare::NotEqual => B::bool_not_equal(x, y),
+            Compare::Less => B::bool_and(B::bool_not(x), y),
+            Compare::LessEqual => B::bool_or(B::bool_not(x), y),
+            Compare::Greater => B::bool_and(x, B::bool_not(y)),
+            Compare::GreaterEqual => B::bool_or(x, B::bool_not(y)),
         },
     };
     util::bool_tensor(prim, shape)
 }
 
 /// Boolean and/or/xor of two same-shape tensors (non-zero is true).
-pub(crate) fn bool_op(f: Bin, a: &Tensor, b: &Tensor) -> Tensor {
+pub(crate) fn bool_op(f: Arith, a: &Tensor, b: &Tensor) -> Tensor {
     let shape = a.shape().to_vec();
     let (x, y) = (a.bool_prim(), b.bool_prim());
     let prim = match f {
-        Bin::And => B::bool_and(x, y),
-        Bin::Or => B::bool_or(x, y),
+        Arith::BitwiseAnd => B::bool_and(x, y),
+        Arith::BitwiseOr => B::bool_or(x, y),
         _ => B::bool_xor(x, y),
     };
     util::bool_tensor(prim, shape)
 }
 
-fn logical(op: &Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+fn logical(op: Logical, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let shape = util::broadcast_shape(a.shape(), b.shape())?;
     let a = util::broadcast_to(&a.to_bool(), &shape)?;
     let b = util::broadcast_to(&b.to_bool(), &shape)?;
     let f = match op {
-        Op::LogicalAnd => Bin::And,
-        Op::LogicalOr => Bin::Or,
-        _ => Bin::Xor,
+        Logical::And => Arith::BitwiseAnd,
+        Logical::Or => Arith::BitwiseOr,
+        Logical::Xor => Arith::BitwiseXor,
     };
     Ok(bool_op(f, &a, &b))
 }
@@ -403,6 +362,10 @@ pub(super) fn clip(x: &Tensor, lo: &Tensor, hi: &Tensor) -> Result<Tensor> {
     if x.numel() == 0 {
         return Ok(x);
     }
-    let r = util::select(&compare_same(Cmp::Lt, &x, &lo), &lo, &x);
-    Ok(util::select(&compare_same(Cmp::Gt, &r, &hi), &hi, &r))
+    let r = util::select(&compare_same(Compare::Less, &x, &lo), &lo, &x);
+    Ok(util::select(
+        &compare_same(Compare::Greater, &r, &hi),
+        &hi,
+        &r,
+    ))
 }

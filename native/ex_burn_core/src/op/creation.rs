@@ -104,7 +104,7 @@ fn eye(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
     }
     let rows = iota(shape, DType::S64, Some(r - 2), device)?;
     let cols = iota(shape, DType::S64, Some(r - 1), device)?;
-    super::binary::compare_same(super::binary::Cmp::Eq, &rows, &cols).cast(dtype)
+    super::binary::compare_same(super::Compare::Equal, &rows, &cols).cast(dtype)
 }
 
 /// SplitMix64, a tiny, well-mixed 64-bit generator.

@@ -8,7 +8,8 @@
 //! as a broadcast multiply and a sum over the contracted axis; f32 products use TF32 tensor
 //! cores unless `Precision::Highest` asks for split products.
 
-use super::binary::{self, Bin};
+use super::binary;
+use super::Arith;
 use super::{util, Precision};
 use crate::dtype::Kind;
 use crate::tensor::{numel, Prim, B};
@@ -185,7 +186,7 @@ fn broadcast_product(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
     }
     let a4 = a3.reshape(vec![nb, m, k, 1])?;
     let b4 = b3.reshape(vec![nb, 1, k, n])?;
-    let prod = binary::binary(Bin::Mul, &a4, &b4, a3.dtype())?;
+    let prod = binary::binary(Arith::Multiply, &a4, &b4, a3.dtype())?;
     let p = match prod.kind() {
         Kind::Float => B::float_sum_dim(prod.prim(), 2),
         _ => B::int_sum_dim(prod.prim(), 2),

@@ -85,11 +85,11 @@ pub(crate) enum Fun {
 
 impl Fun {
     /// The function of `op` (`Sin`, `Cos`, `Tanh`).
-    pub(crate) fn of(op: &crate::Op) -> Option<Fun> {
+    pub(crate) fn of(op: crate::op::Unary) -> Option<Fun> {
         match op {
-            crate::Op::Sin => Some(Fun::Sin),
-            crate::Op::Cos => Some(Fun::Cos),
-            crate::Op::Tanh => Some(Fun::Tanh),
+            crate::op::Unary::Sin => Some(Fun::Sin),
+            crate::op::Unary::Cos => Some(Fun::Cos),
+            crate::op::Unary::Tanh => Some(Fun::Tanh),
             _ => None,
         }
     }

@@ -5,7 +5,7 @@
 //! are rarely hot, so one f64 evaluation per element is affordable. GPU devices keep Burn's
 //! kernels.
 
-use super::Op;
+use super::Unary;
 use crate::{DType, Device, Result, Tensor};
 
 /// The C library's functions (Rust's standard library links it on every target).
@@ -41,8 +41,8 @@ macro_rules! safe {
 safe!(erf, erfc, log1p, expm1, cbrt, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh);
 
 /// The f64 function for `op`, when this module computes it.
-pub(super) fn function(op: &Op) -> Option<fn(f64) -> f64> {
-    use Op::*;
+pub(super) fn function(op: Unary) -> Option<fn(f64) -> f64> {
+    use Unary::*;
     Some(match op {
         Erf => erf,
         Erfc => erfc,
@@ -63,7 +63,7 @@ pub(super) fn function(op: &Op) -> Option<fn(f64) -> f64> {
 }
 
 /// Whether `op` on `x` is computed here (host float tensors of f32 or f64).
-pub(super) fn applies(op: &Op, x: &Tensor) -> bool {
+pub(super) fn applies(op: Unary, x: &Tensor) -> bool {
     x.device() == Device::Cpu
         && matches!(x.dtype().to_floating(), DType::F32 | DType::F64)
         && function(op).is_some()
@@ -73,9 +73,9 @@ pub(super) fn applies(op: &Op, x: &Tensor) -> bool {
 const PER_THREAD: usize = 1 << 15;
 
 /// `f` applied to every element of `x` (integers first converted to Nx's floating type).
-pub(super) fn apply(op: &Op, x: &Tensor) -> Result<Tensor> {
+pub(super) fn apply(op: Unary, x: &Tensor) -> Result<Tensor> {
     let f = function(op)
-        .ok_or_else(|| crate::Error::Execution(format!("{} has no host function", op.name())))?;
+        .ok_or_else(|| crate::Error::Execution(format!("{op:?} has no host function")))?;
     let out = x.dtype().to_floating();
     let mut v: Vec<f64> = read_f64(&x.cast(DType::F64)?)?;
     let threads = std::thread::available_parallelism()

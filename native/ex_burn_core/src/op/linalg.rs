@@ -5,8 +5,9 @@
 //! one row at a time over all batch entries and right-hand sides at once, in f64 (as
 //! `Nx.BinaryBackend` does), rounding once at the end.
 
-use super::binary::{self, Bin};
+use super::binary;
 use super::dot::{self, Contraction};
+use super::Arith;
 use super::{shape, util, Precision};
 use crate::{DType, Error, Result, Tensor};
 use serde::Deserialize;
@@ -119,10 +120,10 @@ fn forward_substitution(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             let coeffs = row(a, i, (0, i))?;
             let solved = util::cat(&rows, 1);
             let known = dot::dot(&coeffs, &solved, &spec, Some(dtype), Precision::Highest)?;
-            rhs = binary::binary(Bin::Sub, &rhs, &known, dtype)?;
+            rhs = binary::binary(Arith::Subtract, &rhs, &known, dtype)?;
         }
         let diag = row(a, i, (i, i + 1))?;
-        rows.push(binary::binary(Bin::Div, &rhs, &diag, dtype)?);
+        rows.push(binary::binary(Arith::Divide, &rhs, &diag, dtype)?);
     }
     if rows.is_empty() {
         return Ok(b.clone());

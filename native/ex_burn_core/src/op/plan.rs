@@ -6,7 +6,7 @@
 //! the rest to dirty ones. Sizes are computed in checked `u128` arithmetic: a product that
 //! overflows is an [`Error::Shape`], never a wrapped count.
 
-use super::Op;
+use super::{Geometry, Op};
 use crate::{DType, Error, Result, Tensor};
 
 /// The size and work of one op.
@@ -164,22 +164,7 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 work: n.saturating_mul(2),
             }
         }
-        Add { out }
-        | Subtract { out }
-        | Multiply { out }
-        | Divide { out }
-        | Quotient { out }
-        | Remainder { out }
-        | Pow { out }
-        | Atan2 { out }
-        | Min { out }
-        | Max { out }
-        | BitwiseAnd { out }
-        | BitwiseOr { out }
-        | BitwiseXor { out }
-        | LeftShift { out }
-        | RightShift { out }
-        | Select { out } => {
+        Binary { out, .. } | Select { out } => {
             // Operands are converted and broadcast before the kernel: up to three buffers.
             let n = broadcast_numel(inputs)?;
             let t = out_type(*out, inputs);
@@ -188,8 +173,7 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 work: n,
             }
         }
-        Equal | NotEqual | Less | LessEqual | Greater | GreaterEqual | LogicalAnd | LogicalOr
-        | LogicalXor | Clip => {
+        Compare(_) | Logical(_) | Clip => {
             let n = broadcast_numel(inputs)?;
             Plan {
                 bytes: bytes(n, widest(inputs)).saturating_mul(3),
@@ -297,29 +281,15 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 work: out_n.saturating_mul(per_out).max(padded_n),
             }
         }
-        WindowSum {
-            window_dims,
-            strides,
-            padding,
-            window_dilations,
-        }
-        | WindowProduct {
-            window_dims,
-            strides,
-            padding,
-            window_dilations,
-        }
-        | WindowMax {
-            window_dims,
-            strides,
-            padding,
-            window_dilations,
-        }
-        | WindowMin {
-            window_dims,
-            strides,
-            padding,
-            window_dilations,
+        Window {
+            geometry:
+                Geometry {
+                    window_dims,
+                    strides,
+                    padding,
+                    window_dilations,
+                },
+            ..
         } => {
             let Some(x) = first else {
                 return Ok(Plan::default());
@@ -356,12 +326,7 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 work: out_n.saturating_mul(window.max(1)),
             }
         }
-        WindowScatterMax {
-            window_dims,
-            padding,
-            ..
-        }
-        | WindowScatterMin {
+        WindowScatter {
             window_dims,
             padding,
             ..
@@ -377,18 +342,6 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
             Plan {
                 bytes: bytes(views + padded_n.saturating_mul(3), x.dtype()),
                 work: k.saturating_mul(padded_n).max(views),
-            }
-        }
-        WindowReduce { padding, .. } => {
-            let Some(x) = first else {
-                return Ok(Plan::default());
-            };
-            let padded_n = product(padded_dims(x, padding.as_deref()), &|| {
-                format!("the padded input of window_reduce over {:?}", x.shape())
-            })?;
-            Plan {
-                bytes: bytes(padded_n.saturating_mul(2) + input_elems, x.dtype()),
-                work: u128::MAX,
             }
         }
         Gather { axes } => {
@@ -433,11 +386,6 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 work: n.saturating_mul(m).max(input_elems),
             }
         }
-        // Folds and control flow run sub-programs a data-dependent number of times.
-        Reduce { .. } | While { .. } | Cond { .. } => Plan {
-            bytes: bytes(input_elems, widest(inputs)),
-            work: u128::MAX,
-        },
         // Unary maps, reductions, scans, slices and updates: no larger than the first input
         // (in the widest type involved: integer sums accumulate in 64 bits).
         _ => {
@@ -451,5 +399,25 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
                 work: input_elems,
             }
         }
+    })
+}
+
+/// The plan of a step that runs sub-programs a data-dependent number of times (folds with a
+/// function, control flow): unbounded work, and the inputs' size, or for a window fold, its
+/// padded input (twice) and the input.
+pub fn sub_program(inputs: &[Tensor], window_padding: Option<&[(i64, i64)]>) -> Result<Plan> {
+    let input_elems: u128 = inputs.iter().map(size_of).sum();
+    let (Some(x), Some(padding)) = (inputs.first(), window_padding) else {
+        return Ok(Plan {
+            bytes: bytes(input_elems, widest(inputs)),
+            work: u128::MAX,
+        });
+    };
+    let padded_n = product(padded_dims(x, Some(padding)), &|| {
+        format!("the padded input of window_reduce over {:?}", x.shape())
+    })?;
+    Ok(Plan {
+        bytes: bytes(padded_n.saturating_mul(2) + input_elems, x.dtype()),
+        work: u128::MAX,
     })
 }

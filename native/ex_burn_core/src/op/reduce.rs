@@ -2,52 +2,30 @@
 //! argmax and argmin (with tie-breaking). Empty reductions give the identity element.
 
 use super::util;
-use super::{Op, TieBreak};
+use super::{ArgKind, Op, ReduceKind, TieBreak};
 use crate::dtype::Kind;
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn::tensor::IntDType;
 
-#[derive(Clone, Copy, PartialEq)]
-enum Red {
-    Sum,
-    Prod,
-    Max,
-    Min,
-    All,
-    Any,
-}
-
 pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     match op {
-        Op::Sum {
+        Op::Reduce {
+            kind,
             axes,
             keep_axes,
             out,
-        } => reduce(
-            Red::Sum,
-            x,
-            axes,
-            *keep_axes,
-            out.unwrap_or(x.dtype().to_aggregate()),
-        ),
-        Op::Product {
-            axes,
-            keep_axes,
-            out,
-        } => reduce(
-            Red::Prod,
-            x,
-            axes,
-            *keep_axes,
-            out.unwrap_or(x.dtype().to_aggregate()),
-        ),
-        Op::ReduceMax { axes, keep_axes } => reduce(Red::Max, x, axes, *keep_axes, x.dtype()),
-        Op::ReduceMin { axes, keep_axes } => reduce(Red::Min, x, axes, *keep_axes, x.dtype()),
-        Op::All { axes, keep_axes } => reduce(Red::All, x, axes, *keep_axes, DType::U8),
-        Op::Any { axes, keep_axes } => reduce(Red::Any, x, axes, *keep_axes, DType::U8),
-        Op::Argmax {
+        } => {
+            let out = match kind {
+                ReduceKind::Sum | ReduceKind::Product => out.unwrap_or(x.dtype().to_aggregate()),
+                ReduceKind::Max | ReduceKind::Min => x.dtype(),
+                ReduceKind::All | ReduceKind::Any => DType::U8,
+            };
+            reduce(*kind, x, axes, *keep_axes, out)
+        }
+        Op::Arg {
+            kind,
             axis,
             keep_axis,
             tie_break,
@@ -58,20 +36,7 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
             *keep_axis,
             *tie_break,
             out.unwrap_or(DType::S64),
-            true,
-        ),
-        Op::Argmin {
-            axis,
-            keep_axis,
-            tie_break,
-            out,
-        } => arg(
-            x,
-            *axis,
-            *keep_axis,
-            *tie_break,
-            out.unwrap_or(DType::S64),
-            false,
+            *kind == ArgKind::Max,
         ),
         other => Err(Error::Unsupported(format!(
             "{} is not a reduction",
@@ -92,19 +57,19 @@ fn result_shape(shape: &[usize], axes: &[usize], keep: bool) -> Vec<usize> {
         .collect()
 }
 
-fn identity(red: Red, dtype: DType) -> Scalar {
+fn identity(red: ReduceKind, dtype: DType) -> Scalar {
     match red {
-        Red::Sum | Red::Any => Scalar::I(0),
-        Red::Prod | Red::All => Scalar::I(1),
-        Red::Max if dtype.is_float() => Scalar::NegInfinity,
-        Red::Min if dtype.is_float() => Scalar::Infinity,
-        Red::Max => util::extreme(dtype, false),
-        Red::Min => util::extreme(dtype, true),
+        ReduceKind::Sum | ReduceKind::Any => Scalar::I(0),
+        ReduceKind::Product | ReduceKind::All => Scalar::I(1),
+        ReduceKind::Max if dtype.is_float() => Scalar::NegInfinity,
+        ReduceKind::Min if dtype.is_float() => Scalar::Infinity,
+        ReduceKind::Max => util::extreme(dtype, false),
+        ReduceKind::Min => util::extreme(dtype, true),
     }
 }
 
 fn reduce(
-    red: Red,
+    red: ReduceKind,
     x: &Tensor,
     axes: &Option<Vec<usize>>,
     keep: bool,
@@ -117,14 +82,14 @@ fn reduce(
     }
     if axes.is_empty() {
         return match red {
-            Red::All | Red::Any => Ok(x.to_bool()),
+            ReduceKind::All | ReduceKind::Any => Ok(x.to_bool()),
             _ => x.cast(out),
         };
     }
-    if matches!(red, Red::All | Red::Any) {
+    if matches!(red, ReduceKind::All | ReduceKind::Any) {
         let mut p = x.bool_prim();
         for &a in &axes {
-            p = if red == Red::All {
+            p = if red == ReduceKind::All {
                 B::bool_all_dim(p, a)
             } else {
                 B::bool_any_dim(p, a)
@@ -135,24 +100,24 @@ fn reduce(
     let t = x.cast(out)?;
     let kind = t.kind();
     let mut p: Prim = t.prim();
-    if axes.len() == x.rank() && matches!(red, Red::Sum | Red::Prod) {
+    if axes.len() == x.rank() && matches!(red, ReduceKind::Sum | ReduceKind::Product) {
         p = match (kind, red) {
-            (Kind::Float, Red::Sum) => B::float_sum(p),
+            (Kind::Float, ReduceKind::Sum) => B::float_sum(p),
             (Kind::Float, _) => B::float_prod(p),
-            (_, Red::Sum) => B::int_sum(p),
+            (_, ReduceKind::Sum) => B::int_sum(p),
             _ => B::int_prod(p),
         };
         return Ok(Tensor::from_prim(p, kind, shape));
     }
     for &a in &axes {
         p = match (kind, red) {
-            (Kind::Float, Red::Sum) => B::float_sum_dim(p, a),
-            (Kind::Float, Red::Prod) => B::float_prod_dim(p, a),
-            (Kind::Float, Red::Max) => B::float_max_dim(p, a),
+            (Kind::Float, ReduceKind::Sum) => B::float_sum_dim(p, a),
+            (Kind::Float, ReduceKind::Product) => B::float_prod_dim(p, a),
+            (Kind::Float, ReduceKind::Max) => B::float_max_dim(p, a),
             (Kind::Float, _) => B::float_min_dim(p, a),
-            (_, Red::Sum) => B::int_sum_dim(p, a),
-            (_, Red::Prod) => B::int_prod_dim(p, a),
-            (_, Red::Max) => B::int_max_dim(p, a),
+            (_, ReduceKind::Sum) => B::int_sum_dim(p, a),
+            (_, ReduceKind::Product) => B::int_prod_dim(p, a),
+            (_, ReduceKind::Max) => B::int_max_dim(p, a),
             (_, _) => B::int_min_dim(p, a),
         };
     }

@@ -7,24 +7,21 @@
 //! input are stacked and reduced with `argmax`/`argmin`; for each window offset, the source
 //! values whose window chose that offset are placed back with interior padding and summed.
 
-use super::binary::{self, Bin, Cmp};
+use super::binary;
 use super::reduce;
-use super::{shape, util, Op, TieBreak};
+use super::{shape, util, ArgKind, Op, ScatterKind, TieBreak};
+use super::{Arith, Compare};
 use crate::{DType, Error, Result, Scalar, Tensor};
 
 /// Runs a window scatter op on `[input, source, init]` (all of one type).
 pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
     let (dims, strides, padding, max) = match op {
-        Op::WindowScatterMax {
+        Op::WindowScatter {
+            kind,
             window_dims,
             strides,
             padding,
-        } => (window_dims, strides, padding, true),
-        Op::WindowScatterMin {
-            window_dims,
-            strides,
-            padding,
-        } => (window_dims, strides, padding, false),
+        } => (window_dims, strides, padding, *kind == ScatterKind::Max),
         other => {
             return Err(Error::Unsupported(format!(
                 "{} is not a window scatter op",
@@ -81,21 +78,12 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
         views.push(v.reshape([counts.clone(), vec![1]].concat())?);
     }
     let stacked = util::cat(&views, r);
-    let pick = Op::Argmax {
+    let pick = Op::Arg {
+        kind: if max { ArgKind::Max } else { ArgKind::Min },
         axis: Some(r),
         keep_axis: false,
         tie_break: TieBreak::High,
         out: Some(DType::S64),
-    };
-    let pick = if max {
-        pick
-    } else {
-        Op::Argmin {
-            axis: Some(r),
-            keep_axis: false,
-            tie_break: TieBreak::High,
-            out: Some(DType::S64),
-        }
     };
     let chosen = reduce::eval(&pick, &stacked)?;
 
@@ -105,7 +93,7 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
     let mut acc = util::full(&padded_shape, dtype, Scalar::I(0), &t.dispatch_device())?;
     for (k, o) in offsets.iter().enumerate() {
         let key = util::full(&[], DType::S64, Scalar::I(k as i64), &t.dispatch_device())?;
-        let mask = binary::compare(Cmp::Eq, &chosen, &key)?;
+        let mask = binary::compare(Compare::Equal, &chosen, &key)?;
         let contrib = util::select(&mask, &source, &zeros);
         let place: Vec<(i64, i64, i64)> = (0..r)
             .map(|i| {
@@ -114,15 +102,15 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
             })
             .collect();
         let placed = shape::pad(&contrib, &zero, &place)?;
-        acc = binary::binary(Bin::Add, &acc, &placed, dtype)?;
+        acc = binary::binary(Arith::Add, &acc, &placed, dtype)?;
     }
     let lo: Vec<usize> = padding.iter().map(|p| p.0 as usize).collect();
     let cropped = shape::slice_static(&acc, &lo, t.shape(), &vec![1; r])?;
-    binary::binary(Bin::Add, &cropped, &out_init, dtype)
+    binary::binary(Arith::Add, &cropped, &out_init, dtype)
 }
 
 /// Every offset inside a window, in row-major order (the order ties are broken in).
-pub(super) fn window_offsets(dims: &[usize]) -> Vec<Vec<usize>> {
+pub(crate) fn window_offsets(dims: &[usize]) -> Vec<Vec<usize>> {
     let mut out = vec![vec![]];
     for &d in dims {
         out = out

@@ -350,5 +350,5 @@ pub(crate) fn pad(t: &Tensor, value: &Tensor, config: &[(i64, i64, i64)]) -> Res
 /// Turns a broadcast view into a tensor that owns its memory (slice_assign writes into it).
 fn materialize(t: &Tensor) -> Result<Tensor> {
     let zero = util::full_like(t, Scalar::I(0))?;
-    super::binary::same(super::binary::Bin::Add, t, &zero)
+    super::binary::same(super::Arith::Add, t, &zero)
 }

@@ -3,9 +3,10 @@
 //! Burn's sorts are not stable, so `argsort` repairs ties: after an unstable sort it numbers
 //! the runs of equal values and re-sorts by (run, original index), which is unique.
 
-use super::binary::{self, Cmp};
+use super::binary;
 use super::util;
-use super::Op;
+use super::Compare;
+use super::{CumulativeKind, Op};
 use crate::dtype::Kind;
 use crate::tensor::B;
 use crate::{DType, Error, Result, Scalar, Tensor};
@@ -25,10 +26,11 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
             descending,
             out,
         } => argsort(&x, *axis, *descending)?.cast(out.unwrap_or(DType::S64)),
-        Op::CumulativeSum { axis, reverse } => scan(&x, *axis, *reverse, 0),
-        Op::CumulativeProduct { axis, reverse } => scan(&x, *axis, *reverse, 1),
-        Op::CumulativeMax { axis, reverse } => scan(&x, *axis, *reverse, 2),
-        Op::CumulativeMin { axis, reverse } => scan(&x, *axis, *reverse, 3),
+        Op::Cumulative {
+            kind,
+            axis,
+            reverse,
+        } => scan(&x, *axis, *reverse, *kind),
         other => Err(Error::Unsupported(format!(
             "{} is not a sort or scan op",
             other.name()
@@ -74,10 +76,10 @@ pub(crate) fn argsort(x: &Tensor, axis: usize, desc: bool) -> Result<Tensor> {
     from1[axis] = 1;
     let prev = super::shape::slice_static(&vals, &zeros, &lens, &ones)?;
     let cur = super::shape::slice_static(&vals, &from1, &lens, &ones)?;
-    let mut change = binary::compare_same(Cmp::Ne, &cur, &prev);
+    let mut change = binary::compare_same(Compare::NotEqual, &cur, &prev);
     if x.kind() == Kind::Float {
         let both_nan = binary::bool_op(
-            binary::Bin::And,
+            super::Arith::BitwiseAnd,
             &util::bool_tensor(B::float_is_nan(cur.prim(), cur.bool_dtype()), lens.clone()),
             &util::bool_tensor(
                 B::float_is_nan(prev.prim(), prev.bool_dtype()),
@@ -88,7 +90,7 @@ pub(crate) fn argsort(x: &Tensor, axis: usize, desc: bool) -> Result<Tensor> {
             <B as burn::tensor::ops::BoolTensorOps<B>>::bool_not(both_nan.prim()),
             lens.clone(),
         );
-        change = binary::bool_op(binary::Bin::And, &change, &same_nan);
+        change = binary::bool_op(super::Arith::BitwiseAnd, &change, &same_nan);
     }
     let mut first = shape.clone();
     first[axis] = 1;
@@ -105,7 +107,7 @@ pub(crate) fn argsort(x: &Tensor, axis: usize, desc: bool) -> Result<Tensor> {
     Ok(Tensor::from_prim(res, Kind::Int, shape))
 }
 
-fn scan(x: &Tensor, axis: usize, reverse: bool, which: u8) -> Result<Tensor> {
+fn scan(x: &Tensor, axis: usize, reverse: bool, which: CumulativeKind) -> Result<Tensor> {
     util::axis(axis, x.rank())?;
     if x.numel() == 0 || x.rank() == 0 {
         return Ok(x.clone());
@@ -117,14 +119,14 @@ fn scan(x: &Tensor, axis: usize, reverse: bool, which: u8) -> Result<Tensor> {
     };
     let p = t.prim();
     let prim = match (t.kind(), which) {
-        (Kind::Float, 0) => B::float_cumsum(p, axis),
-        (Kind::Float, 1) => B::float_cumprod(p, axis),
-        (Kind::Float, 2) => B::float_cummax(p, axis),
-        (Kind::Float, _) => B::float_cummin(p, axis),
-        (_, 0) => B::int_cumsum(p, axis),
-        (_, 1) => B::int_cumprod(p, axis),
-        (_, 2) => B::int_cummax(p, axis),
-        (_, _) => B::int_cummin(p, axis),
+        (Kind::Float, CumulativeKind::Sum) => B::float_cumsum(p, axis),
+        (Kind::Float, CumulativeKind::Product) => B::float_cumprod(p, axis),
+        (Kind::Float, CumulativeKind::Max) => B::float_cummax(p, axis),
+        (Kind::Float, CumulativeKind::Min) => B::float_cummin(p, axis),
+        (_, CumulativeKind::Sum) => B::int_cumsum(p, axis),
+        (_, CumulativeKind::Product) => B::int_cumprod(p, axis),
+        (_, CumulativeKind::Max) => B::int_cummax(p, axis),
+        (_, CumulativeKind::Min) => B::int_cummin(p, axis),
     };
     let r = Tensor::from_prim(prim, t.kind(), t.shape().to_vec());
     Ok(if reverse { util::flip(&r, &[axis]) } else { r })

@@ -3,17 +3,18 @@
 //! count_leading_zeros) are composed from Burn ops on the device. `round` rounds half away
 //! from zero as Nx does (Burn rounds half to even).
 
-use super::binary::{self, Bin, Cmp};
+use super::binary;
 use super::util;
-use super::Op;
+use super::Unary;
+use super::{Arith, Compare};
 use crate::dtype::Kind;
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{ActivationOps, BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn::tensor::TensorMetadata;
 
-pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
-    use Op::*;
+pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
+    use Unary::*;
     match op {
         // On a GPU, erfc is composed from an approximation good to an f32 (`erfc` below),
         // and Burn's `erf` is a ~1e-7 polyfill on the wgpu backends (CUDA calls its libm):
@@ -25,7 +26,7 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
         // Unsigned negation wraps (0 - x); GPU backends cannot multiply unsigned by -1.
         Neg if x.dtype().is_unsigned_int() => {
             let zero = util::full_like(x, Scalar::I(0))?;
-            binary::same(Bin::Sub, &zero, &x.cast(x.dtype())?)
+            binary::same(Arith::Subtract, &zero, &x.cast(x.dtype())?)
         }
         Neg => int_or_float(x, B::int_neg, B::float_neg),
         Abs => {
@@ -38,7 +39,7 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
         Sign => {
             if x.dtype().is_unsigned_int() {
                 let zero = util::full_like(x, Scalar::I(0))?;
-                let nz = binary::compare_same(Cmp::Ne, x, &zero);
+                let nz = binary::compare_same(Compare::NotEqual, x, &zero);
                 nz.cast(x.dtype())
             } else if x.kind() == Kind::Float {
                 // sign(NaN) is NaN (some backends return 0)
@@ -88,7 +89,7 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
             Kind::Float => float(x, B::relu),
             _ => {
                 let zero = util::full_like(x, Scalar::I(0))?;
-                binary::same(Bin::Max, &x.cast(x.dtype())?, &zero)
+                binary::same(Arith::Max, &x.cast(x.dtype())?, &zero)
             }
         },
         Expm1 => expm1(x),
@@ -100,7 +101,7 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
                 return Ok(z);
             }
             let (p, bd) = (x.prim(), x.bool_dtype());
-            let b = if *op == IsNan {
+            let b = if op == IsNan {
                 B::float_is_nan(p, bd)
             } else {
                 B::float_is_inf(p, bd)
@@ -109,15 +110,11 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
         }
         LogicalNot => {
             let zero = util::full(&[], x.dtype(), Scalar::I(0), &x.dispatch_device())?;
-            binary::compare(Cmp::Eq, x, &zero)
+            binary::compare(Compare::Equal, x, &zero)
         }
         BitwiseNot => int(x, B::bitwise_not),
         PopulationCount => population_count(x),
         CountLeadingZeros => count_leading_zeros(x),
-        other => Err(Error::Unsupported(format!(
-            "{} is not a unary op",
-            other.name()
-        ))),
     }
 }
 
@@ -130,7 +127,7 @@ fn exact32_applies(x: &Tensor) -> bool {
         && super::exact32::available()
 }
 
-fn exact32(op: &Op, x: &Tensor) -> Result<Tensor> {
+fn exact32(op: Unary, x: &Tensor) -> Result<Tensor> {
     use super::exact32::{apply_in_place, Fun};
     let fun = Fun::of(op).ok_or_else(|| Error::Execution(format!("{op:?} has no exact kernel")))?;
     let mut values = x.to_f32_vec()?;

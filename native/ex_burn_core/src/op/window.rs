@@ -7,45 +7,19 @@
 //! one strided slice per window offset, combined element-wise.
 
 use super::util;
-use super::Op;
+use super::{Geometry, WindowKind};
 use crate::dtype::Kind;
 use crate::tensor::{Prim, B};
 use crate::{Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
 
-pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
-    let (red, dims, strides, padding, dil) = match op {
-        Op::WindowSum {
-            window_dims,
-            strides,
-            padding,
-            window_dilations,
-        } => (0, window_dims, strides, padding, window_dilations),
-        Op::WindowProduct {
-            window_dims,
-            strides,
-            padding,
-            window_dilations,
-        } => (1, window_dims, strides, padding, window_dilations),
-        Op::WindowMax {
-            window_dims,
-            strides,
-            padding,
-            window_dilations,
-        } => (2, window_dims, strides, padding, window_dilations),
-        Op::WindowMin {
-            window_dims,
-            strides,
-            padding,
-            window_dilations,
-        } => (3, window_dims, strides, padding, window_dilations),
-        other => {
-            return Err(Error::Unsupported(format!(
-                "{} is not a window op",
-                other.name()
-            )))
-        }
-    };
+pub(super) fn eval(kind: WindowKind, geometry: &Geometry, x: &Tensor) -> Result<Tensor> {
+    let Geometry {
+        window_dims: dims,
+        strides,
+        padding,
+        window_dilations: dil,
+    } = geometry;
     let r = x.rank();
     let ones = vec![1; r];
     let strides = strides.clone().unwrap_or_else(|| ones.clone());
@@ -66,13 +40,14 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     } else {
         x.clone()
     };
+    let red = kind;
     let identity = match (red, x.dtype().is_float()) {
-        (0, _) => Scalar::I(0),
-        (1, _) => Scalar::I(1),
-        (2, true) => Scalar::NegInfinity,
-        (3, true) => Scalar::Infinity,
-        (2, false) => util::extreme(x.dtype(), false),
-        _ => util::extreme(x.dtype(), true),
+        (WindowKind::Sum, _) => Scalar::I(0),
+        (WindowKind::Product, _) => Scalar::I(1),
+        (WindowKind::Max, true) => Scalar::NegInfinity,
+        (WindowKind::Min, true) => Scalar::Infinity,
+        (WindowKind::Max, false) => util::extreme(x.dtype(), false),
+        (WindowKind::Min, false) => util::extreme(x.dtype(), true),
     };
     let x = if padding.iter().any(|&p| p != (0, 0)) {
         let value = util::full(&[], x.dtype(), identity, &x.dispatch_device())?;
@@ -97,14 +72,14 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     if !x.device().is_host() {
         return by_offsets(&x, dims, &strides, &dil, &out_shape, red);
     }
-    if red >= 2 && x.dtype() == crate::DType::F32 {
-        let geometry = Geometry {
+    if matches!(red, WindowKind::Max | WindowKind::Min) && x.dtype() == crate::DType::F32 {
+        let placement = Placement {
             dims,
             strides: &strides,
             dilations: &dil,
             out_shape: &out_shape,
         };
-        return extremum_f32(&x, &geometry, red == 2);
+        return extremum_f32(&x, &placement, red == WindowKind::Max);
     }
     // Unfold axis i in place into its windows; Burn appends the window axis at the end, so
     // after all axes the layout is [windows_0.., window_0..].
@@ -137,14 +112,14 @@ pub(super) fn eval(op: &Op, x: &Tensor) -> Result<Tensor> {
     let mut p = t.prim();
     for a in r..2 * r {
         p = match (t.kind(), red) {
-            (Kind::Float, 0) => B::float_sum_dim(p, a),
-            (Kind::Float, 1) => B::float_prod_dim(p, a),
-            (Kind::Float, 2) => B::float_max_dim(p, a),
-            (Kind::Float, _) => B::float_min_dim(p, a),
-            (_, 0) => B::int_sum_dim(p, a),
-            (_, 1) => B::int_prod_dim(p, a),
-            (_, 2) => B::int_max_dim(p, a),
-            (_, _) => B::int_min_dim(p, a),
+            (Kind::Float, WindowKind::Sum) => B::float_sum_dim(p, a),
+            (Kind::Float, WindowKind::Product) => B::float_prod_dim(p, a),
+            (Kind::Float, WindowKind::Max) => B::float_max_dim(p, a),
+            (Kind::Float, WindowKind::Min) => B::float_min_dim(p, a),
+            (_, WindowKind::Sum) => B::int_sum_dim(p, a),
+            (_, WindowKind::Product) => B::int_prod_dim(p, a),
+            (_, WindowKind::Max) => B::int_max_dim(p, a),
+            (_, WindowKind::Min) => B::int_min_dim(p, a),
         };
     }
     Ok(Tensor::from_prim(p, t.kind(), out_shape))
@@ -158,14 +133,15 @@ fn by_offsets(
     strides: &[usize],
     dil: &[usize],
     out_shape: &[usize],
-    red: u8,
+    red: WindowKind,
 ) -> Result<Tensor> {
-    use super::binary::{same, Bin};
+    use super::binary::same;
+    use super::Arith;
     let f = match red {
-        0 => Bin::Add,
-        1 => Bin::Mul,
-        2 => Bin::Max,
-        _ => Bin::Min,
+        WindowKind::Sum => Arith::Add,
+        WindowKind::Product => Arith::Multiply,
+        WindowKind::Max => Arith::Max,
+        WindowKind::Min => Arith::Min,
     };
     let lengths: Vec<usize> = out_shape
         .iter()
@@ -191,7 +167,7 @@ fn by_offsets(
 }
 
 /// Where the windows of a window op lie in its (padded) input.
-struct Geometry<'a> {
+struct Placement<'a> {
     dims: &'a [usize],
     strides: &'a [usize],
     dilations: &'a [usize],
@@ -203,7 +179,7 @@ struct Geometry<'a> {
 /// the input once per windowed axis and reduced it in as many passes). NaN propagates: an
 /// element is replaced by a later one that is NaN or strictly greater (less); ties keep the
 /// first.
-fn extremum_f32(x: &Tensor, g: &Geometry, max: bool) -> Result<Tensor> {
+fn extremum_f32(x: &Tensor, g: &Placement, max: bool) -> Result<Tensor> {
     use rayon::prelude::*;
     let data = x.to_f32_vec()?;
     let r = x.rank();

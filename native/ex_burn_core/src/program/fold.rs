@@ -5,6 +5,7 @@
 //! as a third of the GEMM), with it the GEMM writes the gradient in place.
 
 use super::Instr;
+use super::Step;
 use crate::op::Op;
 use crate::Tensor;
 
@@ -30,11 +31,14 @@ pub(super) fn plan(instrs: &[Instr], first: usize, outputs: &[usize]) -> Vec<Opt
     }
     let mut folds = vec![None; instrs.len()];
     for (j, ins) in instrs.iter().enumerate() {
-        let two_axes = matches!(&ins.op, Op::Transpose { axes: None })
-            || matches!(&ins.op, Op::Transpose { axes: Some(a) } if a == &[1, 0]);
+        let two_axes = matches!(ins.op.as_op(), Some(Op::Transpose { axes: None }))
+            || matches!(ins.op.as_op(), Some(Op::Transpose { axes: Some(a) }) if a == &[1, 0]);
         if let (true, &[v]) = (two_axes, ins.args.as_slice()) {
             let i = defined_by[v];
-            if i != usize::MAX && uses[v] == 1 && matches!(instrs[i].op, Op::Dot { .. }) {
+            if i != usize::MAX
+                && uses[v] == 1
+                && matches!(instrs[i].op.as_op(), Some(Op::Dot { .. }))
+            {
                 folds[i] = Some(j);
             }
         }
@@ -44,15 +48,15 @@ pub(super) fn plan(instrs: &[Instr], first: usize, outputs: &[usize]) -> Vec<Opt
 
 /// The `dot` computing the transpose of `op` applied to `args`, with its operands: only for
 /// contractions whose result is a matrix of one free axis from each side (no batch axes).
-pub(super) fn swapped(op: &Op, args: &[Tensor]) -> Option<(Op, Vec<Tensor>)> {
-    let Op::Dot {
+pub(super) fn swapped(op: &Step, args: &[Tensor]) -> Option<(Op, Vec<Tensor>)> {
+    let Some(Op::Dot {
         contract_a,
         batch_a,
         contract_b,
         batch_b,
         out,
         precision,
-    } = op
+    }) = op.as_op()
     else {
         return None;
     };

@@ -12,7 +12,8 @@
 mod map32;
 
 use super::Instr;
-use crate::op::{self, shape, Op};
+use super::Step;
+use crate::op::{shape, Arith, Op};
 use crate::{Device, Error, Result, Tensor};
 
 thread_local! {
@@ -33,8 +34,11 @@ const CHUNK: usize = 16 * 1024;
 const MIN_ELEMENTS: usize = 8 * CHUNK;
 
 /// Whether `op` maps each element independently (scalars broadcast).
-pub(super) fn elementwise(op: &Op) -> bool {
+pub(super) fn elementwise(step: &Step) -> bool {
     use Op::*;
+    let Some(op) = step.as_op() else {
+        return false;
+    };
     match op {
         Full { shape, .. } => shape.is_empty(),
         AsType { .. } | Select { .. } | Clip => true,
@@ -46,8 +50,16 @@ pub(super) fn elementwise(op: &Op) -> bool {
 /// Whether a run of this single op is worth executing in chunks: the op table computes it
 /// in several passes over memory (`max`/`min`: a comparison, a NaN test and a select), the
 /// chunk loops in one.
-pub(super) fn worth_alone(op: &Op) -> bool {
-    matches!(op, Op::Max { .. } | Op::Min { .. } | Op::Select { .. })
+pub(super) fn worth_alone(step: &Step) -> bool {
+    matches!(
+        step.as_op(),
+        Some(
+            Op::Binary {
+                op: Arith::Max | Arith::Min,
+                ..
+            } | Op::Select { .. }
+        )
+    )
 }
 
 /// Unary and binary maps of the op table (not reductions, shapes or indexing).
@@ -91,7 +103,7 @@ pub(super) fn execute(
     for (_, t) in external.iter().filter(|(_, t)| t.rank() > 0) {
         shape = Some(match shape {
             None => t.shape().to_vec(),
-            Some(s) => match op::util::broadcast_shape(&s, t.shape()) {
+            Some(s) => match crate::op::util::broadcast_shape(&s, t.shape()) {
                 Ok(s) => s,
                 Err(_) => return Ok(None),
             },
@@ -172,7 +184,9 @@ pub(super) fn execute(
             // a scalar computed inside the run is read later: run unfused instead
             return Ok(None);
         }
-        out.push(Some(op::util::cat(&parts, 0).reshape(shape.clone())?));
+        out.push(Some(
+            crate::op::util::cat(&parts, 0).reshape(shape.clone())?,
+        ));
     }
     Ok(Some(out))
 }
@@ -226,7 +240,7 @@ fn run_chunk(
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut res = op::eval(&ins.op, &args, device)?;
+        let mut res = super::eval(&ins.op, &args, device)?;
         local.push(
             res.pop()
                 .ok_or_else(|| Error::Execution("no result".into()))?,

@@ -59,25 +59,64 @@ fn gpu_agrees_with_cpu_on_every_family() {
     .unwrap()
     .remove(0);
     let cases: Vec<(Op, Vec<Tensor>, f64)> = vec![
-        (Op::Add { out: None }, vec![x.clone(), y.clone()], 1e-6),
-        (Op::Multiply { out: None }, vec![x.clone(), y.clone()], 1e-6),
-        (Op::Divide { out: None }, vec![x.clone(), pos.clone()], 1e-6),
         (
-            Op::Remainder { out: None },
+            Op::Binary {
+                op: Arith::Add,
+                out: None,
+            },
+            vec![x.clone(), y.clone()],
+            1e-6,
+        ),
+        (
+            Op::Binary {
+                op: Arith::Multiply,
+                out: None,
+            },
+            vec![x.clone(), y.clone()],
+            1e-6,
+        ),
+        (
+            Op::Binary {
+                op: Arith::Divide,
+                out: None,
+            },
+            vec![x.clone(), pos.clone()],
+            1e-6,
+        ),
+        (
+            Op::Binary {
+                op: Arith::Remainder,
+                out: None,
+            },
             vec![x.clone(), pos.clone()],
             1e-5,
         ),
-        (Op::Pow { out: None }, vec![pos.clone(), y.clone()], 1e-5),
-        (Op::Max { out: None }, vec![x.clone(), y.clone()], 0.0),
-        (Op::Exp, vec![x.clone()], 1e-6),
-        (Op::Log, vec![pos.clone()], 1e-6),
-        (Op::Tanh, vec![x.clone()], 1e-6),
-        (Op::Erf, vec![x.clone()], 1e-5),
-        (Op::ErfInv, vec![unit.clone()], 1e-4),
-        (Op::Round, vec![x.clone()], 0.0),
-        (Op::Sigmoid, vec![x.clone()], 1e-6),
         (
-            Op::Sum {
+            Op::Binary {
+                op: Arith::Pow,
+                out: None,
+            },
+            vec![pos.clone(), y.clone()],
+            1e-5,
+        ),
+        (
+            Op::Binary {
+                op: Arith::Max,
+                out: None,
+            },
+            vec![x.clone(), y.clone()],
+            0.0,
+        ),
+        (Op::Unary(Unary::Exp), vec![x.clone()], 1e-6),
+        (Op::Unary(Unary::Log), vec![pos.clone()], 1e-6),
+        (Op::Unary(Unary::Tanh), vec![x.clone()], 1e-6),
+        (Op::Unary(Unary::Erf), vec![x.clone()], 1e-5),
+        (Op::Unary(Unary::ErfInv), vec![unit.clone()], 1e-4),
+        (Op::Unary(Unary::Round), vec![x.clone()], 0.0),
+        (Op::Unary(Unary::Sigmoid), vec![x.clone()], 1e-6),
+        (
+            Op::Reduce {
+                kind: ReduceKind::Sum,
                 axes: Some(vec![1]),
                 keep_axes: false,
                 out: None,
@@ -86,15 +125,18 @@ fn gpu_agrees_with_cpu_on_every_family() {
             1e-5,
         ),
         (
-            Op::ReduceMax {
+            Op::Reduce {
+                kind: ReduceKind::Max,
                 axes: Some(vec![0]),
                 keep_axes: true,
+                out: None,
             },
             vec![x.clone()],
             0.0,
         ),
         (
-            Op::Argmax {
+            Op::Arg {
+                kind: ArgKind::Max,
                 axis: Some(1),
                 keep_axis: false,
                 tie_break: TieBreak::Low,
@@ -105,7 +147,8 @@ fn gpu_agrees_with_cpu_on_every_family() {
         ),
         (Op::Softmax { axis: 1 }, vec![x.clone()], 1e-5),
         (
-            Op::CumulativeSum {
+            Op::Cumulative {
+                kind: CumulativeKind::Sum,
                 axis: 1,
                 reverse: true,
             },
@@ -181,11 +224,14 @@ fn gpu_agrees_with_cpu_on_every_family() {
             1e-2,
         ),
         (
-            Op::WindowMax {
-                window_dims: vec![1, 1, 3, 3],
-                strides: Some(vec![1, 1, 2, 2]),
-                padding: None,
-                window_dilations: None,
+            Op::Window {
+                kind: WindowKind::Max,
+                geometry: Geometry {
+                    window_dims: vec![1, 1, 3, 3],
+                    strides: Some(vec![1, 1, 2, 2]),
+                    padding: None,
+                    window_dilations: None,
+                },
             },
             vec![img.clone()],
             0.0,

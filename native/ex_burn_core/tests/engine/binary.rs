@@ -2,7 +2,10 @@ use crate::common::*;
 use ex_burn_core::{DType, Op, Tensor};
 
 fn add(out: Option<DType>) -> Op {
-    Op::Add { out }
+    Op::Binary {
+        op: Arith::Add,
+        out,
+    }
 }
 
 #[test]
@@ -30,7 +33,13 @@ fn broadcasting_after_chained_reshapes() {
         let xr = reshape(&reshape(&x, vec![2, 3, 1]), vec![2, 1, 3, 1]);
         let yr = reshape(&reshape(&y, vec![2, 1, 2]), vec![1, 2, 1, 2]);
         check(
-            &ev(Op::Multiply { out: None }, &[&xr, &yr]),
+            &ev(
+                Op::Binary {
+                    op: Arith::Multiply,
+                    out: None,
+                },
+                &[&xr, &yr],
+            ),
             &[2, 2, 3, 2],
             dtype,
             &[
@@ -51,7 +60,14 @@ fn type_promotion_follows_nx() {
     assert_eq!(ev(add(None), &[&i8t, &f16t]).dtype(), DType::F16);
     assert_eq!(ev(add(None), &[&f16t, &bf16t]).dtype(), DType::F32);
     assert_eq!(
-        ev(Op::Divide { out: None }, &[&i8t, &i8t]).dtype(),
+        ev(
+            Op::Binary {
+                op: Arith::Divide,
+                out: None
+            },
+            &[&i8t, &i8t]
+        )
+        .dtype(),
         DType::F32
     );
     // an explicit result type wins (Nx's `out`)
@@ -72,7 +88,13 @@ fn integer_arithmetic_wraps() {
         &[-128., 127., -56.],
     );
     check(
-        &ev(Op::Multiply { out: None }, &[&a, &b]),
+        &ev(
+            Op::Binary {
+                op: Arith::Multiply,
+                out: None,
+            },
+            &[&a, &b],
+        ),
         &[3],
         DType::S8,
         &[127., -128., 16.],
@@ -80,7 +102,13 @@ fn integer_arithmetic_wraps() {
     let u = t(&[0., 250.], &[2], DType::U8);
     let one = t(&[1., 10.], &[2], DType::U8);
     check(
-        &ev(Op::Subtract { out: None }, &[&u, &one]),
+        &ev(
+            Op::Binary {
+                op: Arith::Subtract,
+                out: None,
+            },
+            &[&u, &one],
+        ),
         &[2],
         DType::U8,
         &[255., 240.],
@@ -93,13 +121,25 @@ fn quotient_truncates_and_remainder_takes_the_dividends_sign() {
     let a = s(&[7., -7., 7., -7., 6.], &[5]);
     let b = s(&[2., 2., -2., -2., 3.], &[5]);
     check(
-        &ev(Op::Quotient { out: None }, &[&a, &b]),
+        &ev(
+            Op::Binary {
+                op: Arith::Quotient,
+                out: None,
+            },
+            &[&a, &b],
+        ),
         &[5],
         DType::S64,
         &[3., -3., -3., 3., 2.],
     );
     check(
-        &ev(Op::Remainder { out: None }, &[&a, &b]),
+        &ev(
+            Op::Binary {
+                op: Arith::Remainder,
+                out: None,
+            },
+            &[&a, &b],
+        ),
         &[5],
         DType::S64,
         &[1., -1., 1., -1., 0.],
@@ -107,7 +147,13 @@ fn quotient_truncates_and_remainder_takes_the_dividends_sign() {
     let fa = f(&[5.5, -5.5, 5.5, -5.5], &[4]);
     let fb = f(&[2., 2., -2., -2.], &[4]);
     check(
-        &ev(Op::Remainder { out: None }, &[&fa, &fb]),
+        &ev(
+            Op::Binary {
+                op: Arith::Remainder,
+                out: None,
+            },
+            &[&fa, &fb],
+        ),
         &[4],
         DType::F32,
         &[1.5, -1.5, 1.5, -1.5],
@@ -115,12 +161,27 @@ fn quotient_truncates_and_remainder_takes_the_dividends_sign() {
     let ua = t(&[7., 200.], &[2], DType::U8);
     let ub = t(&[2., 7.], &[2], DType::U8);
     check(
-        &ev(Op::Remainder { out: None }, &[&ua, &ub]),
+        &ev(
+            Op::Binary {
+                op: Arith::Remainder,
+                out: None,
+            },
+            &[&ua, &ub],
+        ),
         &[2],
         DType::U8,
         &[1., 4.],
     );
-    assert_eq!(ev_err(Op::Quotient { out: None }, &[&fa, &fb]), "dtype");
+    assert_eq!(
+        ev_err(
+            Op::Binary {
+                op: Arith::Quotient,
+                out: None
+            },
+            &[&fa, &fb]
+        ),
+        "dtype"
+    );
 }
 
 #[test]
@@ -128,7 +189,13 @@ fn float_division_by_zero_gives_infinities() {
     let a = f(&[1., -1., 0.], &[3]);
     let z = f(&[0., 0., 0.], &[3]);
     check(
-        &ev(Op::Divide { out: None }, &[&a, &z]),
+        &ev(
+            Op::Binary {
+                op: Arith::Divide,
+                out: None,
+            },
+            &[&a, &z],
+        ),
         &[3],
         DType::F32,
         &[f64::INFINITY, f64::NEG_INFINITY, f64::NAN],
@@ -139,18 +206,37 @@ fn float_division_by_zero_gives_infinities() {
 fn pow_atan2_min_max() {
     let a = f(&[2., 9., -8.], &[3]);
     let b = f(&[3., 0.5, 2.], &[3]);
-    close(&ev(Op::Pow { out: None }, &[&a, &b]), &[8., 3., 64.], 1e-6);
+    close(
+        &ev(
+            Op::Binary {
+                op: Arith::Pow,
+                out: None,
+            },
+            &[&a, &b],
+        ),
+        &[8., 3., 64.],
+        1e-6,
+    );
     let ia = s(&[2., 3., -2.], &[3]);
     let ib = s(&[10., 3., 3.], &[3]);
     check(
-        &ev(Op::Pow { out: None }, &[&ia, &ib]),
+        &ev(
+            Op::Binary {
+                op: Arith::Pow,
+                out: None,
+            },
+            &[&ia, &ib],
+        ),
         &[3],
         DType::S64,
         &[1024., 27., -8.],
     );
     close(
         &ev(
-            Op::Atan2 { out: None },
+            Op::Binary {
+                op: Arith::Atan2,
+                out: None,
+            },
             &[&f(&[1., -1.], &[2]), &f(&[1., -1.], &[2])],
         ),
         &[
@@ -161,17 +247,35 @@ fn pow_atan2_min_max() {
     );
     let x = f(&[1., f64::NAN, 3., -0.0], &[4]);
     let y = f(&[2., 1., f64::NAN, 0.0], &[4]);
-    let mx = v(&ev(Op::Max { out: None }, &[&x, &y]));
+    let mx = v(&ev(
+        Op::Binary {
+            op: Arith::Max,
+            out: None,
+        },
+        &[&x, &y],
+    ));
     assert_eq!(mx[0], 2.0);
     assert!(
         mx[1].is_nan() && mx[2].is_nan(),
         "max must propagate NaN: {mx:?}"
     );
-    let mn = v(&ev(Op::Min { out: None }, &[&x, &y]));
+    let mn = v(&ev(
+        Op::Binary {
+            op: Arith::Min,
+            out: None,
+        },
+        &[&x, &y],
+    ));
     assert_eq!(mn[0], 1.0);
     assert!(mn[1].is_nan() && mn[2].is_nan());
     check(
-        &ev(Op::Max { out: None }, &[&ia, &ib]),
+        &ev(
+            Op::Binary {
+                op: Arith::Max,
+                out: None,
+            },
+            &[&ia, &ib],
+        ),
         &[3],
         DType::S64,
         &[10., 3., 3.],
@@ -183,25 +287,49 @@ fn bitwise_and_shifts() {
     let a = t(&[12., -1., 5.], &[3], DType::S32);
     let b = t(&[10., 7., 1.], &[3], DType::S32);
     check(
-        &ev(Op::BitwiseAnd { out: None }, &[&a, &b]),
+        &ev(
+            Op::Binary {
+                op: Arith::BitwiseAnd,
+                out: None,
+            },
+            &[&a, &b],
+        ),
         &[3],
         DType::S32,
         &[8., 7., 1.],
     );
     check(
-        &ev(Op::BitwiseOr { out: None }, &[&a, &b]),
+        &ev(
+            Op::Binary {
+                op: Arith::BitwiseOr,
+                out: None,
+            },
+            &[&a, &b],
+        ),
         &[3],
         DType::S32,
         &[14., -1., 5.],
     );
     check(
-        &ev(Op::BitwiseXor { out: None }, &[&a, &b]),
+        &ev(
+            Op::Binary {
+                op: Arith::BitwiseXor,
+                out: None,
+            },
+            &[&a, &b],
+        ),
         &[3],
         DType::S32,
         &[6., -8., 4.],
     );
     check(
-        &ev(Op::LeftShift { out: None }, &[&a, &b]),
+        &ev(
+            Op::Binary {
+                op: Arith::LeftShift,
+                out: None,
+            },
+            &[&a, &b],
+        ),
         &[3],
         DType::S32,
         &[12288., -128., 10.],
@@ -209,7 +337,10 @@ fn bitwise_and_shifts() {
     // arithmetic right shift on signed values
     check(
         &ev(
-            Op::RightShift { out: None },
+            Op::Binary {
+                op: Arith::RightShift,
+                out: None,
+            },
             &[
                 &t(&[-16., 16.], &[2], DType::S32),
                 &t(&[2., 2.], &[2], DType::S32),
@@ -222,7 +353,10 @@ fn bitwise_and_shifts() {
     let u = t(&[200.], &[1], DType::U8);
     check(
         &ev(
-            Op::RightShift { out: None },
+            Op::Binary {
+                op: Arith::RightShift,
+                out: None,
+            },
             &[&u, &t(&[3.], &[1], DType::U8)],
         ),
         &[1],
@@ -231,7 +365,10 @@ fn bitwise_and_shifts() {
     );
     assert_eq!(
         ev_err(
-            Op::BitwiseAnd { out: None },
+            Op::Binary {
+                op: Arith::BitwiseAnd,
+                out: None
+            },
             &[&f(&[1.], &[1]), &f(&[1.], &[1])]
         ),
         "dtype"
@@ -242,11 +379,26 @@ fn bitwise_and_shifts() {
 fn comparisons_and_logic_return_u8() {
     let a = f(&[1., 2., f64::NAN], &[3]);
     let b = f(&[2., 2., f64::NAN], &[3]);
-    check(&ev(Op::Less, &[&a, &b]), &[3], DType::U8, &[1., 0., 0.]);
-    check(&ev(Op::Equal, &[&a, &b]), &[3], DType::U8, &[0., 1., 0.]);
-    check(&ev(Op::NotEqual, &[&a, &b]), &[3], DType::U8, &[1., 0., 1.]);
     check(
-        &ev(Op::GreaterEqual, &[&a, &b]),
+        &ev(Op::Compare(Compare::Less), &[&a, &b]),
+        &[3],
+        DType::U8,
+        &[1., 0., 0.],
+    );
+    check(
+        &ev(Op::Compare(Compare::Equal), &[&a, &b]),
+        &[3],
+        DType::U8,
+        &[0., 1., 0.],
+    );
+    check(
+        &ev(Op::Compare(Compare::NotEqual), &[&a, &b]),
+        &[3],
+        DType::U8,
+        &[1., 0., 1.],
+    );
+    check(
+        &ev(Op::Compare(Compare::GreaterEqual), &[&a, &b]),
         &[3],
         DType::U8,
         &[0., 1., 0.],
@@ -254,7 +406,7 @@ fn comparisons_and_logic_return_u8() {
     // mixed types compare in the merged type: u8 255 vs s8 -1
     check(
         &ev(
-            Op::Greater,
+            Op::Compare(Compare::Greater),
             &[&t(&[255.], &[1], DType::U8), &t(&[-1.], &[1], DType::S8)],
         ),
         &[1],
@@ -264,25 +416,25 @@ fn comparisons_and_logic_return_u8() {
     let p = t(&[0., 1., 2., 0.], &[4], DType::S32);
     let q = t(&[0., 0., 3., 5.], &[4], DType::S32);
     check(
-        &ev(Op::LogicalAnd, &[&p, &q]),
+        &ev(Op::Logical(Logical::And), &[&p, &q]),
         &[4],
         DType::U8,
         &[0., 0., 1., 0.],
     );
     check(
-        &ev(Op::LogicalOr, &[&p, &q]),
+        &ev(Op::Logical(Logical::Or), &[&p, &q]),
         &[4],
         DType::U8,
         &[0., 1., 1., 1.],
     );
     check(
-        &ev(Op::LogicalXor, &[&p, &q]),
+        &ev(Op::Logical(Logical::Xor), &[&p, &q]),
         &[4],
         DType::U8,
         &[0., 1., 0., 1.],
     );
     // a comparison result feeds arithmetic as u8
-    let c = ev(Op::Less, &[&a, &b]);
+    let c = ev(Op::Compare(Compare::Less), &[&a, &b]);
     check(&ev(add(None), &[&c, &c]), &[3], DType::U8, &[2., 0., 0.]);
 }
 

@@ -3,6 +3,12 @@
 
 use ex_burn_core::{eval, DType, Device, Op, Tensor};
 
+pub use ex_burn_core::op::{
+    ArgKind, Arith, Compare, CumulativeKind, Geometry, Logical, ReduceKind, ScatterKind, Unary,
+    WindowKind,
+};
+pub use ex_burn_core::Step;
+
 /// Encodes numbers as Nx bytes of `dtype`.
 pub fn bytes_of(values: &[f64], dtype: DType) -> Vec<u8> {
     let mut out = Vec::new();
@@ -70,10 +76,11 @@ pub fn s(values: &[f64], shape: &[usize]) -> Tensor {
     t(values, shape, DType::S64)
 }
 
-/// Runs one op.
-pub fn ev(op: Op, inputs: &[&Tensor]) -> Tensor {
+/// Runs one op (or program step).
+pub fn ev(op: impl Into<Step>, inputs: &[&Tensor]) -> Tensor {
+    let op = op.into();
     let owned: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
-    eval(&op, &owned, dev())
+    ex_burn_core::program::eval(&op, &owned, dev())
         .unwrap_or_else(|e| panic!("{op:?} failed: {e}"))
         .remove(0)
 }

@@ -4,9 +4,9 @@ use crate::common::*;
 use ex_burn_core::program::Instr;
 use ex_burn_core::{DType, Op, Program, Scalar};
 
-fn ins(op: Op, args: &[usize]) -> Instr {
+fn ins(op: impl Into<Step>, args: &[usize]) -> Instr {
     Instr {
-        op,
+        op: op.into(),
         args: args.to_vec(),
     }
 }
@@ -20,10 +20,13 @@ fn scalar(v: f64) -> Op {
 }
 
 /// state (i, acc), invariant step: while i < 5 do (i + 1, acc + step)
-fn counting_loop() -> Op {
+fn counting_loop() -> Step {
     let cond = Program::new(
         3,
-        vec![ins(scalar(5.), &[]), ins(Op::Less, &[0, 3])],
+        vec![
+            ins(scalar(5.), &[]),
+            ins(Op::Compare(Compare::Less), &[0, 3]),
+        ],
         vec![4],
     )
     .unwrap();
@@ -31,13 +34,25 @@ fn counting_loop() -> Op {
         3,
         vec![
             ins(scalar(1.), &[]),
-            ins(Op::Add { out: None }, &[0, 3]),
-            ins(Op::Add { out: None }, &[1, 2]),
+            ins(
+                Op::Binary {
+                    op: Arith::Add,
+                    out: None,
+                },
+                &[0, 3],
+            ),
+            ins(
+                Op::Binary {
+                    op: Arith::Add,
+                    out: None,
+                },
+                &[1, 2],
+            ),
         ],
         vec![4, 5],
     )
     .unwrap();
-    Op::While {
+    Step::While {
         cond,
         body,
         state: 2,
@@ -67,8 +82,12 @@ fn while_whose_condition_is_false_returns_the_initial_state() {
 #[test]
 fn cond_runs_the_first_true_branch_or_the_last() {
     let branch = |op: Op| Program::new(1, vec![ins(op, &[0])], vec![1]).unwrap();
-    let cond = Op::Cond {
-        branches: vec![branch(Op::Neg), branch(Op::Abs), branch(Op::Exp)],
+    let cond = Step::Cond {
+        branches: vec![
+            branch(Op::Unary(Unary::Neg)),
+            branch(Op::Unary(Unary::Abs)),
+            branch(Op::Unary(Unary::Exp)),
+        ],
     };
     let p = Program::single(cond, 3).unwrap();
     let x = f(&[-2.], &[]);
@@ -94,7 +113,13 @@ fn multi_result_instructions_number_their_values_in_order() {
         3,
         vec![
             ins(counting_loop(), &[0, 1, 2]),
-            ins(Op::Multiply { out: None }, &[3, 4]),
+            ins(
+                Op::Binary {
+                    op: Arith::Multiply,
+                    out: None,
+                },
+                &[3, 4],
+            ),
         ],
         vec![5],
     )
@@ -109,8 +134,18 @@ fn multi_result_instructions_number_their_values_in_order() {
 fn constants_are_attached_once_and_read_like_inputs() {
     let raw = Program::new(1, vec![], vec![0]).unwrap();
     assert_eq!(raw.consts, 0);
-    let mut p: Program =
-        Program::new(1, vec![ins(Op::Add { out: None }, &[0, 0])], vec![1]).unwrap();
+    let mut p: Program = Program::new(
+        1,
+        vec![ins(
+            Op::Binary {
+                op: Arith::Add,
+                out: None,
+            },
+            &[0, 0],
+        )],
+        vec![1],
+    )
+    .unwrap();
     p.consts = 1;
     p.instrs[0].args = vec![0, 1];
     p.outputs = vec![2];
@@ -125,7 +160,7 @@ fn constants_are_attached_once_and_read_like_inputs() {
 fn malformed_control_flow_is_rejected_at_validation() {
     let body = Program::new(1, vec![], vec![0]).unwrap();
     let two_out = Program::new(1, vec![], vec![0, 0]).unwrap();
-    let bad_while = Op::While {
+    let bad_while = Step::While {
         cond: two_out.clone(),
         body: body.clone(),
         state: 1,
@@ -134,7 +169,7 @@ fn malformed_control_flow_is_rejected_at_validation() {
         Program::single(bad_while, 1).unwrap_err().kind(),
         "argument"
     );
-    let bad_cond = Op::Cond {
+    let bad_cond = Step::Cond {
         branches: vec![body, two_out],
     };
     assert_eq!(Program::single(bad_cond, 2).unwrap_err().kind(), "argument");
@@ -150,7 +185,7 @@ fn malformed_control_flow_is_rejected_at_validation() {
 #[test]
 fn a_non_scalar_predicate_is_an_error() {
     let branch = Program::new(1, vec![], vec![0]).unwrap();
-    let cond = Op::Cond {
+    let cond = Step::Cond {
         branches: vec![branch.clone(), branch],
     };
     let p = Program::single(cond, 2).unwrap();
@@ -160,13 +195,13 @@ fn a_non_scalar_predicate_is_an_error() {
 }
 
 /// The counting loop with `hook 7` on (i, acc) at the start of every iteration.
-fn hooked_loop() -> Op {
-    let Op::While { cond, body, state } = counting_loop() else {
+fn hooked_loop() -> Step {
+    let Step::While { cond, body, state } = counting_loop() else {
         unreachable!("counting_loop is a while")
     };
-    let mut instrs = vec![ins(Op::Hook { id: 7, inputs: 2 }, &[0, 1])];
+    let mut instrs = vec![ins(Step::Hook { id: 7, inputs: 2 }, &[0, 1])];
     instrs.extend(body.instrs.clone());
-    Op::While {
+    Step::While {
         cond,
         body: Program::new(3, instrs, body.outputs.clone()).unwrap(),
         state,
@@ -176,9 +211,9 @@ fn hooked_loop() -> Op {
 #[test]
 fn hooks_log_their_values_per_iteration_and_only_in_taken_branches() {
     let branch = |hooked: bool| {
-        let mut instrs = vec![ins(Op::Neg, &[0])];
+        let mut instrs = vec![ins(Op::Unary(Unary::Neg), &[0])];
         if hooked {
-            instrs.push(ins(Op::Hook { id: 9, inputs: 1 }, &[1]));
+            instrs.push(ins(Step::Hook { id: 9, inputs: 1 }, &[1]));
         }
         Program::new(1, instrs, vec![1]).unwrap()
     };
@@ -187,9 +222,9 @@ fn hooks_log_their_values_per_iteration_and_only_in_taken_branches() {
         4,
         vec![
             ins(hooked_loop(), &[0, 1, 2]),
-            ins(Op::Hook { id: 1, inputs: 1 }, &[5]),
+            ins(Step::Hook { id: 1, inputs: 1 }, &[5]),
             ins(
-                Op::Cond {
+                Step::Cond {
                     branches: vec![branch(true), branch(false)],
                 },
                 &[3, 5],

@@ -9,7 +9,7 @@ fn body(op: Op) -> Program {
     Program::new(
         2,
         vec![Instr {
-            op,
+            op: op.into(),
             args: vec![0, 1],
         }],
         vec![2],
@@ -21,10 +21,13 @@ fn body(op: Op) -> Program {
 fn reduce_folds_the_function_over_the_axes() {
     let x = s(&[1., 2., 3., 4., 5., 6.], &[2, 3]);
     let acc = s(&[10.], &[]);
-    let sum = |axes: Option<Vec<usize>>, keep_axes| Op::Reduce {
+    let sum = |axes: Option<Vec<usize>>, keep_axes| Step::Reduce {
         axes,
         keep_axes,
-        body: body(Op::Add { out: None }),
+        body: body(Op::Binary {
+            op: Arith::Add,
+            out: None,
+        }),
     };
     check(&ev(sum(None, false), &[&x, &acc]), &[], DType::S64, &[31.]);
     check(
@@ -39,10 +42,13 @@ fn reduce_folds_the_function_over_the_axes() {
         DType::S64,
         &[16., 25.],
     );
-    let prod = Op::Reduce {
+    let prod = Step::Reduce {
         axes: Some(vec![1]),
         keep_axes: false,
-        body: body(Op::Multiply { out: None }),
+        body: body(Op::Binary {
+            op: Arith::Multiply,
+            out: None,
+        }),
     };
     check(
         &ev(prod, &[&x, &s(&[1.], &[])]),
@@ -55,12 +61,15 @@ fn reduce_folds_the_function_over_the_axes() {
 #[test]
 fn window_reduce_folds_each_window() {
     let x = f(&[1., 5., 2., 4., 3., 0.], &[6]);
-    let max = Op::WindowReduce {
+    let max = Step::WindowReduce {
         window_dims: vec![2],
         strides: Some(vec![2]),
         padding: None,
         window_dilations: None,
-        body: body(Op::Max { out: None }),
+        body: body(Op::Binary {
+            op: Arith::Max,
+            out: None,
+        }),
     };
     check(
         &ev(max, &[&x, &f(&[f64::NEG_INFINITY], &[])]),
@@ -69,12 +78,15 @@ fn window_reduce_folds_each_window() {
         &[5., 4., 3.],
     );
     // padded with the accumulator, dilated windows
-    let sum = Op::WindowReduce {
+    let sum = Step::WindowReduce {
         window_dims: vec![2],
         strides: None,
         padding: Some(vec![(1, 0)]),
         window_dilations: Some(vec![2]),
-        body: body(Op::Add { out: None }),
+        body: body(Op::Binary {
+            op: Arith::Add,
+            out: None,
+        }),
     };
     // padded [0, 1, 5, 2, 4, 3, 0] (the last 0 is x's); windows (i, i + 2)
     check(
@@ -88,7 +100,7 @@ fn window_reduce_folds_each_window() {
 #[test]
 fn a_body_that_is_not_a_binary_function_is_rejected() {
     let unary = Program::new(1, vec![], vec![0]).unwrap();
-    let op = Op::Reduce {
+    let op = Step::Reduce {
         axes: None,
         keep_axes: false,
         body: unary,

@@ -5,9 +5,9 @@ use crate::common::*;
 use ex_burn_core::program::Instr;
 use ex_burn_core::{DType, Device, Op, Program, Scalar, Tensor};
 
-fn ins(op: Op, args: &[usize]) -> Instr {
+fn ins(op: impl Into<Step>, args: &[usize]) -> Instr {
     Instr {
-        op,
+        op: op.into(),
         args: args.to_vec(),
     }
 }
@@ -31,13 +31,31 @@ fn chain() -> Program {
         2,
         vec![
             ins(scalar(1.5), &[]),
-            ins(Op::Multiply { out: None }, &[0, 2]),
-            ins(Op::Add { out: None }, &[3, 1]),
-            ins(Op::Sin, &[4]),
-            ins(Op::Abs, &[5]),
-            ins(Op::Sqrt, &[6]),
+            ins(
+                Op::Binary {
+                    op: Arith::Multiply,
+                    out: None,
+                },
+                &[0, 2],
+            ),
+            ins(
+                Op::Binary {
+                    op: Arith::Add,
+                    out: None,
+                },
+                &[3, 1],
+            ),
+            ins(Op::Unary(Unary::Sin), &[4]),
+            ins(Op::Unary(Unary::Abs), &[5]),
+            ins(Op::Unary(Unary::Sqrt), &[6]),
             ins(scalar(0.5), &[]),
-            ins(Op::Subtract { out: None }, &[7, 8]),
+            ins(
+                Op::Binary {
+                    op: Arith::Subtract,
+                    out: None,
+                },
+                &[7, 8],
+            ),
         ],
         vec![9, 3],
     )
@@ -46,10 +64,37 @@ fn chain() -> Program {
 
 fn eager_chain(x: &Tensor, y: &Tensor) -> (Tensor, Tensor) {
     let s = |v: f64| f(&[v], &[]);
-    let m = ev(Op::Multiply { out: None }, &[x, &s(1.5)]);
-    let a = ev(Op::Add { out: None }, &[&m, y]);
-    let r = ev(Op::Sqrt, &[&ev(Op::Abs, &[&ev(Op::Sin, &[&a])])]);
-    (ev(Op::Subtract { out: None }, &[&r, &s(0.5)]), m)
+    let m = ev(
+        Op::Binary {
+            op: Arith::Multiply,
+            out: None,
+        },
+        &[x, &s(1.5)],
+    );
+    let a = ev(
+        Op::Binary {
+            op: Arith::Add,
+            out: None,
+        },
+        &[&m, y],
+    );
+    let r = ev(
+        Op::Unary(Unary::Sqrt),
+        &[&ev(
+            Op::Unary(Unary::Abs),
+            &[&ev(Op::Unary(Unary::Sin), &[&a])],
+        )],
+    );
+    (
+        ev(
+            Op::Binary {
+                op: Arith::Subtract,
+                out: None,
+            },
+            &[&r, &s(0.5)],
+        ),
+        m,
+    )
 }
 
 #[test]
@@ -85,11 +130,46 @@ fn scalar_operands_on_either_side_give_broadcast_results() {
     // (op, scalar on the left, reference)
     type Case = (Op, bool, fn(f32, f32) -> f32);
     let cases: [Case; 5] = [
-        (Op::Add { out: None }, false, |a, b| a + b),
-        (Op::Subtract { out: None }, false, |a, b| a - b),
-        (Op::Subtract { out: None }, true, |a, b| b - a),
-        (Op::Multiply { out: None }, true, |a, b| a * b),
-        (Op::Divide { out: None }, false, |a, b| a / b),
+        (
+            Op::Binary {
+                op: Arith::Add,
+                out: None,
+            },
+            false,
+            |a, b| a + b,
+        ),
+        (
+            Op::Binary {
+                op: Arith::Subtract,
+                out: None,
+            },
+            false,
+            |a, b| a - b,
+        ),
+        (
+            Op::Binary {
+                op: Arith::Subtract,
+                out: None,
+            },
+            true,
+            |a, b| b - a,
+        ),
+        (
+            Op::Binary {
+                op: Arith::Multiply,
+                out: None,
+            },
+            true,
+            |a, b| a * b,
+        ),
+        (
+            Op::Binary {
+                op: Arith::Divide,
+                out: None,
+            },
+            false,
+            |a, b| a / b,
+        ),
     ];
     for (op, scalar_left, fun) in cases {
         let got = if scalar_left {
@@ -103,7 +183,13 @@ fn scalar_operands_on_either_side_give_broadcast_results() {
     // integers wrap as in the broadcast path
     let xi = t(&vec![200.; n], &[n], DType::U8);
     let si = t(&[100.], &[], DType::U8);
-    let sum = ev(Op::Add { out: None }, &[&xi, &si]);
+    let sum = ev(
+        Op::Binary {
+            op: Arith::Add,
+            out: None,
+        },
+        &[&xi, &si],
+    );
     check(&sum, &[n], DType::U8, &vec![44.; n]);
 }
 
@@ -117,18 +203,37 @@ fn f32_chunk_loops_match_op_by_op_evaluation() {
     let prog = Program::new(
         3,
         vec![
-            ins(Op::Cos, &[0]),                       // 3
-            ins(Op::Exp, &[3]),                       // 4
-            ins(Op::Divide { out: None }, &[4, 1]),   // 5: exp(cos x) / y
-            ins(Op::Neg, &[5]),                       // 6
-            ins(Op::Tanh, &[6]),                      // 7
-            ins(Op::Subtract { out: None }, &[2, 7]), // 8: k - tanh(..)
-            ins(Op::Abs, &[8]),                       // 9
-            ins(Op::Log, &[9]),                       // 10
-            ins(scalar(2.0), &[]),                    // 11
-            ins(Op::Divide { out: None }, &[11, 10]), // 12: 2 / log(..)
+            ins(Op::Unary(Unary::Cos), &[0]), // 3
+            ins(Op::Unary(Unary::Exp), &[3]), // 4
             ins(
-                Op::Multiply {
+                Op::Binary {
+                    op: Arith::Divide,
+                    out: None,
+                },
+                &[4, 1],
+            ), // 5: exp(cos x) / y
+            ins(Op::Unary(Unary::Neg), &[5]), // 6
+            ins(Op::Unary(Unary::Tanh), &[6]), // 7
+            ins(
+                Op::Binary {
+                    op: Arith::Subtract,
+                    out: None,
+                },
+                &[2, 7],
+            ), // 8: k - tanh(..)
+            ins(Op::Unary(Unary::Abs), &[8]), // 9
+            ins(Op::Unary(Unary::Log), &[9]), // 10
+            ins(scalar(2.0), &[]),            // 11
+            ins(
+                Op::Binary {
+                    op: Arith::Divide,
+                    out: None,
+                },
+                &[11, 10],
+            ), // 12: 2 / log(..)
+            ins(
+                Op::Binary {
+                    op: Arith::Multiply,
                     out: Some(DType::F32),
                 },
                 &[12, 0],
@@ -141,17 +246,39 @@ fn f32_chunk_loops_match_op_by_op_evaluation() {
         .run(vec![x.clone(), y.clone(), k.clone()], dev())
         .unwrap();
     let e5 = ev(
-        Op::Divide { out: None },
-        &[&ev(Op::Exp, &[&ev(Op::Cos, &[&x])]), &y],
+        Op::Binary {
+            op: Arith::Divide,
+            out: None,
+        },
+        &[
+            &ev(Op::Unary(Unary::Exp), &[&ev(Op::Unary(Unary::Cos), &[&x])]),
+            &y,
+        ],
     );
     let e8 = ev(
-        Op::Subtract { out: None },
-        &[&k, &ev(Op::Tanh, &[&ev(Op::Neg, &[&e5])])],
+        Op::Binary {
+            op: Arith::Subtract,
+            out: None,
+        },
+        &[
+            &k,
+            &ev(
+                Op::Unary(Unary::Tanh),
+                &[&ev(Op::Unary(Unary::Neg), &[&e5])],
+            ),
+        ],
     );
-    let e10 = ev(Op::Log, &[&ev(Op::Abs, &[&e8])]);
-    let e12 = ev(Op::Divide { out: None }, &[&f(&[2.0], &[]), &e10]);
+    let e10 = ev(Op::Unary(Unary::Log), &[&ev(Op::Unary(Unary::Abs), &[&e8])]);
+    let e12 = ev(
+        Op::Binary {
+            op: Arith::Divide,
+            out: None,
+        },
+        &[&f(&[2.0], &[]), &e10],
+    );
     let e13 = ev(
-        Op::Multiply {
+        Op::Binary {
+            op: Arith::Multiply,
             out: Some(DType::F32),
         },
         &[&e12, &x],
@@ -220,7 +347,10 @@ fn broadcast_operands_comparisons_and_select_match_op_by_op_evaluation() {
         &[rows, cols],
         DType::U8,
     );
-    let mask = ev(Op::NotEqual, &[&mask, &t(&[0.], &[], DType::U8)]);
+    let mask = ev(
+        Op::Compare(Compare::NotEqual),
+        &[&mask, &t(&[0.], &[], DType::U8)],
+    );
     let int = |v: i64| Op::Full {
         shape: vec![],
         dtype: DType::S32,
@@ -230,23 +360,53 @@ fn broadcast_operands_comparisons_and_select_match_op_by_op_evaluation() {
     let prog = Program::new(
         5,
         vec![
-            ins(Op::Add { out: f32 }, &[0, 2]),          // 5: x + bias
-            ins(int(0), &[]),                            // 6: 0 (s32), live
-            ins(Op::Max { out: f32 }, &[5, 6]),          // 7: relu
-            ins(Op::Equal, &[5, 7]),                     // 8
-            ins(scalar(1.0), &[]),                       // 9: live
-            ins(scalar(0.0), &[]),                       // 10
-            ins(Op::Select { out: f32 }, &[8, 9, 10]),   // 11
-            ins(Op::Equal, &[6, 7]),                     // 12
-            ins(int(2), &[]),                            // 13
-            ins(Op::Select { out: f32 }, &[12, 13, 9]),  // 14
-            ins(Op::Divide { out: f32 }, &[11, 14]),     // 15
-            ins(Op::Multiply { out: f32 }, &[1, 15]),    // 16: gradient
-            ins(Op::Min { out: None }, &[16, 3]),        // 17: per-row column
-            ins(Op::GreaterEqual, &[17, 5]),             // 18
+            ins(
+                Op::Binary {
+                    op: Arith::Add,
+                    out: f32,
+                },
+                &[0, 2],
+            ), // 5: x + bias
+            ins(int(0), &[]), // 6: 0 (s32), live
+            ins(
+                Op::Binary {
+                    op: Arith::Max,
+                    out: f32,
+                },
+                &[5, 6],
+            ), // 7: relu
+            ins(Op::Compare(Compare::Equal), &[5, 7]), // 8
+            ins(scalar(1.0), &[]), // 9: live
+            ins(scalar(0.0), &[]), // 10
+            ins(Op::Select { out: f32 }, &[8, 9, 10]), // 11
+            ins(Op::Compare(Compare::Equal), &[6, 7]), // 12
+            ins(int(2), &[]), // 13
+            ins(Op::Select { out: f32 }, &[12, 13, 9]), // 14
+            ins(
+                Op::Binary {
+                    op: Arith::Divide,
+                    out: f32,
+                },
+                &[11, 14],
+            ), // 15
+            ins(
+                Op::Binary {
+                    op: Arith::Multiply,
+                    out: f32,
+                },
+                &[1, 15],
+            ), // 16: gradient
+            ins(
+                Op::Binary {
+                    op: Arith::Min,
+                    out: None,
+                },
+                &[16, 3],
+            ), // 17: per-row column
+            ins(Op::Compare(Compare::GreaterEqual), &[17, 5]), // 18
             ins(Op::Select { out: None }, &[18, 7, 16]), // 19
-            ins(Op::Select { out: None }, &[4, 19, 3]),  // 20: boolean input mask
-            ins(Op::Less, &[20, 9]),                     // 21
+            ins(Op::Select { out: None }, &[4, 19, 3]), // 20: boolean input mask
+            ins(Op::Compare(Compare::Less), &[20, 9]), // 21
             ins(Op::Select { out: None }, &[21, 1, 20]), // 22
         ],
         vec![22, 16, 7, 6, 9],
@@ -296,13 +456,13 @@ fn transposed_dot_results_match_op_by_op_evaluation() {
     let prog = Program::new(
         2,
         vec![
-            ins(dot.clone(), &[0, 1]), // 2
-            ins(swap.clone(), &[2]),   // 3
-            ins(dot.clone(), &[0, 1]), // 4
-            ins(swap.clone(), &[4]),   // 5
-            ins(Op::Neg, &[4]),        // 6
-            ins(dot.clone(), &[0, 1]), // 7
-            ins(swap, &[7]),           // 8
+            ins(dot.clone(), &[0, 1]),        // 2
+            ins(swap.clone(), &[2]),          // 3
+            ins(dot.clone(), &[0, 1]),        // 4
+            ins(swap.clone(), &[4]),          // 5
+            ins(Op::Unary(Unary::Neg), &[4]), // 6
+            ins(dot.clone(), &[0, 1]),        // 7
+            ins(swap, &[7]),                  // 8
         ],
         vec![3, 5, 6, 7, 8],
     )
@@ -335,14 +495,38 @@ fn small_integer_powers_are_rounded_once_fused_or_not() {
     let prog = Program::new(
         1,
         vec![
-            ins(int(2), &[]),                    // 1
-            ins(Op::Pow { out: None }, &[0, 1]), // 2: x ** 2
-            ins(int(3), &[]),                    // 3
-            ins(Op::Pow { out: None }, &[0, 3]), // 4: x ** 3
-            ins(scalar(1.5), &[]),               // 5
-            ins(Op::Abs, &[0]),                  // 6
-            ins(Op::Pow { out: None }, &[6, 5]), // 7: |x| ** 1.5
-            ins(Op::Add { out: None }, &[2, 4]), // 8
+            ins(int(2), &[]), // 1
+            ins(
+                Op::Binary {
+                    op: Arith::Pow,
+                    out: None,
+                },
+                &[0, 1],
+            ), // 2: x ** 2
+            ins(int(3), &[]), // 3
+            ins(
+                Op::Binary {
+                    op: Arith::Pow,
+                    out: None,
+                },
+                &[0, 3],
+            ), // 4: x ** 3
+            ins(scalar(1.5), &[]), // 5
+            ins(Op::Unary(Unary::Abs), &[0]), // 6
+            ins(
+                Op::Binary {
+                    op: Arith::Pow,
+                    out: None,
+                },
+                &[6, 5],
+            ), // 7: |x| ** 1.5
+            ins(
+                Op::Binary {
+                    op: Arith::Add,
+                    out: None,
+                },
+                &[2, 4],
+            ), // 8
         ],
         vec![2, 4, 7, 8],
     )
@@ -398,7 +582,10 @@ fn generated_element_wise_programs_match_op_by_op_evaluation() {
             f(&special(n, case + 5), &[rows, cols]),
             f(&special(cols, case + 1), &[cols]),
             f(&special(rows, case + 2), &[rows, 1]),
-            ev(Op::NotEqual, &[&mask, &t(&[0.], &[], DType::U8)]),
+            ev(
+                Op::Compare(Compare::NotEqual),
+                &[&mask, &t(&[0.], &[], DType::U8)],
+            ),
         ];
         // f32 values of the run's shape, and every f32 value (broadcast ones included)
         let (mut full, mut any): (Vec<usize>, Vec<usize>) = (vec![0, 1], vec![0, 1, 2, 3]);
@@ -414,15 +601,37 @@ fn generated_element_wise_programs_match_op_by_op_evaluation() {
                 0 => {
                     let c = push(&mut instrs, scalar([0.5, -2.0, 3.0][next(3)]), &[]);
                     any.push(c);
-                    push(&mut instrs, Op::Multiply { out: None }, &[a, c])
+                    push(
+                        &mut instrs,
+                        Op::Binary {
+                            op: Arith::Multiply,
+                            out: None,
+                        },
+                        &[a, c],
+                    )
                 }
                 1 => {
                     let op = [
-                        Op::Add { out: None },
-                        Op::Subtract { out: None },
-                        Op::Divide { out: None },
-                        Op::Max { out: None },
-                        Op::Min { out: None },
+                        Op::Binary {
+                            op: Arith::Add,
+                            out: None,
+                        },
+                        Op::Binary {
+                            op: Arith::Subtract,
+                            out: None,
+                        },
+                        Op::Binary {
+                            op: Arith::Divide,
+                            out: None,
+                        },
+                        Op::Binary {
+                            op: Arith::Max,
+                            out: None,
+                        },
+                        Op::Binary {
+                            op: Arith::Min,
+                            out: None,
+                        },
                     ][next(5)]
                     .clone();
                     if next(2) == 0 {
@@ -438,19 +647,43 @@ fn generated_element_wise_programs_match_op_by_op_evaluation() {
                         value: Scalar::I([2, 3][next(2)]),
                     };
                     let e = push(&mut instrs, e, &[]);
-                    push(&mut instrs, Op::Pow { out: None }, &[a, e])
+                    push(
+                        &mut instrs,
+                        Op::Binary {
+                            op: Arith::Pow,
+                            out: None,
+                        },
+                        &[a, e],
+                    )
                 }
                 3 => {
-                    let op = [Op::Neg, Op::Abs, Op::Exp, Op::Sqrt, Op::Log][next(5)].clone();
+                    let op = [
+                        Op::Unary(Unary::Neg),
+                        Op::Unary(Unary::Abs),
+                        Op::Unary(Unary::Exp),
+                        Op::Unary(Unary::Sqrt),
+                        Op::Unary(Unary::Log),
+                    ][next(5)]
+                    .clone();
                     push(&mut instrs, op, &[a])
                 }
                 4 => {
-                    let op = [Op::Tanh, Op::Sin, Op::Cos][next(3)].clone();
+                    let op = [
+                        Op::Unary(Unary::Tanh),
+                        Op::Unary(Unary::Sin),
+                        Op::Unary(Unary::Cos),
+                    ][next(3)]
+                    .clone();
                     push(&mut instrs, op, &[a])
                 }
                 5 | 6 => {
-                    let cmp =
-                        [Op::Equal, Op::Less, Op::GreaterEqual, Op::NotEqual][next(4)].clone();
+                    let cmp = [
+                        Op::Compare(Compare::Equal),
+                        Op::Compare(Compare::Less),
+                        Op::Compare(Compare::GreaterEqual),
+                        Op::Compare(Compare::NotEqual),
+                    ][next(4)]
+                    .clone();
                     let m = push(&mut instrs, cmp, &[a, b]);
                     let other = any[next(any.len())];
                     push(&mut instrs, Op::Select { out: None }, &[m, a, other])
@@ -468,7 +701,8 @@ fn generated_element_wise_programs_match_op_by_op_evaluation() {
                     );
                     push(
                         &mut instrs,
-                        Op::Max {
+                        Op::Binary {
+                            op: Arith::Max,
                             out: Some(DType::F32),
                         },
                         &[a, z],

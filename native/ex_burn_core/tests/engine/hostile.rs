@@ -56,7 +56,8 @@ fn a_stride_past_the_input_gives_one_window() {
 #[test]
 fn huge_window_padding_and_windows_are_refused() {
     let x = f(&[1., 2., 3., 4.], &[2, 2]);
-    let scatter = Op::WindowScatterMax {
+    let scatter = Op::WindowScatter {
+        kind: ScatterKind::Max,
         window_dims: vec![1 << 32, 2],
         strides: None,
         padding: None,
@@ -66,20 +67,26 @@ fn huge_window_padding_and_windows_are_refused() {
     let kind = ev_err(scatter, &[&x, &src, &init]);
     assert!(kind == "out_of_memory" || kind == "shape", "{kind}");
 
-    let product = Op::WindowProduct {
-        window_dims: vec![2, 1],
-        strides: None,
-        padding: None,
-        window_dilations: Some(vec![HUGE, 1]),
+    let product = Op::Window {
+        kind: WindowKind::Product,
+        geometry: Geometry {
+            window_dims: vec![2, 1],
+            strides: None,
+            padding: None,
+            window_dilations: Some(vec![HUGE, 1]),
+        },
     };
     // The dilated window is larger than the input: no windows.
     check(&ev(product, &[&x]), &[0, 2], DType::F32, &[]);
 
-    let sum = Op::WindowSum {
-        window_dims: vec![1, 1],
-        strides: Some(vec![1 << 40, 1 << 40]),
-        padding: Some(vec![(1 << 40, 0), (1 << 40, 0)]),
-        window_dilations: None,
+    let sum = Op::Window {
+        kind: WindowKind::Sum,
+        geometry: Geometry {
+            window_dims: vec![1, 1],
+            strides: Some(vec![1 << 40, 1 << 40]),
+            padding: Some(vec![(1 << 40, 0), (1 << 40, 0)]),
+            window_dilations: None,
+        },
     };
     let kind = ev_err(sum, &[&x]);
     assert!(kind == "out_of_memory" || kind == "shape", "{kind}");
@@ -155,9 +162,21 @@ fn min_divided_by_minus_one_wraps_as_nx_stores_it() {
         let min = -(2f64.powi(dtype.bits() as i32 - 1));
         let a = t(&[min, 7., min], &[3], dtype);
         let b = t(&[-1., -1., 3.], &[3], dtype);
-        let q = v(&ev(Op::Quotient { out: None }, &[&a, &b]));
+        let q = v(&ev(
+            Op::Binary {
+                op: Arith::Quotient,
+                out: None,
+            },
+            &[&a, &b],
+        ));
         assert_eq!(q[..2], [min, -7.], "{dtype:?}");
-        let r = v(&ev(Op::Remainder { out: None }, &[&a, &b]));
+        let r = v(&ev(
+            Op::Binary {
+                op: Arith::Remainder,
+                out: None,
+            },
+            &[&a, &b],
+        ));
         assert_eq!(r[..2], [0., 0.], "{dtype:?}");
     }
 }

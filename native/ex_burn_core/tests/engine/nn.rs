@@ -19,13 +19,13 @@ fn softmax_and_log_softmax() {
 #[test]
 fn relu_float_and_int() {
     check(
-        &ev(Op::Relu, &[&f(&[-1., 2.], &[2])]),
+        &ev(Op::Unary(Unary::Relu), &[&f(&[-1., 2.], &[2])]),
         &[2],
         DType::F32,
         &[0., 2.],
     );
     check(
-        &ev(Op::Relu, &[&s(&[-1., 2.], &[2])]),
+        &ev(Op::Unary(Unary::Relu), &[&s(&[-1., 2.], &[2])]),
         &[2],
         DType::S64,
         &[0., 2.],

@@ -9,19 +9,26 @@ fn a_program_chains_ops_and_frees_intermediates() {
         2,
         vec![
             Instr {
-                op: Op::Add { out: None },
+                op: Step::Op(Op::Binary {
+                    op: Arith::Add,
+                    out: None,
+                }),
                 args: vec![0, 1],
             },
             Instr {
-                op: Op::Multiply { out: None },
+                op: Step::Op(Op::Binary {
+                    op: Arith::Multiply,
+                    out: None,
+                }),
                 args: vec![2, 0],
             },
             Instr {
-                op: Op::Sum {
+                op: Step::Op(Op::Reduce {
+                    kind: ReduceKind::Sum,
                     axes: None,
                     keep_axes: false,
                     out: None,
-                },
+                }),
                 args: vec![3],
             },
         ],
@@ -40,7 +47,7 @@ fn invalid_programs_are_rejected_once() {
     let bad = Program::new(
         1,
         vec![Instr {
-            op: Op::Exp,
+            op: Step::Op(Op::Unary(Unary::Exp)),
             args: vec![1],
         }],
         vec![1],
@@ -49,7 +56,10 @@ fn invalid_programs_are_rejected_once() {
     let arity = Program::new(
         1,
         vec![Instr {
-            op: Op::Add { out: None },
+            op: Step::Op(Op::Binary {
+                op: Arith::Add,
+                out: None,
+            }),
             args: vec![0],
         }],
         vec![1],
@@ -59,11 +69,11 @@ fn invalid_programs_are_rejected_once() {
 
 #[test]
 fn single_op_program_equals_eager() {
-    let p = Program::single(Op::Exp, 1).unwrap();
+    let p = Program::single(Op::Unary(Unary::Exp), 1).unwrap();
     let x = f(&[0., 1.], &[2]);
     assert_eq!(
         v(&p.run(vec![x.clone()], dev()).unwrap()[0]),
-        v(&ev(Op::Exp, &[&x]))
+        v(&ev(Op::Unary(Unary::Exp), &[&x]))
     );
 }
 
@@ -79,7 +89,10 @@ fn guard_turns_panics_into_errors() {
     }
     let r = guard(|| {
         ex_burn_core::eval(
-            &Op::Quotient { out: None },
+            &Op::Binary {
+                op: Arith::Quotient,
+                out: None,
+            },
             &[s(&[1.], &[1]), s(&[0.], &[1])],
             dev(),
         )
@@ -93,7 +106,15 @@ fn inputs_on_different_devices_are_refused() {
     if dev() != ex_burn_core::Device::Cpu {
         let a = f(&[1.], &[1]);
         let b = a.to_device(ex_burn_core::Device::Cpu).unwrap();
-        let e = ex_burn_core::eval(&Op::Add { out: None }, &[a, b], dev()).unwrap_err();
+        let e = ex_burn_core::eval(
+            &Op::Binary {
+                op: Arith::Add,
+                out: None,
+            },
+            &[a, b],
+            dev(),
+        )
+        .unwrap_err();
         assert_eq!(e.kind(), "device");
     }
 }

@@ -3,7 +3,8 @@ use ex_burn_core::op::TieBreak;
 use ex_burn_core::{DType, Op};
 
 fn sum(axes: Option<Vec<usize>>, keep: bool) -> Op {
-    Op::Sum {
+    Op::Reduce {
+        kind: ReduceKind::Sum,
         axes,
         keep_axes: keep,
         out: None,
@@ -49,7 +50,8 @@ fn integer_sums_accumulate_in_64_bits() {
     check(&ev(sum(None, false), &[&u]), &[], DType::U64, &[400.]);
     check(
         &ev(
-            Op::Product {
+            Op::Reduce {
+                kind: ReduceKind::Product,
                 axes: None,
                 keep_axes: false,
                 out: None,
@@ -73,7 +75,8 @@ fn empty_reductions_give_the_identity() {
     );
     check(
         &ev(
-            Op::Product {
+            Op::Reduce {
+                kind: ReduceKind::Product,
                 axes: None,
                 keep_axes: false,
                 out: None,
@@ -86,9 +89,11 @@ fn empty_reductions_give_the_identity() {
     );
     check(
         &ev(
-            Op::ReduceMax {
+            Op::Reduce {
+                kind: ReduceKind::Max,
                 axes: None,
                 keep_axes: false,
+                out: None,
             },
             &[&e],
         ),
@@ -98,9 +103,11 @@ fn empty_reductions_give_the_identity() {
     );
     check(
         &ev(
-            Op::ReduceMin {
+            Op::Reduce {
+                kind: ReduceKind::Min,
                 axes: None,
                 keep_axes: false,
+                out: None,
             },
             &[&t(&[], &[0], DType::S8)],
         ),
@@ -110,9 +117,11 @@ fn empty_reductions_give_the_identity() {
     );
     check(
         &ev(
-            Op::All {
+            Op::Reduce {
+                kind: ReduceKind::All,
                 axes: None,
                 keep_axes: false,
+                out: None,
             },
             &[&e],
         ),
@@ -122,9 +131,11 @@ fn empty_reductions_give_the_identity() {
     );
     check(
         &ev(
-            Op::Any {
+            Op::Reduce {
+                kind: ReduceKind::Any,
                 axes: None,
                 keep_axes: false,
+                out: None,
             },
             &[&e],
         ),
@@ -139,9 +150,11 @@ fn max_min_all_any() {
     let x = s(&[3., -1., 7., 2., 9., -4.], &[2, 3]);
     check(
         &ev(
-            Op::ReduceMax {
+            Op::Reduce {
+                kind: ReduceKind::Max,
                 axes: Some(vec![1]),
                 keep_axes: false,
+                out: None,
             },
             &[&x],
         ),
@@ -151,9 +164,11 @@ fn max_min_all_any() {
     );
     check(
         &ev(
-            Op::ReduceMin {
+            Op::Reduce {
+                kind: ReduceKind::Min,
                 axes: Some(vec![0]),
                 keep_axes: true,
+                out: None,
             },
             &[&x],
         ),
@@ -164,9 +179,11 @@ fn max_min_all_any() {
     let b = t(&[1., 0., 1., 1., 1., 1.], &[2, 3], DType::U8);
     check(
         &ev(
-            Op::All {
+            Op::Reduce {
+                kind: ReduceKind::All,
                 axes: Some(vec![1]),
                 keep_axes: false,
+                out: None,
             },
             &[&b],
         ),
@@ -176,9 +193,11 @@ fn max_min_all_any() {
     );
     check(
         &ev(
-            Op::Any {
+            Op::Reduce {
+                kind: ReduceKind::Any,
                 axes: Some(vec![0]),
                 keep_axes: false,
+                out: None,
             },
             &[&b],
         ),
@@ -188,9 +207,11 @@ fn max_min_all_any() {
     );
     check(
         &ev(
-            Op::All {
+            Op::Reduce {
+                kind: ReduceKind::All,
                 axes: None,
                 keep_axes: false,
+                out: None,
             },
             &[&f(&[0.5, -1.], &[2])],
         ),
@@ -203,7 +224,8 @@ fn max_min_all_any() {
 #[test]
 fn argmax_argmin_with_ties() {
     let x = f(&[1., 5., 5., 0., 0., 2.], &[2, 3]);
-    let am = |axis, tie| Op::Argmax {
+    let am = |axis, tie| Op::Arg {
+        kind: ArgKind::Max,
         axis,
         keep_axis: false,
         tie_break: tie,
@@ -223,14 +245,16 @@ fn argmax_argmin_with_ties() {
     );
     check(&ev(am(None, TieBreak::Low), &[&x]), &[], DType::S64, &[1.]);
     check(&ev(am(None, TieBreak::High), &[&x]), &[], DType::S64, &[2.]);
-    let amin = Op::Argmin {
+    let amin = Op::Arg {
+        kind: ArgKind::Min,
         axis: Some(1),
         keep_axis: true,
         tie_break: TieBreak::High,
         out: Some(DType::S32),
     };
     check(&ev(amin, &[&x]), &[2, 1], DType::S32, &[0., 1.]);
-    let ai = Op::Argmin {
+    let ai = Op::Arg {
+        kind: ArgKind::Min,
         axis: Some(0),
         keep_axis: false,
         tie_break: TieBreak::Low,
@@ -244,7 +268,8 @@ fn argmax_argmin_with_ties() {
     );
     assert_eq!(ev_err(am(None, TieBreak::Low), &[&f(&[], &[0])]), "shape");
     // unsigned index types with tie_break: :high (the flip is done in a signed type)
-    let hi_u32 = Op::Argmax {
+    let hi_u32 = Op::Arg {
+        kind: ArgKind::Max,
         axis: Some(1),
         keep_axis: false,
         tie_break: TieBreak::High,
@@ -257,7 +282,8 @@ fn argmax_argmin_with_ties() {
     for tie in [TieBreak::Low, TieBreak::High] {
         check(&ev(am(None, tie), &[&nan]), &[], DType::S64, &[3.]);
     }
-    let amin_nan = Op::Argmin {
+    let amin_nan = Op::Arg {
+        kind: ArgKind::Min,
         axis: None,
         keep_axis: false,
         tie_break: TieBreak::Low,

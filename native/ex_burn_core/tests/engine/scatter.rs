@@ -2,7 +2,8 @@ use crate::common::*;
 use ex_burn_core::{DType, Op};
 
 fn scatter_max(strides: Vec<usize>) -> Op {
-    Op::WindowScatterMax {
+    Op::WindowScatter {
+        kind: ScatterKind::Max,
         window_dims: vec![2, 3],
         strides: Some(strides),
         padding: None,
@@ -36,7 +37,8 @@ fn overlapping_windows_accumulate_and_init_fills_the_rest() {
     let x = f(&[1., 5., 2., 4.], &[4]);
     let src = f(&[10., 20., 30.], &[3]);
     let init = f(&[0.5], &[]);
-    let op = Op::WindowScatterMax {
+    let op = Op::WindowScatter {
+        kind: ScatterKind::Max,
         window_dims: vec![2],
         strides: None,
         padding: None,
@@ -55,7 +57,8 @@ fn window_scatter_min_breaks_ties_towards_the_last_element() {
     let x = f(&[3., 1., 1., 2.], &[4]);
     let src = f(&[7.], &[1]);
     let init = f(&[0.], &[]);
-    let op = Op::WindowScatterMin {
+    let op = Op::WindowScatter {
+        kind: ScatterKind::Min,
         window_dims: vec![4],
         strides: None,
         padding: None,
@@ -73,7 +76,8 @@ fn padding_is_filled_with_init_and_cropped() {
     let x = f(&[-1., -2.], &[2]);
     let src = f(&[5., 6.], &[2]);
     let init = f(&[0.], &[]);
-    let op = Op::WindowScatterMax {
+    let op = Op::WindowScatter {
+        kind: ScatterKind::Max,
         window_dims: vec![2],
         strides: Some(vec![1]),
         padding: Some(vec![(1, 0)]),
@@ -87,7 +91,8 @@ fn a_source_of_the_wrong_shape_is_refused() {
     let x = f(&[1., 2., 3.], &[3]);
     let src = f(&[1.], &[1]);
     let init = f(&[0.], &[]);
-    let op = Op::WindowScatterMax {
+    let op = Op::WindowScatter {
+        kind: ScatterKind::Max,
         window_dims: vec![2],
         strides: None,
         padding: None,

@@ -84,7 +84,8 @@ fn cumulative_ops_and_reverse() {
     let x = s(&[1., 2., 3., 4.], &[4]);
     check(
         &ev(
-            Op::CumulativeSum {
+            Op::Cumulative {
+                kind: CumulativeKind::Sum,
                 axis: 0,
                 reverse: false,
             },
@@ -96,7 +97,8 @@ fn cumulative_ops_and_reverse() {
     );
     check(
         &ev(
-            Op::CumulativeSum {
+            Op::Cumulative {
+                kind: CumulativeKind::Sum,
                 axis: 0,
                 reverse: true,
             },
@@ -108,7 +110,8 @@ fn cumulative_ops_and_reverse() {
     );
     check(
         &ev(
-            Op::CumulativeProduct {
+            Op::Cumulative {
+                kind: CumulativeKind::Product,
                 axis: 0,
                 reverse: false,
             },
@@ -121,7 +124,8 @@ fn cumulative_ops_and_reverse() {
     let y = f(&[3., 1., 4., 1., 5.], &[5]);
     check(
         &ev(
-            Op::CumulativeMax {
+            Op::Cumulative {
+                kind: CumulativeKind::Max,
                 axis: 0,
                 reverse: false,
             },
@@ -133,7 +137,8 @@ fn cumulative_ops_and_reverse() {
     );
     check(
         &ev(
-            Op::CumulativeMin {
+            Op::Cumulative {
+                kind: CumulativeKind::Min,
                 axis: 0,
                 reverse: true,
             },
@@ -146,7 +151,8 @@ fn cumulative_ops_and_reverse() {
     let m = f(&[1., 2., 3., 4.], &[2, 2]);
     check(
         &ev(
-            Op::CumulativeSum {
+            Op::Cumulative {
+                kind: CumulativeKind::Sum,
                 axis: 0,
                 reverse: false,
             },

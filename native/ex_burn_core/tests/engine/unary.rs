@@ -19,43 +19,51 @@ fn float_functions_match_libm() {
     let xs = [0.1, 0.5, 0.9];
     type Reference = fn(f64) -> f64;
     let cases: Vec<(Op, Reference)> = vec![
-        (Op::Exp, f64::exp),
-        (Op::Log, f64::ln),
-        (Op::Log1p, f64::ln_1p),
-        (Op::Sqrt, f64::sqrt),
-        (Op::Sin, f64::sin),
-        (Op::Cos, f64::cos),
-        (Op::Tan, f64::tan),
-        (Op::Asin, f64::asin),
-        (Op::Acos, f64::acos),
-        (Op::Atan, f64::atan),
-        (Op::Sinh, f64::sinh),
-        (Op::Cosh, f64::cosh),
-        (Op::Tanh, f64::tanh),
-        (Op::Asinh, f64::asinh),
-        (Op::Atanh, f64::atanh),
-        (Op::Expm1, f64::exp_m1),
-        (Op::Cbrt, f64::cbrt),
+        (Op::Unary(Unary::Exp), f64::exp),
+        (Op::Unary(Unary::Log), f64::ln),
+        (Op::Unary(Unary::Log1p), f64::ln_1p),
+        (Op::Unary(Unary::Sqrt), f64::sqrt),
+        (Op::Unary(Unary::Sin), f64::sin),
+        (Op::Unary(Unary::Cos), f64::cos),
+        (Op::Unary(Unary::Tan), f64::tan),
+        (Op::Unary(Unary::Asin), f64::asin),
+        (Op::Unary(Unary::Acos), f64::acos),
+        (Op::Unary(Unary::Atan), f64::atan),
+        (Op::Unary(Unary::Sinh), f64::sinh),
+        (Op::Unary(Unary::Cosh), f64::cosh),
+        (Op::Unary(Unary::Tanh), f64::tanh),
+        (Op::Unary(Unary::Asinh), f64::asinh),
+        (Op::Unary(Unary::Atanh), f64::atanh),
+        (Op::Unary(Unary::Expm1), f64::exp_m1),
+        (Op::Unary(Unary::Cbrt), f64::cbrt),
     ];
     for (op, f) in cases {
         let want: Vec<f64> = xs.iter().map(|&x| f(x)).collect();
         close_to(run(op.clone(), &xs), &want, 1e-5);
     }
     close_to(
-        run(Op::Acosh, &[1.5, 2.0]),
+        run(Op::Unary(Unary::Acosh), &[1.5, 2.0]),
         &[1.5f64.acosh(), 2f64.acosh()],
         1e-5,
     );
-    close_to(run(Op::Rsqrt, &[4.0, 0.25]), &[0.5, 2.0], 1e-6);
     close_to(
-        run(Op::Sigmoid, &[0.0, 2.0]),
+        run(Op::Unary(Unary::Rsqrt), &[4.0, 0.25]),
+        &[0.5, 2.0],
+        1e-6,
+    );
+    close_to(
+        run(Op::Unary(Unary::Sigmoid), &[0.0, 2.0]),
         &[0.5, 1.0 / (1.0 + (-2f64).exp())],
         1e-6,
     );
-    close_to(run(Op::Cbrt, &[-27.0, 8.0]), &[-3.0, 2.0], 1e-5);
+    close_to(
+        run(Op::Unary(Unary::Cbrt), &[-27.0, 8.0]),
+        &[-3.0, 2.0],
+        1e-5,
+    );
     // f64 keeps f64 precision (Burn's default sigmoid goes through f32)
     let xs = [1.0, -3.0, 0.25];
-    let sig = v(&ev(Op::Sigmoid, &[&t(&xs, &[3], DType::F64)]));
+    let sig = v(&ev(Op::Unary(Unary::Sigmoid), &[&t(&xs, &[3], DType::F64)]));
     for (got, x) in sig.iter().zip(xs) {
         let want = 1.0 / (1.0 + (-x).exp());
         assert!(
@@ -69,21 +77,25 @@ fn float_functions_match_libm() {
 fn erf_family() {
     // erf(0.5) = 0.5204998778, erfc(0.5) = 0.4795001222, erf_inv(0.5) = 0.4769362762
     close_to(
-        run(Op::Erf, &[0.5, -1.0]),
+        run(Op::Unary(Unary::Erf), &[0.5, -1.0]),
         &[0.5204998778, -0.8427007929],
         1e-5,
     );
-    close_to(run(Op::Erfc, &[0.5]), &[0.4795001222], 1e-5);
+    close_to(run(Op::Unary(Unary::Erfc), &[0.5]), &[0.4795001222], 1e-5);
     close_to(
-        run(Op::ErfInv, &[0.5, -0.9, 0.0, 0.999]),
+        run(Op::Unary(Unary::ErfInv), &[0.5, -0.9, 0.0, 0.999]),
         &[0.4769362762, -1.1630871537, 0.0, 2.3267537655],
         1e-5,
     );
-    let edge = run(Op::ErfInv, &[1.0, -1.0]);
+    let edge = run(Op::Unary(Unary::ErfInv), &[1.0, -1.0]);
     assert_eq!(edge, vec![f64::INFINITY, f64::NEG_INFINITY]);
     // f64 precision after the Newton step
     let x = t(&[0.3], &[1], DType::F64);
-    close(&ev(Op::ErfInv, &[&x]), &[0.27246271472675443], 1e-12);
+    close(
+        &ev(Op::Unary(Unary::ErfInv), &[&x]),
+        &[0.27246271472675443],
+        1e-12,
+    );
 }
 
 /// f64 erf and erfc have an f64's digits on every device, tails included (on the H200 erfc(1)
@@ -97,7 +109,7 @@ fn erf_and_erfc_keep_f64_precision() {
         }
     };
     rel(
-        &v(&ev(Op::Erfc, &[&x])),
+        &v(&ev(Op::Unary(Unary::Erfc), &[&x])),
         &[
             0.15729920705028513,
             0.6713732405408726,
@@ -106,7 +118,7 @@ fn erf_and_erfc_keep_f64_precision() {
         ],
     );
     rel(
-        &v(&ev(Op::Erf, &[&x])),
+        &v(&ev(Op::Unary(Unary::Erf), &[&x])),
         &[
             0.8427007929497149,
             0.3286267594591274,
@@ -120,7 +132,7 @@ fn erf_and_erfc_keep_f64_precision() {
 fn expm1_keeps_precision_near_zero() {
     let x = t(&[1e-10, -1e-8], &[2], DType::F64);
     close(
-        &ev(Op::Expm1, &[&x]),
+        &ev(Op::Unary(Unary::Expm1), &[&x]),
         &[1.00000000005e-10, -9.99999995e-9],
         1e-12,
     );
@@ -129,49 +141,57 @@ fn expm1_keeps_precision_near_zero() {
 #[test]
 fn rounding_is_half_away_from_zero() {
     let x = [2.5, -2.5, 0.5, 1.5, -0.4, 3.7];
-    assert_eq!(run(Op::Round, &x), vec![3., -3., 1., 2., -0., 4.]);
-    assert_eq!(run(Op::Floor, &[-1.5, 1.5]), vec![-2., 1.]);
-    assert_eq!(run(Op::Ceil, &[-1.5, 1.5]), vec![-1., 2.]);
+    assert_eq!(
+        run(Op::Unary(Unary::Round), &x),
+        vec![3., -3., 1., 2., -0., 4.]
+    );
+    assert_eq!(run(Op::Unary(Unary::Floor), &[-1.5, 1.5]), vec![-2., 1.]);
+    assert_eq!(run(Op::Unary(Unary::Ceil), &[-1.5, 1.5]), vec![-1., 2.]);
     // on integers these are the identity and keep the type
-    check(&ev(Op::Round, &[&s(&[3.], &[1])]), &[1], DType::S64, &[3.]);
+    check(
+        &ev(Op::Unary(Unary::Round), &[&s(&[3.], &[1])]),
+        &[1],
+        DType::S64,
+        &[3.],
+    );
 }
 
 #[test]
 fn integer_input_to_float_functions_gives_f32() {
     let x = t(&[1., 4.], &[2], DType::S32);
-    let r = ev(Op::Sqrt, &[&x]);
+    let r = ev(Op::Unary(Unary::Sqrt), &[&x]);
     check(&r, &[2], DType::F32, &[1., 2.]);
     let h = t(&[4.], &[1], DType::F16);
-    assert_eq!(ev(Op::Sqrt, &[&h]).dtype(), DType::F16);
+    assert_eq!(ev(Op::Unary(Unary::Sqrt), &[&h]).dtype(), DType::F16);
 }
 
 #[test]
 fn sign_abs_neg_with_edge_cases() {
     let x = f(&[-3., 0., -0.0, 2., f64::NAN], &[5]);
-    let sg = v(&ev(Op::Sign, &[&x]));
+    let sg = v(&ev(Op::Unary(Unary::Sign), &[&x]));
     assert_eq!(&sg[..2], &[-1., 0.]);
     assert_eq!(sg[3], 1.0);
     assert!(sg[4].is_nan());
     check(
-        &ev(Op::Abs, &[&t(&[-128., 5.], &[2], DType::S8)]),
+        &ev(Op::Unary(Unary::Abs), &[&t(&[-128., 5.], &[2], DType::S8)]),
         &[2],
         DType::S8,
         &[-128., 5.],
     );
     check(
-        &ev(Op::Neg, &[&t(&[1., 0.], &[2], DType::U8)]),
+        &ev(Op::Unary(Unary::Neg), &[&t(&[1., 0.], &[2], DType::U8)]),
         &[2],
         DType::U8,
         &[255., 0.],
     );
     check(
-        &ev(Op::Sign, &[&t(&[0., 7.], &[2], DType::U16)]),
+        &ev(Op::Unary(Unary::Sign), &[&t(&[0., 7.], &[2], DType::U16)]),
         &[2],
         DType::U16,
         &[0., 1.],
     );
     check(
-        &ev(Op::Abs, &[&t(&[3.], &[1], DType::U8)]),
+        &ev(Op::Unary(Unary::Abs), &[&t(&[3.], &[1], DType::U8)]),
         &[1],
         DType::U8,
         &[3.],
@@ -181,16 +201,26 @@ fn sign_abs_neg_with_edge_cases() {
 #[test]
 fn predicates_and_logical_not() {
     let x = f(&[f64::NAN, f64::INFINITY, -f64::INFINITY, 1.0], &[4]);
-    check(&ev(Op::IsNan, &[&x]), &[4], DType::U8, &[1., 0., 0., 0.]);
     check(
-        &ev(Op::IsInfinity, &[&x]),
+        &ev(Op::Unary(Unary::IsNan), &[&x]),
+        &[4],
+        DType::U8,
+        &[1., 0., 0., 0.],
+    );
+    check(
+        &ev(Op::Unary(Unary::IsInfinity), &[&x]),
         &[4],
         DType::U8,
         &[0., 1., 1., 0.],
     );
-    check(&ev(Op::IsNan, &[&s(&[1.], &[1])]), &[1], DType::U8, &[0.]);
     check(
-        &ev(Op::LogicalNot, &[&s(&[0., 3.], &[2])]),
+        &ev(Op::Unary(Unary::IsNan), &[&s(&[1.], &[1])]),
+        &[1],
+        DType::U8,
+        &[0.],
+    );
+    check(
+        &ev(Op::Unary(Unary::LogicalNot), &[&s(&[0., 3.], &[2])]),
         &[2],
         DType::U8,
         &[1., 0.],
@@ -201,37 +231,46 @@ fn predicates_and_logical_not() {
 fn bit_counting() {
     let x = t(&[0., 1., -1., 255., 16.], &[5], DType::S32);
     check(
-        &ev(Op::PopulationCount, &[&x]),
+        &ev(Op::Unary(Unary::PopulationCount), &[&x]),
         &[5],
         DType::S32,
         &[0., 1., 32., 8., 1.],
     );
     check(
-        &ev(Op::CountLeadingZeros, &[&x]),
+        &ev(Op::Unary(Unary::CountLeadingZeros), &[&x]),
         &[5],
         DType::S32,
         &[32., 31., 0., 24., 27.],
     );
     let u = t(&[0., 1., 128.], &[3], DType::U8);
     check(
-        &ev(Op::CountLeadingZeros, &[&u]),
+        &ev(Op::Unary(Unary::CountLeadingZeros), &[&u]),
         &[3],
         DType::U8,
         &[8., 7., 0.],
     );
     check(
-        &ev(Op::PopulationCount, &[&t(&[-1.], &[1], DType::S64)]),
+        &ev(
+            Op::Unary(Unary::PopulationCount),
+            &[&t(&[-1.], &[1], DType::S64)],
+        ),
         &[1],
         DType::S64,
         &[64.],
     );
     check(
-        &ev(Op::BitwiseNot, &[&t(&[0., 5.], &[2], DType::S16)]),
+        &ev(
+            Op::Unary(Unary::BitwiseNot),
+            &[&t(&[0., 5.], &[2], DType::S16)],
+        ),
         &[2],
         DType::S16,
         &[-1., -6.],
     );
-    assert_eq!(ev_err(Op::PopulationCount, &[&f(&[1.], &[1])]), "dtype");
+    assert_eq!(
+        ev_err(Op::Unary(Unary::PopulationCount), &[&f(&[1.], &[1])]),
+        "dtype"
+    );
 }
 
 #[test]
@@ -248,6 +287,16 @@ fn bitcast_reinterprets() {
 
 #[test]
 fn rank_zero_and_empty() {
-    check(&ev(Op::Exp, &[&f(&[0.], &[])]), &[], DType::F32, &[1.]);
-    check(&ev(Op::Exp, &[&f(&[], &[0])]), &[0], DType::F32, &[]);
+    check(
+        &ev(Op::Unary(Unary::Exp), &[&f(&[0.], &[])]),
+        &[],
+        DType::F32,
+        &[1.],
+    );
+    check(
+        &ev(Op::Unary(Unary::Exp), &[&f(&[], &[0])]),
+        &[0],
+        DType::F32,
+        &[],
+    );
 }

@@ -8,14 +8,16 @@ use ex_burn_core::{DType, Op};
 fn argmax_and_argmin_of_unsigned_integers() {
     for dtype in [DType::U8, DType::U16, DType::U32, DType::U64] {
         let x = t(&[3., 200., 7., 200., 0.], &[5], dtype);
-        let max = Op::Argmax {
+        let max = Op::Arg {
+            kind: ArgKind::Max,
             axis: None,
             keep_axis: false,
             tie_break: TieBreak::High,
             out: Some(DType::S64),
         };
         check(&ev(max, &[&x]), &[], DType::S64, &[3.]);
-        let min = Op::Argmin {
+        let min = Op::Arg {
+            kind: ArgKind::Min,
             axis: Some(0),
             keep_axis: true,
             tie_break: TieBreak::Low,
@@ -31,7 +33,8 @@ fn argmax_and_argmin_of_unsigned_integers() {
         dev(),
     )
     .unwrap();
-    let max = Op::Argmax {
+    let max = Op::Arg {
+        kind: ArgKind::Max,
         axis: None,
         keep_axis: false,
         tie_break: TieBreak::Low,

@@ -8,18 +8,24 @@ fn seq(n: usize) -> Vec<f64> {
 #[test]
 fn window_sum_and_max_2d() {
     let x = f(&seq(9), &[3, 3]);
-    let ws = Op::WindowSum {
-        window_dims: vec![2, 2],
-        strides: None,
-        padding: None,
-        window_dilations: None,
+    let ws = Op::Window {
+        kind: WindowKind::Sum,
+        geometry: Geometry {
+            window_dims: vec![2, 2],
+            strides: None,
+            padding: None,
+            window_dilations: None,
+        },
     };
     check(&ev(ws, &[&x]), &[2, 2], DType::F32, &[12., 16., 24., 28.]);
-    let wm = Op::WindowMax {
-        window_dims: vec![2, 2],
-        strides: Some(vec![1, 2]),
-        padding: None,
-        window_dilations: None,
+    let wm = Op::Window {
+        kind: WindowKind::Max,
+        geometry: Geometry {
+            window_dims: vec![2, 2],
+            strides: Some(vec![1, 2]),
+            padding: None,
+            window_dilations: None,
+        },
     };
     check(&ev(wm, &[&x]), &[2, 1], DType::F32, &[5., 8.]);
 }
@@ -27,25 +33,34 @@ fn window_sum_and_max_2d() {
 #[test]
 fn padding_uses_the_identity() {
     let x = s(&[1., 2., 3.], &[3]);
-    let wmin = Op::WindowMin {
-        window_dims: vec![2],
-        strides: None,
-        padding: Some(vec![(1, 1)]),
-        window_dilations: None,
+    let wmin = Op::Window {
+        kind: WindowKind::Min,
+        geometry: Geometry {
+            window_dims: vec![2],
+            strides: None,
+            padding: Some(vec![(1, 1)]),
+            window_dilations: None,
+        },
     };
     check(&ev(wmin, &[&x]), &[4], DType::S64, &[1., 1., 2., 3.]);
-    let wp = Op::WindowProduct {
-        window_dims: vec![2],
-        strides: None,
-        padding: Some(vec![(0, 1)]),
-        window_dilations: None,
+    let wp = Op::Window {
+        kind: WindowKind::Product,
+        geometry: Geometry {
+            window_dims: vec![2],
+            strides: None,
+            padding: Some(vec![(0, 1)]),
+            window_dilations: None,
+        },
     };
     check(&ev(wp, &[&x]), &[3], DType::S64, &[2., 6., 3.]);
-    let wmax = Op::WindowMax {
-        window_dims: vec![3],
-        strides: None,
-        padding: Some(vec![(1, 1)]),
-        window_dilations: None,
+    let wmax = Op::Window {
+        kind: WindowKind::Max,
+        geometry: Geometry {
+            window_dims: vec![3],
+            strides: None,
+            padding: Some(vec![(1, 1)]),
+            window_dilations: None,
+        },
     };
     check(
         &ev(wmax, &[&f(&[-5., -6., -7.], &[3])]),
@@ -58,11 +73,14 @@ fn padding_uses_the_identity() {
 #[test]
 fn dilated_windows() {
     let x = f(&seq(6), &[6]);
-    let ws = Op::WindowSum {
-        window_dims: vec![2],
-        strides: None,
-        padding: None,
-        window_dilations: Some(vec![3]),
+    let ws = Op::Window {
+        kind: WindowKind::Sum,
+        geometry: Geometry {
+            window_dims: vec![2],
+            strides: None,
+            padding: None,
+            window_dilations: Some(vec![3]),
+        },
     };
     check(&ev(ws, &[&x]), &[3], DType::F32, &[5., 7., 9.]);
 }
@@ -70,11 +88,14 @@ fn dilated_windows() {
 #[test]
 fn nchw_pooling_shape() {
     let x = f(&seq(32), &[1, 2, 4, 4]);
-    let wm = Op::WindowMax {
-        window_dims: vec![1, 1, 2, 2],
-        strides: Some(vec![1, 1, 2, 2]),
-        padding: None,
-        window_dilations: None,
+    let wm = Op::Window {
+        kind: WindowKind::Max,
+        geometry: Geometry {
+            window_dims: vec![1, 1, 2, 2],
+            strides: Some(vec![1, 1, 2, 2]),
+            padding: None,
+            window_dilations: None,
+        },
     };
     check(
         &ev(wm, &[&x]),
@@ -197,18 +218,24 @@ fn f32_window_extrema_match_a_direct_reference() {
                 Some(dil.to_vec()),
             );
             let op = if max {
-                Op::WindowMax {
-                    window_dims,
-                    strides: s,
-                    padding: p,
-                    window_dilations: d,
+                Op::Window {
+                    kind: WindowKind::Max,
+                    geometry: Geometry {
+                        window_dims,
+                        strides: s,
+                        padding: p,
+                        window_dilations: d,
+                    },
                 }
             } else {
-                Op::WindowMin {
-                    window_dims,
-                    strides: s,
-                    padding: p,
-                    window_dilations: d,
+                Op::Window {
+                    kind: WindowKind::Min,
+                    geometry: Geometry {
+                        window_dims,
+                        strides: s,
+                        padding: p,
+                        window_dilations: d,
+                    },
                 }
             };
             let (out_shape, want) =

@@ -4,7 +4,6 @@ use crate::decode;
 use crate::resource::ProgramRes;
 use crate::sched::{self, Class, Here};
 use crate::{args, reply};
-use ex_burn_core::op::plan;
 use ex_burn_core::{guard, Program};
 use rustler::{Encoder, Env, ResourceArc, Term};
 
@@ -23,7 +22,8 @@ pub fn eval_op<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             let Some(op) = decode::op(a[0])? else {
                 return Ok(((None, inputs, device, on), sched::Class::DirtyCpu));
             };
-            let work = plan::plan(&op, &inputs)
+            let work = op
+                .plan(&inputs)
                 .map(|p| p.work)
                 .map_err(|e| e.in_op(&op.name()))?;
             Ok(((Some(op), inputs, device, on), sched::by_cost(on, work)))
@@ -33,7 +33,7 @@ pub fn eval_op<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 Some(op) => op,
                 None => decode::decode(a[0], "op")?,
             };
-            let out = guard::exclusive(on, || ex_burn_core::eval(&op, &inputs, device))?;
+            let out = guard::exclusive(on, || ex_burn_core::program::eval(&op, &inputs, device))?;
             Ok(reply::tensors(env, out))
         },
     )
@@ -73,4 +73,28 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             Ok((reply::tensors(env, out), log).encode(env))
         },
     )
+}
+
+/// `()`: the wire names of the op table by family (`[{family, [name]}]`), and the steps only
+/// programs have under `:program`; the Elixir side checks its own op lists against them.
+pub fn op_names<'a>(env: Env<'a>, _a: &[Term<'a>], _here: Here) -> Term<'a> {
+    reply::run(env, || {
+        let mut families = ex_burn_core::op::names();
+        families.push(("program", ex_burn_core::program::names()));
+        let atom = |s: &str| {
+            rustler::Atom::from_str(env, s)
+                .map_err(|_| ex_burn_core::Error::Execution(format!("bad atom {s}")))
+        };
+        let out = families
+            .iter()
+            .map(|(family, names)| {
+                let names = names
+                    .iter()
+                    .map(|n| atom(n))
+                    .collect::<ex_burn_core::Result<Vec<_>>>()?;
+                Ok((atom(family)?, names))
+            })
+            .collect::<ex_burn_core::Result<Vec<_>>>()?;
+        Ok(out.encode(env))
+    })
 }

@@ -14,9 +14,9 @@
 
 use super::{on_threads, Run, CHUNK};
 use crate::dtype::Kind;
-use crate::op::binary::Cmp;
 use crate::op::exact32::{self, Fun};
 use crate::op::{self, shape, Op};
+use crate::op::{Arith, Compare, Unary};
 use crate::{DType, Device, Error, Result, Tensor};
 use burn::tensor::TensorData;
 use std::mem::MaybeUninit;
@@ -25,7 +25,7 @@ use std::mem::MaybeUninit;
 #[derive(Clone, Copy, Debug)]
 enum Src {
     /// The result of an earlier step of the run.
-    Step(usize),
+    Stage(usize),
     /// An external tensor (index into the plan's external operands).
     Ext(usize),
     /// A scalar, broadcast.
@@ -85,7 +85,7 @@ enum Map {
     /// op table's `small_power`).
     Pow,
     /// An IEEE comparison of f32 operands; its result is a mask (1.0 or 0.0) that only other steps read.
-    Cmp(Cmp),
+    Cmp(Compare),
     Neg,
     Abs,
     Sqrt,
@@ -103,31 +103,34 @@ impl Map {
     /// The map of `op` when its operands are f32 (`None`: not handled here).
     fn of(op: &Op) -> Option<Map> {
         let f32_out = |out: &Option<DType>| matches!(out, None | Some(DType::F32));
-        if let Some(fun) = Fun::of(op).filter(|_| exact32::available()) {
-            return Some(Map::Exact(fun));
+        if let Op::Unary(u) = op {
+            if let Some(fun) = Fun::of(*u).filter(|_| exact32::available()) {
+                return Some(Map::Exact(fun));
+            }
         }
         Some(match op {
-            Op::Add { out } if f32_out(out) => Map::Add,
-            Op::Subtract { out } if f32_out(out) => Map::Sub,
-            Op::Multiply { out } if f32_out(out) => Map::Mul,
-            Op::Divide { out } if f32_out(out) => Map::Div,
-            Op::Pow { out } if f32_out(out) => Map::Pow,
-            Op::Max { out } if f32_out(out) => Map::Max,
-            Op::Min { out } if f32_out(out) => Map::Min,
-            Op::Equal => Map::Cmp(Cmp::Eq),
-            Op::NotEqual => Map::Cmp(Cmp::Ne),
-            Op::Less => Map::Cmp(Cmp::Lt),
-            Op::LessEqual => Map::Cmp(Cmp::Le),
-            Op::Greater => Map::Cmp(Cmp::Gt),
-            Op::GreaterEqual => Map::Cmp(Cmp::Ge),
-            Op::Neg => Map::Neg,
-            Op::Abs => Map::Abs,
-            Op::Sqrt => Map::Sqrt,
-            Op::Exp => Map::Exp,
-            Op::Log => Map::Log,
-            Op::Sin => Map::Sin,
-            Op::Cos => Map::Cos,
-            Op::Tanh => Map::Tanh,
+            Op::Binary { op: f, out } if f32_out(out) => match f {
+                Arith::Add => Map::Add,
+                Arith::Subtract => Map::Sub,
+                Arith::Multiply => Map::Mul,
+                Arith::Divide => Map::Div,
+                Arith::Pow => Map::Pow,
+                Arith::Max => Map::Max,
+                Arith::Min => Map::Min,
+                _ => return None,
+            },
+            Op::Compare(c) => Map::Cmp(*c),
+            Op::Unary(u) => match u {
+                Unary::Neg => Map::Neg,
+                Unary::Abs => Map::Abs,
+                Unary::Sqrt => Map::Sqrt,
+                Unary::Exp => Map::Exp,
+                Unary::Log => Map::Log,
+                Unary::Sin => Map::Sin,
+                Unary::Cos => Map::Cos,
+                Unary::Tanh => Map::Tanh,
+                _ => return None,
+            },
             _ => return None,
         })
     }
@@ -149,7 +152,7 @@ impl Map {
 
 /// One instruction of the run: its map and operands (a constant instruction has no map).
 #[derive(Clone, Copy, Debug)]
-enum Step {
+enum Stage {
     Const(f32),
     Unary(Map, Src),
     Binary(Map, Src, Src),
@@ -159,7 +162,7 @@ enum Step {
 
 /// A run compiled to f32 loops.
 pub(super) struct Plan {
-    steps: Vec<Step>,
+    steps: Vec<Stage>,
     /// The scalar tensors of constant steps (`None` for other steps), returned when live.
     consts: Vec<Option<Tensor>>,
     /// External tensor operands, f32.
@@ -209,14 +212,7 @@ fn computes_in_f32(out: Option<DType>, tys: &[Ty]) -> bool {
 /// The result type an op declares (`None`: the default, Nx's merge of its operands).
 fn declared_out(op: &Op) -> Option<DType> {
     match op {
-        Op::Add { out }
-        | Op::Subtract { out }
-        | Op::Multiply { out }
-        | Op::Divide { out }
-        | Op::Pow { out }
-        | Op::Max { out }
-        | Op::Min { out }
-        | Op::Select { out } => *out,
+        Op::Binary { out, .. } | Op::Select { out } => *out,
         _ => None,
     }
 }
@@ -235,24 +231,27 @@ impl Plan {
     ) -> Result<Option<Plan>> {
         let mut ext: Vec<Ext> = Vec::new();
         let mut ext_ids: Vec<usize> = Vec::new();
-        let mut steps: Vec<Step> = Vec::with_capacity(run.instrs.len());
+        let mut steps: Vec<Stage> = Vec::with_capacity(run.instrs.len());
         let mut consts: Vec<Option<Tensor>> = Vec::with_capacity(run.instrs.len());
         // per step: its type and whether it has the run's shape (false for constants)
         let mut kinds: Vec<(Ty, bool)> = Vec::with_capacity(run.instrs.len());
         for ins in run.instrs {
-            if let Op::Full { shape, dtype, .. } = &ins.op {
+            let Some(op) = ins.op.as_op() else {
+                return Ok(None);
+            };
+            if let Op::Full { shape, dtype, .. } = op {
                 if !shape.is_empty() {
                     return Ok(None);
                 }
-                let t = op::eval(&ins.op, &[], device)?
+                let t = op::eval(op, &[], device)?
                     .pop()
                     .ok_or_else(|| Error::Execution("no result".into()))?;
-                steps.push(Step::Const(scalar_f32(&t)?));
+                steps.push(Stage::Const(scalar_f32(&t)?));
                 consts.push(Some(t));
                 kinds.push((Ty::Const(*dtype), false));
                 continue;
             }
-            let map = match &ins.op {
+            let map = match op {
                 Op::Select { .. } => None,
                 op => match Map::of(op) {
                     Some(m) => Some(m),
@@ -268,8 +267,8 @@ impl Plan {
                     tys.push(ty);
                     full_operand |= is_full;
                     match steps[a - run.first] {
-                        Step::Const(v) => Src::Const(v),
-                        _ => Src::Step(a - run.first),
+                        Stage::Const(v) => Src::Const(v),
+                        _ => Src::Stage(a - run.first),
                     }
                 } else {
                     let (_, t) = external
@@ -314,18 +313,18 @@ impl Plan {
             if !full_operand {
                 return Ok(None);
             }
-            let out = declared_out(&ins.op);
+            let out = declared_out(op);
             let (step, ty) = match (map, srcs.as_slice(), tys.as_slice()) {
                 (None, &[p, t, f], &[_, tt, tf]) if computes_in_f32(out, &[tt, tf]) => {
-                    (Step::Select(p, t, f), Ty::F32)
+                    (Stage::Select(p, t, f), Ty::F32)
                 }
                 (Some(m @ Map::Cmp(_)), &[a, b], &[ta, tb]) if computes_in_f32(None, &[ta, tb]) => {
-                    (Step::Binary(m, a, b), Ty::Mask)
+                    (Stage::Binary(m, a, b), Ty::Mask)
                 }
                 (Some(m), &[a, b], &[ta, tb]) if m.binary() && computes_in_f32(out, &[ta, tb]) => {
-                    (Step::Binary(m, a, b), Ty::F32)
+                    (Stage::Binary(m, a, b), Ty::F32)
                 }
-                (Some(m), &[a], &[Ty::F32]) if !m.binary() => (Step::Unary(m, a), Ty::F32),
+                (Some(m), &[a], &[Ty::F32]) if !m.binary() => (Stage::Unary(m, a), Ty::F32),
                 _ => return Ok(None),
             };
             if ty == Ty::Mask && live_out[steps.len()] {
@@ -440,15 +439,15 @@ impl Plan {
                 let (done, rest) = regs.split_at_mut(k);
                 let out = &mut rest[0][..len];
                 let arg = |s: Src| match s {
-                    Src::Step(i) => Arg::Slice(&done[i][..len]),
+                    Src::Stage(i) => Arg::Slice(&done[i][..len]),
                     Src::Ext(j) => Arg::Slice(&ext[j][..len]),
                     Src::Const(v) => Arg::Scalar(v),
                 };
                 match self.steps[k] {
-                    Step::Const(_) => {}
-                    Step::Unary(m, a) => run_step(m, arg(a), None, out),
-                    Step::Binary(m, a, b) => run_step(m, arg(a), Some(arg(b)), out),
-                    Step::Select(p, t, f) => select(arg(p), arg(t), arg(f), out),
+                    Stage::Const(_) => {}
+                    Stage::Unary(m, a) => run_step(m, arg(a), None, out),
+                    Stage::Binary(m, a, b) => run_step(m, arg(a), Some(arg(b)), out),
+                    Stage::Select(p, t, f) => select(arg(p), arg(t), arg(f), out),
                 }
             }
             for (part, &k) in parts.iter_mut().zip(live) {
@@ -574,12 +573,12 @@ fn binary(m: Map, a: Arg, b: Arg, out: &mut [f32]) {
         Map::Cmp(c) => {
             let mask = |t: bool| if t { 1.0 } else { 0.0 };
             match c {
-                Cmp::Eq => map2(a, b, out, |x, y| mask(x == y)),
-                Cmp::Ne => map2(a, b, out, |x, y| mask(x != y)),
-                Cmp::Lt => map2(a, b, out, |x, y| mask(x < y)),
-                Cmp::Le => map2(a, b, out, |x, y| mask(x <= y)),
-                Cmp::Gt => map2(a, b, out, |x, y| mask(x > y)),
-                Cmp::Ge => map2(a, b, out, |x, y| mask(x >= y)),
+                Compare::Equal => map2(a, b, out, |x, y| mask(x == y)),
+                Compare::NotEqual => map2(a, b, out, |x, y| mask(x != y)),
+                Compare::Less => map2(a, b, out, |x, y| mask(x < y)),
+                Compare::LessEqual => map2(a, b, out, |x, y| mask(x <= y)),
+                Compare::Greater => map2(a, b, out, |x, y| mask(x > y)),
+                Compare::GreaterEqual => map2(a, b, out, |x, y| mask(x >= y)),
             }
         }
         _ => {}

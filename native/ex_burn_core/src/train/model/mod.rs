@@ -655,7 +655,7 @@ impl Model {
         if parts.len() == 1 {
             return Ok(parts.remove(0));
         }
-        crate::eval(&crate::Op::Concatenate { axis: 0 }, &parts, self.device)
+        crate::op::eval(&crate::Op::Concatenate { axis: 0 }, &parts, self.device)
             .map(|mut v| v.remove(0))
     }
 

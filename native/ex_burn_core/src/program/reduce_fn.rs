@@ -5,48 +5,12 @@
 //! positions, for `window_reduce` on the strided view of every window's k-th element. Elements
 //! are folded in row-major order, as `Nx.BinaryBackend` does; the accumulator keeps its type.
 
-use super::{scatter, shape, util, Op};
-use crate::program::Program;
+use super::Program;
+use crate::op::{scatter, shape, util};
 use crate::{Device, Error, Result, Tensor};
 
-/// Runs a fold op on `x` with initial accumulator `acc` (a scalar of the result type).
-pub(super) fn eval(op: &Op, x: &Tensor, acc: &Tensor, device: Device) -> Result<Tensor> {
-    if acc.rank() != 0 {
-        return Err(Error::Shape(format!(
-            "the accumulator must be a scalar, got shape {:?}",
-            acc.shape()
-        )));
-    }
-    match op {
-        Op::Reduce {
-            axes,
-            keep_axes,
-            body,
-        } => reduce(x, acc, axes, *keep_axes, body, device),
-        Op::WindowReduce {
-            window_dims,
-            strides,
-            padding,
-            window_dilations,
-            body,
-        } => {
-            let r = x.rank();
-            let win = Window {
-                dims: window_dims,
-                strides: strides.clone().unwrap_or_else(|| vec![1; r]),
-                padding: padding.clone().unwrap_or_else(|| vec![(0, 0); r]),
-                dilations: window_dilations.clone().unwrap_or_else(|| vec![1; r]),
-            };
-            window_reduce(x, acc, &win, body, device)
-        }
-        other => Err(Error::Unsupported(format!(
-            "{} is not a fold",
-            other.name()
-        ))),
-    }
-}
-
-fn reduce(
+/// Folds `body` over `axes` of `x` starting from the scalar `acc`.
+pub(super) fn reduce(
     x: &Tensor,
     acc: &Tensor,
     axes: &Option<Vec<usize>>,
@@ -54,6 +18,7 @@ fn reduce(
     body: &Program,
     device: Device,
 ) -> Result<Tensor> {
+    scalar_acc(acc)?;
     let r = x.rank();
     let axes = util::axes_sorted(axes, r)?;
     let kept: Vec<usize> = (0..r).filter(|a| !axes.contains(a)).collect();
@@ -81,20 +46,22 @@ fn reduce(
 }
 
 /// Window geometry of `window_reduce`.
-struct Window<'a> {
-    dims: &'a [usize],
-    strides: Vec<usize>,
-    padding: Vec<(i64, i64)>,
-    dilations: Vec<usize>,
+pub(super) struct Window<'a> {
+    pub(super) dims: &'a [usize],
+    pub(super) strides: Vec<usize>,
+    pub(super) padding: Vec<(i64, i64)>,
+    pub(super) dilations: Vec<usize>,
 }
 
-fn window_reduce(
+/// Folds `body` over each window of `x` (padded with the scalar `acc`).
+pub(super) fn window_reduce(
     x: &Tensor,
     acc: &Tensor,
     w: &Window,
     body: &Program,
     device: Device,
 ) -> Result<Tensor> {
+    scalar_acc(acc)?;
     let r = x.rank();
     if w.dims.len() != r || w.strides.len() != r || w.padding.len() != r || w.dilations.len() != r {
         return Err(Error::Argument(format!(
@@ -146,4 +113,14 @@ fn step(body: &Program, x: Tensor, acc: Tensor, device: Device) -> Result<Tensor
         .ok_or_else(|| Error::Execution("the fold body returned nothing".into()))?;
     let out = util::broadcast_to(&out, &shape)?;
     out.cast(dtype)
+}
+
+fn scalar_acc(acc: &Tensor) -> Result<()> {
+    if acc.rank() != 0 {
+        return Err(Error::Shape(format!(
+            "the accumulator must be a scalar, got shape {:?}",
+            acc.shape()
+        )));
+    }
+    Ok(())
 }
