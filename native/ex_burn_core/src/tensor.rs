@@ -37,7 +37,7 @@ pub(crate) fn prim_shape(shape: &[usize]) -> Shape {
 }
 
 /// Number of elements of a shape (1 for rank 0), saturating at `usize::MAX` so that a shape
-/// whose count overflows can never pass for a small one (see [`crate::op::plan::numel`] for
+/// whose count overflows can never pass for a small one (see [`crate::size::numel`] for
 /// the checked count).
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
@@ -113,7 +113,7 @@ impl Tensor {
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
-        let n = crate::op::plan::numel(shape)?;
+        let n = crate::size::numel(shape)?;
         let want = n * dtype.size() as u128;
         if bytes.len() as u128 != want {
             return Err(Error::Shape(format!(
@@ -158,7 +158,7 @@ impl Tensor {
         let t = match limit {
             Some(l) if l < n => {
                 let flat = self.reshape(vec![n])?;
-                crate::op::shape::slice_static(&flat, &[0], &[l], &[1])?
+                flat.prefix(l)?
             }
             _ => self.clone(),
         };
@@ -261,6 +261,18 @@ impl Tensor {
     /// The primitive (rank >= 1).
     pub(crate) fn prim(&self) -> Prim {
         self.prim.clone()
+    }
+
+    /// The first `len` elements of a rank-1 tensor (`len` at most its length).
+    fn prefix(&self, len: usize) -> Result<Tensor> {
+        let s = [burn::tensor::Slice::new(0, Some(len as isize), 1)];
+        let p = self.prim.clone();
+        let prim = match self.kind {
+            Kind::Float => B::float_slice(p, &s),
+            Kind::Int => B::int_slice(p, &s),
+            Kind::Bool => B::bool_slice(p, &s),
+        };
+        Ok(Tensor::from_prim(prim, self.kind, vec![len]))
     }
 
     /// Reshapes (number of elements must match).

@@ -7,7 +7,7 @@
 //! overflows is an [`Error::Shape`], never a wrapped count.
 
 use super::{Geometry, Op};
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 /// The size and work of one op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -18,33 +18,8 @@ pub struct Plan {
     pub work: u128,
 }
 
-/// Element counts beyond this are refused outright (no device holds 2^48 elements).
-const MAX_ELEMENTS: u128 = 1 << 48;
-
-/// The product of `dims`, or a shape error naming `what` when it overflows.
-pub fn product(dims: impl IntoIterator<Item = u128>, what: &dyn Fn() -> String) -> Result<u128> {
-    let mut n: u128 = 1;
-    for d in dims {
-        n = n.checked_mul(d).ok_or_else(|| too_large(what()))?;
-    }
-    if n > MAX_ELEMENTS {
-        return Err(too_large(what()));
-    }
-    Ok(n)
-}
-
-fn too_large(what: String) -> Error {
-    Error::Shape(format!(
-        "{what} has too many elements (more than 2^48): refused before allocating"
-    ))
-}
-
-/// Number of elements of `shape`, checked.
-pub fn numel(shape: &[usize]) -> Result<u128> {
-    product(shape.iter().map(|&d| d as u128), &|| {
-        format!("shape {shape:?}")
-    })
-}
+use crate::size::too_large;
+pub use crate::size::{numel, product};
 
 fn size_of(t: &Tensor) -> u128 {
     t.numel() as u128

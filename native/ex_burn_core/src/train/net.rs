@@ -3,7 +3,7 @@
 //! is needed).
 
 use super::spec::{self, Activation, Channels, LayerOp, ModelSpec, Padding};
-use crate::op::creation::SplitMix64;
+use crate::rng::SplitMix64;
 use crate::tensor::B as Db;
 use crate::{Error, Result};
 use burn::module::{Module, Param};

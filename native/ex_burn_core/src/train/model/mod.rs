@@ -8,7 +8,7 @@ use super::optim::{Optim, OptimConfig};
 use super::spec::{LayerOp, ModelSpec};
 use super::tally::Tally;
 use crate::dtype::Kind;
-use crate::op::creation::SplitMix64;
+use crate::rng::SplitMix64;
 use crate::tensor::{Prim, B};
 use crate::{DType, Device, Error, Result, Tensor};
 use burn::module::{AutodiffModule, Module, Param, ParamId};
