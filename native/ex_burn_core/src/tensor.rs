@@ -187,6 +187,18 @@ impl Tensor {
         Ok(data.into_bytes().to_vec())
     }
 
+    /// The values of a contiguous f32 host tensor in row-major order, without copying
+    /// (`None`: another type, device or layout).
+    pub(crate) fn host_f32(&self) -> Option<&[f32]> {
+        use burn_dispatch::{BackendTensor, DispatchTensorKind};
+        match &self.prim.kind {
+            DispatchTensorKind::Flex(BackendTensor::Float(t)) if self.dtype() == DType::F32 => {
+                t.as_slice::<f32>().filter(|v| v.len() == self.numel())
+            }
+            _ => None,
+        }
+    }
+
     /// Reads an f32 tensor back as values in row-major order.
     pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
         if self.dtype() != DType::F32 {

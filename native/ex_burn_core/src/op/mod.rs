@@ -19,6 +19,7 @@ mod reduce;
 pub(crate) mod scatter;
 pub(crate) mod shape;
 mod sort;
+mod sum32;
 mod table;
 mod unary;
 mod window;

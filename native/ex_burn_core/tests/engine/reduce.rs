@@ -301,3 +301,65 @@ fn bad_axes_are_argument_errors() {
         "argument"
     );
 }
+
+/// Deterministic values spread over several binades (what makes f32 summation order matter).
+fn spread(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+            ((u - 0.5) * 2.0f64.powi((s % 20) as i32 - 6)) as f32 as f64
+        })
+        .collect()
+}
+
+#[test]
+fn f32_sums_are_the_f64_sum_rounded_once_in_every_layout() {
+    if dev() != ex_burn_core::Device::Cpu {
+        return;
+    }
+    let (c, h, w) = (7, 28, 28);
+    let xs = spread(c * h * w, 11);
+    // reference: per channel, the f64 sum of the f32 values, rounded once
+    let want: Vec<f64> = (0..c)
+        .map(|k| xs[k * h * w..(k + 1) * h * w].iter().sum::<f64>() as f32 as f64)
+        .collect();
+    let first = f(&xs, &[c, h, w]);
+    let by_first = ev(sum(Some(vec![1, 2]), false), &[&first]);
+    assert_eq!(v(&by_first), want, "channels first");
+    // the same values channels-last (a permuted view, and a contiguous copy of it)
+    let perm = Op::Transpose {
+        axes: Some(vec![1, 2, 0]),
+    };
+    let last_view = ev(perm, &[&first]);
+    let last = f(&v(&last_view), &[h, w, c]);
+    for t in [&last_view, &last] {
+        assert_eq!(
+            v(&ev(sum(Some(vec![0, 1]), false), &[t])),
+            want,
+            "channels last"
+        );
+    }
+    // non-contiguous reduced axes, middle axis, whole tensor
+    let mid: Vec<f64> = (0..c * w)
+        .map(|i| {
+            let (k, j) = (i / w, i % w);
+            (0..h).map(|r| xs[k * h * w + r * w + j]).sum::<f64>() as f32 as f64
+        })
+        .collect();
+    assert_eq!(v(&ev(sum(Some(vec![1]), false), &[&first])), mid);
+    let odd: Vec<f64> = (0..h)
+        .map(|r| {
+            (0..c)
+                .flat_map(|k| (0..w).map(move |j| (k, j)))
+                .map(|(k, j)| xs[k * h * w + r * w + j])
+                .sum::<f64>() as f32 as f64
+        })
+        .collect();
+    assert_eq!(v(&ev(sum(Some(vec![0, 2]), false), &[&first])), odd);
+    let all = xs.iter().sum::<f64>() as f32 as f64;
+    assert_eq!(v(&ev(sum(None, false), &[&first])), vec![all]);
+}
