@@ -8,9 +8,10 @@ defmodule ExBurn.Defn.Complex do
   #
   # `ExBurn.Defn.Lower` sends every op with a complex input or output here. Ops that act on each
   # part alone (shape and indexing ops, `add`, `subtract`, `negate`, `sum`, ...) reuse the real
-  # lowering once per part; arithmetic, `dot`, `abs`, `exp`, `sqrt`, comparisons and `fft`/`ifft`
-  # (a DFT as real matrix products in f64, rounded once, like Nx's binary backend) are written
-  # out on the parts. Other ops on complex tensors raise `ExBurn.Error` of kind `:unsupported`.
+  # lowering once per part; arithmetic, `dot`, `abs`, `exp`, `sqrt`, comparisons, `fft`/`ifft`
+  # (a DFT as real matrix products in f64, rounded once, like Nx's binary backend) and
+  # `triangular_solve` (the engine's real solve on a 2n x 2n real embedding) are written out on
+  # the parts. Other ops on complex tensors raise `ExBurn.Error` of kind `:unsupported`.
 
   alias ExBurn.Defn.{Lower, Recipe}
   alias ExBurn.Defn.Complex.Math
@@ -372,6 +373,8 @@ defmodule ExBurn.Defn.Complex do
     {{:c, re, im, out.shape, ft}, r}
   end
 
+  defp op(:triangular_solve, out, [a, b, opts], r), do: triangular_solve(out, a, b, opts, r)
+
   defp op(name, _out, _values, _r) do
     raise ExBurn.Error.new(
             kind: :unsupported,
@@ -433,6 +436,142 @@ defmodule ExBurn.Defn.Complex do
     {mp, r} = lower.(r, fold, m)
     {ts, r} = lower.(r, sum_op, t)
     Math.polar({:c, nil, nil, out.shape, ft}, mp, ts, r)
+  end
+
+  # ---- triangular solve on the engine's real one ----
+
+  # A real `a` solves the real and imaginary parts of `b` separately (`:conjugate` is then
+  # `:none`). A complex `a` is first brought to a lower (upper) triangular left-side system
+  # A x = b: `:conjugate` conjugates a (as Nx.BinaryBackend does: no transpose), `:transpose`
+  # and a right-side solve (x A = b is A^T x^T = b^T) transpose a and flip `:lower`. Rows of A
+  # and b are divided by A's diagonal (complex division), so A gets a unit diagonal, and the
+  # unit-triangular complex matrix becomes the real 2n x 2n matrix of 2x2 blocks
+  # [[re, -im], [im, re]] at rows 2i..2i+1, columns 2j..2j+1: with identity blocks on the
+  # diagonal it is triangular like A, and the engine's real solve (in f64) applies to b as
+  # interleaved real rows (re, im). Entries on the unused side of the diagonal are ignored,
+  # as both Nx and the real solve ignore them; a zero on the diagonal gives Inf/NaN (no raise,
+  # like the real solve). Everything runs in f64, rounded once to the part type.
+  defp triangular_solve(out, a, b, opts, r) do
+    {ft, _} = storage(out.type, out.shape)
+
+    case a do
+      {:c, _re, im, _shape, _ft} when im != :zero -> triangular_solve_complex_a(out, a, b, opts, ft, r)
+      _ -> triangular_solve_real_a(out, a, b, opts, ft, r)
+    end
+  end
+
+  defp triangular_solve_real_a(out, a, b, opts, ft, r) do
+    {ar, :zero, r} = parts(r, a, ft)
+    {br, bi, r} = parts(r, b, ft)
+    a_t = %{shape: value_shape(a), type: ft, ref: ar}
+    real_out = %{out | type: ft}
+
+    solve = fn
+      r, :zero ->
+        {:zero, r}
+
+      r, part ->
+        embed_real(r, :triangular_solve, real_out, [a_t, %{shape: out.shape, type: ft, ref: part}, opts])
+    end
+
+    {re, r} = solve.(r, br)
+    {im, r} = solve.(r, bi)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  defp triangular_solve_complex_a(out, a, b, opts, ft, r) do
+    wt = {:f, 64}
+    a_shape = value_shape(a)
+    rank = tuple_size(a_shape)
+    batch = rank - 2
+    n = elem(a_shape, rank - 1)
+    batch_dims = a_shape |> Tuple.to_list() |> Enum.take(batch)
+    vector? = tuple_size(out.shape) == rank - 1
+    left? = Keyword.get(opts, :left_side, true)
+    transform = Keyword.get(opts, :transform_a, :none)
+    transpose_a? = if left?, do: transform == :transpose, else: transform != :transpose
+    lower? = Keyword.get(opts, :lower, true) != transpose_a?
+    swap = Enum.to_list(0..(batch - 1)//1) ++ [batch + 1, batch]
+
+    {ar, ai, r} = parts(r, a, wt)
+    {ai, r} = if transform == :conjugate, do: Recipe.emit(r, :neg, [], [ai]), else: {ai, r}
+    {ar, r} = if transpose_a?, do: Recipe.emit(r, :transpose, [axes: swap], [ar]), else: {ar, r}
+    {ai, r} = if transpose_a?, do: Recipe.emit(r, :transpose, [axes: swap], [ai]), else: {ai, r}
+
+    {br, bi, r} = parts(r, b, wt)
+    {bi, r} = materialize(r, bi, out.shape, wt)
+    transpose_b? = not left? and not vector?
+    {br, r} = if transpose_b?, do: Recipe.emit(r, :transpose, [axes: swap], [br]), else: {br, r}
+    {bi, r} = if transpose_b?, do: Recipe.emit(r, :transpose, [axes: swap], [bi]), else: {bi, r}
+    # b as a left-side right-hand side: [..., n] or [..., n, m]
+    b_dims = if transpose_b?, do: batch_dims ++ [n, elem(out.shape, rank - 2)], else: Tuple.to_list(out.shape)
+    b_shape = List.to_tuple(b_dims)
+
+    # the diagonal, [..., n], and a mask of it, [..., n, n]
+    {i, r} = Recipe.emit(r, :iota, [shape: [n, n], dtype: {:s, 32}, axis: 0], [])
+    {j, r} = Recipe.emit(r, :iota, [shape: [n, n], dtype: {:s, 32}, axis: 1], [])
+    {eye, r} = Recipe.emit(r, :equal, [], [i, j])
+    {eye, r} = Recipe.emit(r, :broadcast, [shape: Tuple.to_list(a_shape), axes: [batch, batch + 1]], [eye])
+    {zero, r} = full(r, {}, wt, 0.0)
+    {one, r} = full(r, {}, wt, 1.0)
+
+    diagonal = fn r, part ->
+      {d, r} = Recipe.emit(r, :select, [out: wt], [eye, part, zero])
+      Recipe.emit(r, :sum, [axes: [batch + 1], keep_axes: false, out: wt], [d])
+    end
+
+    {dr, r} = diagonal.(r, ar)
+    {di, r} = diagonal.(r, ai)
+
+    # rows divided by the diagonal entry of their row
+    by_row = fn r, ref, dims ->
+      Recipe.emit(r, :broadcast, [shape: dims, axes: Enum.to_list(0..batch)], [ref])
+    end
+
+    a_dims = Tuple.to_list(a_shape)
+    {dra, r} = by_row.(r, dr, a_dims)
+    {dia, r} = by_row.(r, di, a_dims)
+    {{:c, ur, ui, _, _}, r} = Math.divide({:c, ar, ai, a_shape, wt}, {:c, dra, dia, a_shape, wt}, r)
+    {ur, r} = Recipe.emit(r, :select, [out: wt], [eye, one, ur])
+    {ui, r} = Recipe.emit(r, :select, [out: wt], [eye, zero, ui])
+
+    {{:c, vr, vi, _, _}, r} =
+      if vector? do
+        Math.divide({:c, br, bi, b_shape, wt}, {:c, dr, di, b_shape, wt}, r)
+      else
+        {drb, r} = by_row.(r, dr, b_dims)
+        {dib, r} = by_row.(r, di, b_dims)
+        Math.divide({:c, br, bi, b_shape, wt}, {:c, drb, dib, b_shape, wt}, r)
+      end
+
+    # the real embedding [..., 2n, 2n] and the interleaved right-hand side [..., 2n(, m)]
+    {nui, r} = Recipe.emit(r, :neg, [], [ui])
+    {row0, r} = Recipe.emit(r, :stack, [axis: batch + 2], [ur, nui])
+    {row1, r} = Recipe.emit(r, :stack, [axis: batch + 2], [ui, ur])
+    {e, r} = Recipe.emit(r, :stack, [axis: batch + 1], [row0, row1])
+    {e, r} = Recipe.emit(r, :reshape, [shape: batch_dims ++ [2 * n, 2 * n]], [e])
+    {v, r} = Recipe.emit(r, :stack, [axis: batch + 1], [vr, vi])
+    real_dims = batch_dims ++ [2 * n] ++ Enum.drop(b_dims, batch + 1)
+    {v, r} = Recipe.emit(r, :reshape, [shape: real_dims], [v])
+    attrs = [lower: lower?, left_side: true, transform_a: :none]
+    {x, r} = Recipe.emit(r, :triangular_solve, attrs, [e, v])
+
+    # de-interleaved, back to the caller's layout and part type
+    pair_dims = batch_dims ++ [n, 2] ++ Enum.drop(b_dims, batch + 1)
+    {x, r} = Recipe.emit(r, :reshape, [shape: pair_dims], [x])
+
+    part = fn r, k ->
+      starts = pair_dims |> Enum.map(fn _ -> 0 end) |> List.replace_at(batch + 1, k)
+      lengths = List.replace_at(pair_dims, batch + 1, 1)
+      {p, r} = Recipe.emit(r, :slice, [starts: starts, lengths: lengths, strides: nil, dynamic: []], [x])
+      {p, r} = Recipe.emit(r, :reshape, [shape: b_dims], [p])
+      {p, r} = if transpose_b?, do: Recipe.emit(r, :transpose, [axes: swap], [p]), else: {p, r}
+      Recipe.emit(r, :as_type, [dtype: ft], [p])
+    end
+
+    {re, r} = part.(r, 0)
+    {im, r} = part.(r, 1)
+    {{:c, re, im, out.shape, ft}, r}
   end
 
   # ---- FFT: a DFT along `axis` as real matrix products in f64 ----

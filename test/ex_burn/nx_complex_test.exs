@@ -1,0 +1,120 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExBurn.NxComplexTest do
+    @moduledoc """
+    Complex lowerings that Nx's own suite found missing or different (bench/results/conformance.md),
+    each compared with Nx.BinaryBackend (+ Nx.Defn.Evaluator) by value.
+    """
+    use ExUnit.Case, async: false
+
+    @moduletag :nx
+
+    setup do
+      Application.ensure_all_started(:nx)
+      Nx.default_backend(ExBurn.Backend)
+      :ok
+    end
+
+    defp binary(t), do: Nx.backend_copy(t, Nx.BinaryBackend)
+
+    defp on_binary(fun, args) do
+      Nx.with_default_backend(Nx.BinaryBackend, fn ->
+        Nx.Defn.jit_apply(fun, Enum.map(args, &binary/1), compiler: Nx.Defn.Evaluator)
+      end)
+    end
+
+    defp assert_close(got, want, tol) do
+      got = binary(got)
+      want = binary(want)
+      assert {Nx.shape(got), Nx.type(got)} == {Nx.shape(want), Nx.type(want)}
+
+      assert Nx.all_close(got, want, atol: tol, rtol: tol, equal_nan: true) |> Nx.to_number() == 1,
+             "got #{inspect(got)}, want #{inspect(want)}"
+    end
+
+    # A well-conditioned lower (upper) triangular complex matrix, batch shape `batch`.
+    defp triangular(batch, n, lower?, type) do
+      shape = List.to_tuple(batch ++ [n, n])
+      re = Nx.iota(shape, type: :f64) |> Nx.multiply(0.37) |> Nx.sin()
+      im = Nx.iota(shape, type: :f64) |> Nx.multiply(0.61) |> Nx.cos()
+      mask = if lower?, do: Nx.tri(n, n), else: Nx.transpose(Nx.tri(n, n))
+      a = Nx.select(Nx.broadcast(mask, shape), Nx.complex(re, im), 0)
+      a |> Nx.add(Nx.multiply(Nx.eye(n), 3)) |> Nx.as_type(type)
+    end
+
+    defp right_hand_side(shape, type) do
+      re = Nx.iota(shape, type: :f64) |> Nx.multiply(0.83) |> Nx.cos()
+      im = Nx.iota(shape, type: :f64) |> Nx.multiply(0.29) |> Nx.sin()
+      Nx.complex(re, im) |> Nx.as_type(type)
+    end
+
+    describe "complex triangular_solve" do
+      test "every option, b of rank 1 and 2, batched, c64 and c128, eager and compiled" do
+        for type <- [:c64, :c128],
+            batch <- [[], [2]],
+            lower <- [true, false],
+            left <- [true, false],
+            transform <- [:none, :transpose, :conjugate],
+            b_rank <- [1, 2] do
+          a = triangular(batch, 3, lower, type)
+          b_dims = if b_rank == 1, do: [3], else: if(left, do: [3, 2], else: [2, 3])
+          b = right_hand_side(List.to_tuple(batch ++ b_dims), type)
+          opts = [lower: lower, left_side: left, transform_a: transform]
+          solve = &Nx.LinAlg.triangular_solve(&1, &2, opts)
+          want = on_binary(solve, [a, b])
+          tol = if type == :c64, do: 1.0e-5, else: 1.0e-12
+          assert_close(solve.(a, b), want, tol)
+          assert_close(Nx.Defn.jit_apply(solve, [a, b], compiler: ExBurn.Compiler), want, tol)
+        end
+      end
+
+      test "a complex matrix with a real right-hand side, a real matrix with a complex one" do
+        a = triangular([], 4, true, :c64)
+        b = Nx.tensor([1.0, -2.0, 0.5, 3.0])
+
+        assert_close(
+          Nx.LinAlg.triangular_solve(a, b),
+          on_binary(&Nx.LinAlg.triangular_solve/2, [a, b]),
+          1.0e-5
+        )
+
+        ra = Nx.real(a)
+        cb = right_hand_side({4, 2}, :c64)
+
+        for opts <- [[], [transform_a: :conjugate, lower: false, left_side: true]] do
+          ra = if opts == [], do: ra, else: Nx.transpose(ra)
+          want = on_binary(&Nx.LinAlg.triangular_solve(&1, &2, opts), [ra, cb])
+          assert_close(Nx.LinAlg.triangular_solve(ra, cb, opts), want, 1.0e-5)
+        end
+      end
+
+      test "entries on the unused side of the diagonal are ignored; a zero diagonal gives NaN, no raise" do
+        a =
+          Nx.tensor([
+            [1, Complex.new(5, 5), 7],
+            [1, Complex.new(0, 1), Complex.new(:nan, 1)],
+            [Complex.new(0, 1), 1, 1]
+          ])
+
+        b = Nx.tensor([1, -1, Complex.new(3, 3)])
+
+        assert_close(
+          Nx.LinAlg.triangular_solve(a, b),
+          on_binary(&Nx.LinAlg.triangular_solve/2, [a, b]),
+          1.0e-6
+        )
+
+        zero = Nx.broadcast(Nx.tensor(0, type: :c64), {3, 3})
+        assert zero |> Nx.LinAlg.triangular_solve(zero) |> Nx.is_nan() |> Nx.all() |> Nx.to_number() == 1
+      end
+
+      test "solve, invert and matrix_power with a negative exponent on complex matrices" do
+        m = Nx.tensor([[Complex.new(1, 1), 2, Complex.new(0, 1)], [3, Complex.new(0, -2), 1], [0.5, 1, 4]])
+        v = Nx.tensor([1, Complex.new(0, 1), -2])
+        assert_close(Nx.LinAlg.solve(m, v), on_binary(&Nx.LinAlg.solve/2, [m, v]), 1.0e-5)
+        assert_close(Nx.LinAlg.invert(m), on_binary(&Nx.LinAlg.invert/1, [m]), 1.0e-5)
+        power = &Nx.LinAlg.matrix_power(&1, -3)
+        assert_close(power.(m), on_binary(power, [m]), 1.0e-5)
+      end
+    end
+  end
+end
