@@ -173,7 +173,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp fold_body(fun, %{type: type}) do
       scalar = Nx.template({}, type)
-      fun |> Nx.Defn.debug_expr_apply([scalar, scalar]) |> ExBurn.Defn.Builder.fold_body()
+      fun |> Nx.Defn.debug_expr_apply([scalar, scalar]) |> ExBurn.Defn.Builder.fold_body(type)
     end
 
     # ---- unsupported callbacks (derived) ----

@@ -116,5 +116,66 @@ if Code.ensure_loaded?(Nx) do
         assert_close(power.(m), on_binary(power, [m]), 1.0e-5)
       end
     end
+
+    describe "complex reduce and window_reduce with a function" do
+      defp assert_fold(fun, args) do
+        want = on_binary(fun, args)
+        assert_close(apply(fun, args), want, 1.0e-5)
+        assert_close(Nx.Defn.jit_apply(fun, args, compiler: ExBurn.Compiler), want, 1.0e-5)
+      end
+
+      test "Nx's cases: infinite and finite elements added" do
+        t = Nx.tensor([Complex.new(:infinity, 3), Complex.new(-2, 4)])
+        assert_fold(&Nx.reduce(&1, 0, fn x, acc -> Nx.add(x, acc) end), [t])
+        assert_fold(&Nx.window_reduce(&1, 0, {2}, fn x, acc -> Nx.add(x, acc) end), [t])
+      end
+
+      test "any axes, mixed real and complex ops, a real input with a complex accumulator" do
+        z =
+          Nx.iota({2, 3, 4})
+          |> Nx.add(Nx.multiply(Nx.Constants.i(), Nx.remainder(Nx.iota({2, 3, 4}), 3)))
+          |> Nx.divide(7)
+
+        for opts <- [[], [axes: [1]], [axes: [0, 2]], [axes: [2], keep_axes: true]] do
+          fun = fn x, acc -> Nx.add(Nx.multiply(x, acc), Nx.conjugate(x)) end
+          assert_fold(&Nx.reduce(&1, Complex.new(1, 0.5), opts, fun), [z])
+        end
+
+        real_part = fn x, acc -> Nx.add(Nx.multiply(Nx.real(x), 2), acc) end
+        assert_fold(&Nx.reduce(&1, Complex.new(0.0, 0.25), [axes: [1]], real_part), [z])
+        larger = fn x, acc -> Nx.select(Nx.greater(Nx.abs(x), Nx.abs(acc)), x, acc) end
+        assert_fold(&Nx.reduce(&1, Complex.new(0.1, 0.0), [axes: [0]], larger), [z])
+        assert_fold(&Nx.reduce(Nx.as_type(&1, :c128), 0, fn x, acc -> Nx.add(x, acc) end), [z])
+
+        assert_fold(
+          &Nx.reduce(&1, Complex.new(0, 1), fn x, acc -> Nx.multiply(x, acc) end),
+          [Nx.tensor([1.0, 2.0, 3.0])]
+        )
+      end
+
+      test "window_reduce with strides, padding and dilations" do
+        z = Nx.iota({2, 3, 4}) |> Nx.add(Nx.Constants.i()) |> Nx.divide(5)
+        fun = fn x, acc -> Nx.add(Nx.multiply(x, x), acc) end
+
+        for {window, opts} <- [
+              {{1, 2, 2}, []},
+              {{2, 2, 1}, [strides: [1, 2, 1], padding: :same]},
+              {{1, 2, 3}, [padding: [{0, 0}, {1, 0}, {1, 1}], window_dilations: [1, 1, 2]]}
+            ] do
+          assert_fold(&Nx.window_reduce(&1, Complex.new(0.5, -1), window, opts, fun), [z])
+        end
+      end
+
+      test "a function that is not element-wise raises naming the op" do
+        t = Nx.tensor([Complex.new(1, 2), Complex.new(3, 4)])
+
+        error =
+          assert_raise ExBurn.Error, fn ->
+            Nx.reduce(t, 0, fn x, acc -> Nx.sum(Nx.stack([x, acc])) end)
+          end
+
+        assert error.kind == :unsupported and error.message =~ "(got :sum)"
+      end
+    end
   end
 end

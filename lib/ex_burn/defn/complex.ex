@@ -11,7 +11,9 @@ defmodule ExBurn.Defn.Complex do
   # lowering once per part; arithmetic, `dot`, `abs`, `exp`, `sqrt`, comparisons, `fft`/`ifft`
   # (a DFT as real matrix products in f64, rounded once, like Nx's binary backend) and
   # `triangular_solve` (the engine's real solve on a 2n x 2n real embedding) are written out on
-  # the parts. Other ops on complex tensors raise `ExBurn.Error` of kind `:unsupported`.
+  # the parts; `reduce`/`window_reduce` apply the function's element-wise ops to the parts of
+  # each reduced slice in turn. Other ops on complex tensors raise `ExBurn.Error` of kind
+  # `:unsupported`.
 
   alias ExBurn.Defn.{Lower, Recipe}
   alias ExBurn.Defn.Complex.Math
@@ -375,6 +377,11 @@ defmodule ExBurn.Defn.Complex do
 
   defp op(:triangular_solve, out, [a, b, opts], r), do: triangular_solve(out, a, b, opts, r)
 
+  defp op(:reduce, out, [x, acc, opts, %{fold_ops: _} = body], r), do: fold(out, x, acc, opts, body, r)
+
+  defp op(:window_reduce, out, [x, acc, window, opts, %{fold_ops: _} = body], r),
+    do: window_fold(out, x, acc, window, opts, body, r)
+
   defp op(name, _out, _values, _r) do
     raise ExBurn.Error.new(
             kind: :unsupported,
@@ -437,6 +444,120 @@ defmodule ExBurn.Defn.Complex do
     {ts, r} = lower.(r, sum_op, t)
     Math.polar({:c, nil, nil, out.shape, ft}, mp, ts, r)
   end
+
+  # ---- folds of a function (reduce, window_reduce) ----
+
+  # As the engine folds real tensors, and Nx.BinaryBackend any: the accumulator, broadcast to
+  # the kept positions, meets each reduced position's slice in row-major order, through the
+  # function's ops (`ExBurn.Defn.Builder.fold_body/2`) applied to whole slices; unrolled here,
+  # one application per reduced position.
+  defp fold(out, x, acc, opts, body, r) do
+    {ft, _} = storage(out.type, out.shape)
+    {{:c, xr, xi, shape, _}, r} = as_complex(r, x, ft)
+    {{:c, ar, ai, _, _}, r} = as_complex(r, acc, ft)
+    rank = tuple_size(shape)
+    axes = Enum.sort(opts[:axes] || Enum.to_list(0..(rank - 1)//1))
+    kept = Enum.to_list(0..(rank - 1)//1) -- axes
+    rest = Enum.map(kept, &elem(shape, &1))
+    n = axes |> Enum.map(&elem(shape, &1)) |> Enum.product()
+
+    flat = fn r, ref ->
+      {ref, r} = Recipe.emit(r, :transpose, [axes: axes ++ kept], [ref])
+      Recipe.emit(r, :reshape, [shape: [n | rest]], [ref])
+    end
+
+    {xr, r} = flat.(r, xr)
+    {xi, r} = flat.(r, xi)
+    {state, r} = broadcast_value(r, {:c, ar, ai, {}, ft}, rest)
+
+    {{:c, re, im, _, _}, r} =
+      Enum.reduce(0..(n - 1)//1, {state, r}, fn i, {state, r} ->
+        slice = fn r, ref ->
+          attrs = [
+            starts: [i | Enum.map(rest, fn _ -> 0 end)],
+            lengths: [1 | rest],
+            strides: nil,
+            dynamic: []
+          ]
+
+          {s, r} = Recipe.emit(r, :slice, attrs, [ref])
+          Recipe.emit(r, :reshape, [shape: rest], [s])
+        end
+
+        {er, r} = slice.(r, xr)
+        {ei, r} = slice.(r, xi)
+        fold_step(r, body, {:c, er, ei, List.to_tuple(rest), ft}, state, ft)
+      end)
+
+    dims = Tuple.to_list(out.shape)
+    {re, r} = Recipe.emit(r, :reshape, [shape: dims], [re])
+    {im, r} = Recipe.emit(r, :reshape, [shape: dims], [im])
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  # The input padded with the accumulator; each window offset (row-major) is a strided view
+  # holding that element of every window.
+  defp window_fold(out, x, acc, window, opts, body, r) do
+    {ft, _} = storage(out.type, out.shape)
+    {{:c, xr, xi, shape, _}, r} = as_complex(r, x, ft)
+    {{:c, ar, ai, _, _}, r} = as_complex(r, acc, ft)
+    rank = tuple_size(shape)
+    dims = Tuple.to_list(window)
+    strides = opts[:strides] || List.duplicate(1, rank)
+    dilations = opts[:window_dilations] || List.duplicate(1, rank)
+    padding = opts[:padding] || List.duplicate({0, 0}, rank)
+    config = Enum.map(padding, fn {lo, hi} -> {lo, hi, 0} end)
+    {xr, r} = Recipe.emit(r, :pad, [config: config], [xr, ar])
+    {xi, r} = Recipe.emit(r, :pad, [config: config], [xi, ai])
+    counts = Tuple.to_list(out.shape)
+    extent = Enum.zip_with(counts, strides, fn c, s -> (c - 1) * s + 1 end)
+    {state, r} = broadcast_value(r, {:c, ar, ai, {}, ft}, counts)
+
+    offsets =
+      Enum.reduce(Enum.reverse(dims), [[]], fn d, acc ->
+        for o <- 0..(d - 1)//1, rest <- acc, do: [o | rest]
+      end)
+
+    Enum.reduce(offsets, {state, r}, fn offset, {state, r} ->
+      starts = Enum.zip_with(offset, dilations, &(&1 * &2))
+      attrs = [starts: starts, lengths: extent, strides: strides, dynamic: []]
+      {er, r} = Recipe.emit(r, :slice, attrs, [xr])
+      {ei, r} = Recipe.emit(r, :slice, attrs, [xi])
+      fold_step(r, body, {:c, er, ei, out.shape, ft}, state, ft)
+    end)
+  end
+
+  defp broadcast_value(r, {:c, re, im, _shape, ft}, dims) do
+    {re, r} = Recipe.emit(r, :broadcast, [shape: dims, axes: []], [re])
+    {im, r} = Recipe.emit(r, :broadcast, [shape: dims, axes: []], [im])
+    {{:c, re, im, List.to_tuple(dims), ft}, r}
+  end
+
+  # One application of the function's ops on values of the slice shape; the result is
+  # converted to the accumulator's type.
+  defp fold_step(r, %{fold_ops: ops, result: result}, element, {:c, _, _, shape, _} = state, ft) do
+    {values, r} =
+      Enum.reduce(ops, {%{0 => element, 1 => state}, r}, fn {k, name, type, args}, {values, r} ->
+        args = fold_args(args, values)
+        out = %{shape: shape, type: type}
+
+        {value, r} =
+          if complex?(type) or Enum.any?(List.flatten(args), &match?({:c, _, _, _, _}, &1)) do
+            op(name, out, args, r)
+          else
+            {ref, r} = embed_real(r, name, out, Enum.map(args, &placeholder/1))
+            {{:r, ref, shape, type}, r}
+          end
+
+        {Map.put(values, k, value), r}
+      end)
+
+    as_complex(r, values[result], ft)
+  end
+
+  defp fold_args(args, values) when is_list(args), do: Enum.map(args, &fold_args(&1, values))
+  defp fold_args({:fold_value, k}, values), do: values[k]
+  defp fold_args(other, _values), do: other
 
   # ---- triangular solve on the engine's real one ----
 
