@@ -177,5 +177,97 @@ if Code.ensure_loaded?(Nx) do
         assert error.kind == :unsupported and error.message =~ "(got :sum)"
       end
     end
+
+    describe "complex special values and products" do
+      # Every combination of Inf, -Inf, NaN, 0, 3 and -2 as real and imaginary parts.
+      defp special_grid do
+        values = [:infinity, :neg_infinity, :nan, 0.0, 3.0, -2.0]
+        for re <- values, im <- values, do: Complex.new(re, im)
+      end
+
+      defp same_number?(%Complex{re: a, im: b}, %Complex{re: c, im: d}),
+        do: same_number?(a, c) and same_number?(b, d)
+
+      defp same_number?(a, b) when is_float(a) and is_float(b), do: abs(a - b) <= 1.0e-5 * max(abs(a), 1.0)
+      defp same_number?(a, b), do: a == b
+
+      test "sqrt, rsqrt, cbrt, acosh, asinh, asin, acos, log, log1p and abs as Complex computes them" do
+        zs = special_grid()
+        t = Nx.tensor(zs, type: :c64)
+
+        for f <- [:sqrt, :rsqrt, :cbrt, :acosh, :asinh, :asin, :acos, :log, :log1p, :abs] do
+          got = apply(Nx, f, [t]) |> binary() |> Nx.to_flat_list()
+
+          for {z, g} <- Enum.zip(zs, got) do
+            # Complex itself raises for some (cbrt of a NaN part): nothing to compare
+            want =
+              try do
+                z
+                |> Nx.tensor(type: :c64, backend: Nx.BinaryBackend)
+                |> then(&apply(Nx, f, [&1]))
+                |> Nx.to_number()
+              rescue
+                ArithmeticError -> :raises
+              end
+
+            assert want == :raises or same_number?(g, want),
+                   "#{f}(#{inspect(z)}): got #{inspect(g)}, want #{inspect(want)}"
+          end
+        end
+      end
+
+      test "a product starts from 1 + 0i: an infinite first factor makes it NaN, as in Nx" do
+        t = Nx.tensor([Complex.new(:infinity, 3), Complex.new(-2, 4)])
+        got = t |> Nx.product() |> binary()
+        assert Nx.to_number(Nx.is_nan(Nx.real(got))) == 1 and Nx.to_number(Nx.is_nan(Nx.imag(got))) == 1
+
+        for list <- [
+              [Complex.new(2, 1), Complex.new(:infinity, 0)],
+              [Complex.new(:infinity, 3)],
+              [Complex.new(1, 2), Complex.new(3, -1), Complex.new(0.5, 0.5)]
+            ] do
+          t = Nx.tensor(list)
+          assert_close(Nx.product(t), on_binary(&Nx.product/1, [t]), 1.0e-6)
+        end
+      end
+
+      test "window_product multiplies exactly, as Nx's fold from 1" do
+        t = Nx.tensor([Complex.new(2, 3), Complex.new(-2, 7)])
+        assert t |> Nx.window_product({2}) |> binary() == on_binary(&Nx.window_product(&1, {2}), [t])
+
+        z = Nx.iota({2, 3, 4}) |> Nx.add(Nx.Constants.i()) |> Nx.subtract(5)
+
+        for {window, opts} <- [
+              {{1, 2, 2}, []},
+              {{2, 2, 1}, [strides: [1, 2, 1], padding: :same]},
+              {{1, 2, 3}, [padding: [{0, 0}, {1, 0}, {1, 1}], window_dilations: [1, 1, 2]]}
+            ] do
+          product = &Nx.window_product(&1, window, opts)
+          assert binary(product.(z)) == on_binary(product, [z])
+          assert binary(Nx.Defn.jit_apply(product, [z], compiler: ExBurn.Compiler)) == on_binary(product, [z])
+        end
+      end
+
+      test "atan2 of complex numbers: zero imaginary parts only, else ArithmeticError (NaN when compiled)" do
+        a = Nx.tensor([Complex.new(7, 0), Complex.new(-1, 0)])
+        b = Nx.tensor([Complex.new(2.0, 0.0), Complex.new(-3, 0)])
+        assert_close(Nx.atan2(a, b), on_binary(&Nx.atan2/2, [a, b]), 1.0e-6)
+
+        for {x, y} <- [
+              {7, Complex.new(:infinity, 3)},
+              {Complex.new(2, 1), 7},
+              {a, Nx.tensor(Complex.new(1, :nan))}
+            ] do
+          assert_raise ArithmeticError, "Complex.atan2 only accepts real numbers as arguments", fn ->
+            Nx.atan2(x, y)
+          end
+        end
+
+        c = Nx.tensor([Complex.new(2, 0), Complex.new(2, 1)])
+        got = Nx.Defn.jit_apply(&Nx.atan2/2, [a, c], compiler: ExBurn.Compiler) |> binary()
+        assert_close(got[0], on_binary(&Nx.atan2/2, [a[0], c[0]]), 1.0e-6)
+        assert Nx.to_number(Nx.is_nan(Nx.real(got[1]))) == 1 and Nx.to_number(Nx.is_nan(Nx.imag(got[1]))) == 1
+      end
+    end
   end
 end

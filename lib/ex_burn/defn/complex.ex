@@ -163,13 +163,7 @@ defmodule ExBurn.Defn.Complex do
     {ft, _} = storage(out.type, out.shape)
     {ar, ai, r} = parts(r, a, ft)
     {br, bi, r} = parts(r, b, ft)
-    {den, r} = abs2(r, br, bi, ft)
-    {{rr, ii, ri, ir}, r} = products(r, {ar, ai}, {br, bi}, ft)
-    {num_re, r} = add(r, rr, ii, ft)
-    {num_im, r} = sub(r, ir, ri, ft)
-    {num_re, r} = materialize(r, num_re, out.shape, ft)
-    {re, r} = bin(r, :divide, num_re, den, ft)
-    {im, r} = if num_im == :zero, do: {:zero, r}, else: bin(r, :divide, num_im, den, ft)
+    {{:c, re, im, _, _}, r} = Math.divide({:c, ar, ai, out.shape, ft}, {:c, br, bi, out.shape, ft}, r)
     {{:c, re, im, out.shape, ft}, r}
   end
 
@@ -182,34 +176,11 @@ defmodule ExBurn.Defn.Complex do
     {{:c, re, im, out.shape, ft}, r}
   end
 
-  # The principal square root, in the cancellation-free form:
-  # t = sqrt((|z| + |re|) / 2); re >= 0: (t, im / 2t); re < 0: (|im| / 2t, copysign(t, im)).
   defp op(:sqrt, out, [x], r) do
     {ft, _} = storage(out.type, out.shape)
     {re, im, r} = parts(r, x, ft)
-    {im, r} = materialize(r, im, out.shape, ft)
-    {sq, r} = abs2(r, re, im, ft)
-    {mag, r} = Recipe.emit(r, :sqrt, [], [sq])
-    {abs_re, r} = Recipe.emit(r, :abs, [], [re])
-    {sum, r} = add(r, mag, abs_re, ft)
-    {half, r} = full(r, {}, ft, 0.5)
-    {t, r} = mul(r, sum, half, ft)
-    {t, r} = Recipe.emit(r, :sqrt, [], [t])
-    {two_t, r} = add(r, t, t, ft)
-    {zero, r} = full(r, {}, ft, 0.0)
-    {is_zero, r} = Recipe.emit(r, :equal, [], [t, zero])
-    {im_over, r} = bin(r, :divide, im, two_t, ft)
-    {abs_im, r} = Recipe.emit(r, :abs, [], [im])
-    {abs_im_over, r} = bin(r, :divide, abs_im, two_t, ft)
-    {neg_t, r} = Recipe.emit(r, :neg, [], [t])
-    {im_neg, r} = Recipe.emit(r, :less, [], [im, zero])
-    {signed_t, r} = Recipe.emit(r, :select, [out: ft], [im_neg, neg_t, t])
-    {re_pos, r} = Recipe.emit(r, :greater_equal, [], [re, zero])
-    {new_re, r} = Recipe.emit(r, :select, [out: ft], [re_pos, t, abs_im_over])
-    {new_im, r} = Recipe.emit(r, :select, [out: ft], [re_pos, im_over, signed_t])
-    {new_re, r} = Recipe.emit(r, :select, [out: ft], [is_zero, zero, new_re])
-    {new_im, r} = Recipe.emit(r, :select, [out: ft], [is_zero, im, new_im])
-    {{:c, new_re, new_im, out.shape, ft}, r}
+    {{:c, re, im, _, _}, r} = Math.sqrt({:c, re, im, out.shape, ft}, r)
+    {{:c, re, im, out.shape, ft}, r}
   end
 
   defp op(:real, out, [x], r) do
@@ -225,9 +196,7 @@ defmodule ExBurn.Defn.Complex do
 
   defp op(:abs, out, [x], r) do
     {re, im, r} = parts(r, x, out.type)
-    {sq, r} = abs2(r, re, im, out.type)
-    {sq, r} = materialize(r, sq, out.shape, out.type)
-    {ref, r} = Recipe.emit(r, :sqrt, [], [sq])
+    {ref, r} = Math.modulus({:c, re, im, out.shape, out.type}, r)
     real(r, ref, out)
   end
 
@@ -293,17 +262,46 @@ defmodule ExBurn.Defn.Complex do
     {{:c, re, im, out.shape, ft}, r}
   end
 
-  # Nx defines atan2 on complex numbers with zero imaginary parts (the phase of b + a i).
+  # Nx defines atan2 on complex numbers with zero imaginary parts (the phase of b + a i) and
+  # raises ArithmeticError for others (Complex.atan2); `ExBurn.Backend.atan2/3` raises so before
+  # running this, and a compiled program, which cannot raise, gives NaN + NaN i there.
   defp op(:atan2, out, [a, b], r) do
     {ft, _} = storage(out.type, out.shape)
-    {ar, _ai, r} = parts(r, a, ft)
-    {br, _bi, r} = parts(r, b, ft)
+    {ar, ai, r} = parts(r, a, ft)
+    {br, bi, r} = parts(r, b, ft)
     {re, r} = bin(r, :atan2, ar, br, ft)
-    {{:c, re, :zero, out.shape, ft}, r}
+
+    {masks, r} =
+      [{ai, value_shape(a)}, {bi, value_shape(b)}]
+      |> Enum.reject(fn {im, _shape} -> im == :zero end)
+      |> Enum.map_reduce(r, fn {im, shape}, r ->
+        {zero, r} = full(r, {}, ft, 0.0)
+        {mask, r} = Recipe.emit(r, :not_equal, [], [im, zero])
+        broadcast_to(r, mask, shape, out.shape)
+      end)
+
+    case masks do
+      [] ->
+        {{:c, re, :zero, out.shape, ft}, r}
+
+      masks ->
+        {nonreal, r} =
+          Enum.reduce(tl(masks), {hd(masks), r}, fn m, {acc, r} ->
+            Recipe.emit(r, :logical_or, [], [acc, m])
+          end)
+
+        {nan, r} = full(r, {}, ft, :nan)
+        {zero, r} = full(r, out.shape, ft, 0.0)
+        {re, r} = Recipe.emit(r, :select, [out: ft], [nonreal, nan, re])
+        {im, r} = Recipe.emit(r, :select, [out: ft], [nonreal, nan, zero])
+        {{:c, re, im, out.shape, ft}, r}
+    end
   end
 
   # A product over axes as a tree of complex multiplications (exact where the factors allow,
-  # e.g. 1 * 2i * 3 = 6i; a polar product would give cos(pi/2) * 6 = -2.6e-7 in f32).
+  # e.g. 1 * 2i * 3 = 6i; a polar product would give cos(pi/2) * 6 = -2.6e-7 in f32). Like
+  # Nx's fold from 1, the first factor is multiplied by 1 + 0i first: exact for finite factors,
+  # and an infinite part makes the other part NaN (Inf * 0), as in Nx.
   defp op(:product, out, [x, opts], r) do
     {ft, _} = storage(out.type, out.shape)
     {{:c, re, im, shape, _}, r} = as_complex(r, x, ft)
@@ -320,6 +318,7 @@ defmodule ExBurn.Defn.Complex do
 
     {re, r} = flat.(r, re)
     {im, r} = flat.(r, im)
+    {re, im, r} = identity_first(r, re, im, kept_dims, n, ft)
     {re, im, r} = product_tree(r, re, im, kept_dims, n, ft)
     dims = Tuple.to_list(out.shape)
     {re, r} = Recipe.emit(r, :reshape, [shape: dims], [re])
@@ -327,8 +326,13 @@ defmodule ExBurn.Defn.Complex do
     {{:c, re, im, out.shape, ft}, r}
   end
 
-  defp op(:window_product, out, [x, window, opts], r),
-    do: polar_reduce(:window_product, :window_sum, out, x, [window, opts], r)
+  # As Nx.BinaryBackend: a window_reduce of multiply from 1.
+  defp op(:window_product, out, [x, window, opts], r) do
+    multiply = %{fold_ops: [{2, :multiply, out.type, [{:fold_value, 0}, {:fold_value, 1}]}], result: 2}
+    {ft, _} = storage(out.type, out.shape)
+    {one, r} = full(r, {}, ft, 1.0)
+    window_fold(out, x, {:c, one, :zero, {}, ft}, window, opts, multiply, r)
+  end
 
   defp op(name, out, [x, opts], r) when name in [:all, :any] do
     {re, im, r} = parts(r, x, part_type(x))
@@ -390,6 +394,37 @@ defmodule ExBurn.Defn.Complex do
           )
   end
 
+  # (1 + 0i) times the first entry of the last axis (length n) of the parts.
+  defp identity_first(r, re, im, _kept_dims, 0, _ft), do: {re, im, r}
+
+  defp identity_first(r, re, im, kept_dims, n, ft) do
+    zeros = Enum.map(kept_dims, fn _ -> 0 end)
+
+    cut = fn r, ref, start, len ->
+      attrs = [starts: zeros ++ [start], lengths: kept_dims ++ [len], strides: nil, dynamic: []]
+      Recipe.emit(r, :slice, attrs, [ref])
+    end
+
+    {re0, r} = cut.(r, re, 0, 1)
+    {im0, r} = cut.(r, im, 0, 1)
+    {one, r} = full(r, {}, ft, 1.0)
+    {zero, r} = full(r, {}, ft, 0.0)
+    {{rr, ii, ri, ir}, r} = products(r, {re0, im0}, {one, zero}, ft)
+    {new_re, r} = sub(r, rr, ii, ft)
+    {new_im, r} = add(r, ri, ir, ft)
+
+    if n == 1 do
+      {new_re, new_im, r}
+    else
+      axis = length(kept_dims)
+      {re_rest, r} = cut.(r, re, 1, n - 1)
+      {im_rest, r} = cut.(r, im, 1, n - 1)
+      {re, r} = Recipe.emit(r, :concatenate, [axis: axis], [new_re, re_rest])
+      {im, r} = Recipe.emit(r, :concatenate, [axis: axis], [new_im, im_rest])
+      {re, im, r}
+    end
+  end
+
   # Multiplies the last axis (length n) of the parts down to length 1: halves times halves,
   # an odd length padded with 1 + 0i; an empty product is 1.
   defp product_tree(r, _re, _im, kept_dims, 0, ft) do
@@ -426,23 +461,6 @@ defmodule ExBurn.Defn.Complex do
     {re, r} = sub(r, rr, ii, ft)
     {im, r} = add(r, ri, ir, ft)
     product_tree(r, re, im, kept_dims, h, ft)
-  end
-
-  # `fold` of the moduli and `sum_op` of the phases, recombined in polar form.
-  defp polar_reduce(fold, sum_op, out, x, extra, r) do
-    {ft, _} = storage(out.type, out.shape)
-    {x, r} = as_complex(r, x, ft)
-    {m, r} = Math.modulus(x, r)
-    {t, r} = Math.phase(x, r)
-    real_out = %{out | type: ft}
-
-    lower = fn r, name, ref ->
-      embed_real(r, name, real_out, [%{shape: value_shape(x), type: ft, ref: ref} | extra])
-    end
-
-    {mp, r} = lower.(r, fold, m)
-    {ts, r} = lower.(r, sum_op, t)
-    Math.polar({:c, nil, nil, out.shape, ft}, mp, ts, r)
   end
 
   # ---- folds of a function (reduce, window_reduce) ----
@@ -879,10 +897,13 @@ defmodule ExBurn.Defn.Complex do
 
   defp bin(r, op, a, b, ft), do: Recipe.emit(r, op, [out: ft], [a, b])
 
-  defp abs2(r, re, im, ft) do
-    {rr, r} = mul(r, re, re, ft)
-    {ii, r} = mul(r, im, im, ft)
-    add(r, rr, ii, ft)
+  # Nx's broadcast of an operand of shape `from` to the result shape `to` (trailing axes aligned).
+  defp broadcast_to(r, ref, from, from), do: {ref, r}
+
+  defp broadcast_to(r, ref, from, to) do
+    offset = tuple_size(to) - tuple_size(from)
+    axes = Enum.to_list(offset..(tuple_size(to) - 1)//1)
+    Recipe.emit(r, :broadcast, [shape: Tuple.to_list(to), axes: axes], [ref])
   end
 
   defp dot(r, :zero, _y, _attrs), do: {:zero, r}
