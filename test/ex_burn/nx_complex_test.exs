@@ -31,6 +31,12 @@ if Code.ensure_loaded?(Nx) do
              "got #{inspect(got)}, want #{inspect(want)}"
     end
 
+    defp same_number?(%Complex{re: a, im: b}, %Complex{re: c, im: d}),
+      do: same_number?(a, c) and same_number?(b, d)
+
+    defp same_number?(a, b) when is_float(a) and is_float(b), do: abs(a - b) <= 1.0e-5 * max(abs(a), 1.0)
+    defp same_number?(a, b), do: a == b
+
     # A well-conditioned lower (upper) triangular complex matrix, batch shape `batch`.
     defp triangular(batch, n, lower?, type) do
       shape = List.to_tuple(batch ++ [n, n])
@@ -185,12 +191,6 @@ if Code.ensure_loaded?(Nx) do
         for re <- values, im <- values, do: Complex.new(re, im)
       end
 
-      defp same_number?(%Complex{re: a, im: b}, %Complex{re: c, im: d}),
-        do: same_number?(a, c) and same_number?(b, d)
-
-      defp same_number?(a, b) when is_float(a) and is_float(b), do: abs(a - b) <= 1.0e-5 * max(abs(a), 1.0)
-      defp same_number?(a, b), do: a == b
-
       test "sqrt, rsqrt, cbrt, acosh, asinh, asin, acos, log, log1p and abs as Complex computes them" do
         zs = special_grid()
         t = Nx.tensor(zs, type: :c64)
@@ -267,6 +267,41 @@ if Code.ensure_loaded?(Nx) do
         got = Nx.Defn.jit_apply(&Nx.atan2/2, [a, c], compiler: ExBurn.Compiler) |> binary()
         assert_close(got[0], on_binary(&Nx.atan2/2, [a[0], c[0]]), 1.0e-6)
         assert Nx.to_number(Nx.is_nan(Nx.real(got[1]))) == 1 and Nx.to_number(Nx.is_nan(Nx.imag(got[1]))) == 1
+      end
+    end
+
+    describe "complex pow" do
+      test "as Complex.pow in f64, rounded once: exact integer powers, special cases, special values" do
+        values = [:infinity, :neg_infinity, :nan, 0.0, 3.0, -2.0, 1.0, -1.0, 0.5]
+        zs = for re <- values, im <- [0.0, 3.0, -2.0, :infinity, :nan], do: Complex.new(re, im)
+        pairs = for a <- zs, b <- zs, do: {a, b}
+        a = Nx.tensor(Enum.map(pairs, &elem(&1, 0)), type: :c64)
+        b = Nx.tensor(Enum.map(pairs, &elem(&1, 1)), type: :c64)
+        got = Nx.pow(a, b) |> binary() |> Nx.to_flat_list()
+
+        for {{x, y}, g} <- Enum.zip(pairs, got) do
+          on = &Nx.tensor(&1, type: :c64, backend: Nx.BinaryBackend)
+          want = Nx.pow(on.(x), on.(y)) |> Nx.to_number()
+
+          assert same_number?(g, want),
+                 "#{inspect(x)} ** #{inspect(y)}: got #{inspect(g)}, want #{inspect(want)}"
+        end
+
+        x = Nx.tensor([[1.5, -2.0], [0.3, 4.0]])
+        y = Nx.tensor([Complex.new(0.5, 1), Complex.new(2, 0)])
+        assert_close(Nx.pow(x, y), on_binary(&Nx.pow/2, [x, y]), 1.0e-6)
+      end
+
+      test "Nx's gradient of powers: i ** 2 is exactly -1" do
+        grad = fn t ->
+          Nx.Defn.grad(t, &Nx.sum(Nx.concatenate([Nx.pow(&1, 2), Nx.pow(&1, 3)], axis: 1)))
+        end
+
+        t = Nx.tensor([[Complex.new(0, 1), 2], [3, Complex.new(0, 4)]])
+        got = Nx.Defn.jit_apply(grad, [t], compiler: ExBurn.Compiler)
+
+        assert binary(got) ==
+                 Nx.tensor([[Complex.new(-3, 2), 16], [33, Complex.new(-48, 8)]], backend: Nx.BinaryBackend)
       end
     end
   end

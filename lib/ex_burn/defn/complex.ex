@@ -254,11 +254,14 @@ defmodule ExBurn.Defn.Complex do
     Math.apply(name, x, r)
   end
 
+  # In f64, rounded once (Nx.BinaryBackend computes Complex.pow in f64): i ** 2 is -1 + 0i in f32.
   defp op(:pow, out, [a, b], r) do
     {ft, _} = storage(out.type, out.shape)
-    {a, r} = as_complex(r, a, ft)
-    {b, r} = as_complex(r, b, ft)
+    {a, r} = broadcast_value_to(r, a, out.shape)
+    {b, r} = broadcast_value_to(r, b, out.shape)
     {{:c, re, im, _, _}, r} = Math.pow(a, b, r)
+    {re, r} = Recipe.emit(r, :as_type, [dtype: ft], [re])
+    {im, r} = Recipe.emit(r, :as_type, [dtype: ft], [im])
     {{:c, re, im, out.shape, ft}, r}
   end
 
@@ -896,6 +899,14 @@ defmodule ExBurn.Defn.Complex do
   defp sub(r, a, b, ft), do: bin(r, :subtract, a, b, ft)
 
   defp bin(r, op, a, b, ft), do: Recipe.emit(r, op, [out: ft], [a, b])
+
+  # A value as a complex one in f64 of shape `shape` (Nx's broadcast).
+  defp broadcast_value_to(r, value, shape) do
+    {{:c, re, im, from, ft}, r} = as_complex(r, value, {:f, 64})
+    {re, r} = broadcast_to(r, re, from, shape)
+    {im, r} = broadcast_to(r, im, from, shape)
+    {{:c, re, im, shape, ft}, r}
+  end
 
   # Nx's broadcast of an operand of shape `from` to the result shape `to` (trailing axes aligned).
   defp broadcast_to(r, ref, from, from), do: {ref, r}

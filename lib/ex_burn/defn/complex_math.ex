@@ -222,7 +222,15 @@ defmodule ExBurn.Defn.Complex.Math do
     {im, r} = bin(r, :divide, ni, den, ft)
     {finite, r} = both(r, :logical_and, ar, ai, &finite/2)
     {inf_re, r} = un(r, :is_infinity, br)
-    {real, r} = if bi == :zero, do: {inf_re, r}, else: is_value(r, bi, 0.0, inf_re, ft)
+
+    {real, r} =
+      if bi == :zero do
+        {inf_re, r}
+      else
+        {zero_im, r} = eq(r, bi, 0.0, ft)
+        Recipe.emit(r, :logical_and, [], [inf_re, zero_im])
+      end
+
     {zero_case, r} = Recipe.emit(r, :logical_and, [], [finite, real])
     {zero, r} = scalar(r, ft, 0.0)
     {re, r} = Recipe.emit(r, :select, [out: ft], [zero_case, zero, re])
@@ -308,11 +316,63 @@ defmodule ExBurn.Defn.Complex.Math do
     {{:c, new_re, new_im, shape, ft}, r}
   end
 
-  @doc "a ** b = exp(b log a)"
-  def pow(a, b, r) do
-    {l, r} = log(a, r)
-    {p, r} = multiply(b, l, r)
-    exp(p, r)
+  @doc """
+  a ** b as Complex.pow: for |a| = rho, phase(a) = t, s = rho ** re(b) exp(-im(b) t) and
+  u = re(b) t + im(b) log(rho), s cos u + i s sin u; a = 0 gives 1 for b = 0 and 0 otherwise,
+  b = 1 gives a, b = -1 gives 1 / a; a non-finite part gives NaN + NaN i (but 0 ** Inf is 0).
+  `a` and `b` have the same shape and both parts.
+  """
+  def pow({:c, ar, ai, shape, ft} = a, {:c, br, bi, _, _}, r) do
+    {rho, r} = modulus(a, r)
+    {t, r} = phase(a, r)
+    {s, r} = bin(r, :pow, rho, br, ft)
+    {k, r} = bin(r, :multiply, bi, t, ft)
+    {k, r} = un(r, :neg, k)
+    {k, r} = un(r, :exp, k)
+    {s, r} = bin(r, :multiply, s, k, ft)
+    {u, r} = bin(r, :multiply, br, t, ft)
+    {l, r} = un(r, :log, rho)
+    {l, r} = bin(r, :multiply, bi, l, ft)
+    {u, r} = bin(r, :add, u, l, ft)
+    {{:c, re, im, _, _}, r} = polar(a, s, u, r)
+    {{:c, inv_re, inv_im, _, _}, r} = divide(const(a, 1.0, 0.0), a, r)
+
+    {zero, r} = scalar(r, ft, 0.0)
+    {one, r} = scalar(r, ft, 1.0)
+    {nan, r} = scalar(r, ft, :nan)
+    {b_real, r} = eq(r, bi, 0.0, ft)
+    {a_zero, r} = both_eq(r, ar, ai, 0.0, ft)
+    {b_zero, r} = both_eq(r, br, bi, 0.0, ft)
+    {b_one, r} = eq(r, br, 1.0, ft)
+    {b_one, r} = Recipe.emit(r, :logical_and, [], [b_one, b_real])
+    {b_minus_one, r} = eq(r, br, -1.0, ft)
+    {b_minus_one, r} = Recipe.emit(r, :logical_and, [], [b_minus_one, b_real])
+    {a_finite, r} = both(r, :logical_and, ar, ai, &finite/2)
+    {b_finite, r} = both(r, :logical_and, br, bi, &finite/2)
+    {finite, r} = Recipe.emit(r, :logical_and, [], [a_finite, b_finite])
+    {not_finite, r} = un(r, :logical_not, finite)
+    {b_inf, r} = eq(r, br, :infinity, ft)
+    {zero_to_inf, r} = Recipe.emit(r, :logical_and, [], [a_zero, b_inf])
+    {zero_to_inf, r} = Recipe.emit(r, :logical_and, [], [zero_to_inf, b_real])
+    {zero_or_one, r} = Recipe.emit(r, :select, [out: ft], [b_zero, one, zero])
+
+    # lowest precedence first
+    cases = [
+      {b_minus_one, inv_re, inv_im},
+      {b_one, ar, ai},
+      {a_zero, zero_or_one, zero},
+      {not_finite, nan, nan},
+      {zero_to_inf, zero, zero}
+    ]
+
+    {re, im, r} =
+      Enum.reduce(cases, {re, im, r}, fn {hit, cr, ci}, {re, im, r} ->
+        {re, r} = Recipe.emit(r, :select, [out: ft], [hit, cr, re])
+        {im, r} = Recipe.emit(r, :select, [out: ft], [hit, ci, im])
+        {re, im, r}
+      end)
+
+    {{:c, re, im, shape, ft}, r}
   end
 
   @doc "|a|^2 as a real reference"
@@ -444,11 +504,16 @@ defmodule ExBurn.Defn.Complex.Math do
     end
   end
 
-  # `cond` and the part equal to `value`.
-  defp is_value(r, ref, value, cond, ft) do
+  # Whether a part equals `value`.
+  defp eq(r, ref, value, ft) do
     {v, r} = scalar(r, ft, value)
-    {eq, r} = Recipe.emit(r, :equal, [], [ref, v])
-    Recipe.emit(r, :logical_and, [], [cond, eq])
+    Recipe.emit(r, :equal, [], [ref, v])
+  end
+
+  defp both_eq(r, re, im, value, ft) do
+    {a, r} = eq(r, re, value, ft)
+    {b, r} = eq(r, im, value, ft)
+    Recipe.emit(r, :logical_and, [], [a, b])
   end
 
   defp scale(r, ref, k, ft) do
