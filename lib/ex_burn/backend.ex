@@ -142,7 +142,7 @@ if Code.ensure_loaded?(Nx) do
     # ---- op callbacks, generated from the op table ----
 
     @lowered Enum.filter(Nx.Backend.behaviour_info(:callbacks), fn {name, _} ->
-               name in Lower.ops() and not Lower.fold?(name)
+               name in Lower.ops() and not Lower.fold?(name) and name != :atan2
              end)
 
     for {name, arity} <- @lowered do
@@ -160,6 +160,21 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    @impl true
+    @doc """
+    Runs `Nx.atan2`. On complex tensors Nx defines it for zero imaginary parts only: as
+    `Nx.BinaryBackend` (Complex.atan2), any other imaginary part raises `ArithmeticError`
+    (checked with one scalar read per complex argument).
+    """
+    def atan2(out, a, b) do
+      for %T{type: {:c, _}} = t <- [a, b],
+          t |> Nx.imag() |> Nx.not_equal(0) |> Nx.any() |> Nx.to_number() == 1 do
+        raise ArithmeticError, "Complex.atan2 only accepts real numbers as arguments"
+      end
+
+      run(:atan2, out, [a, b])
+    end
+
     # Folds: the function becomes a sub-program over (element, acc) of Nx's output type.
 
     @impl true
@@ -173,7 +188,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp fold_body(fun, %{type: type}) do
       scalar = Nx.template({}, type)
-      fun |> Nx.Defn.debug_expr_apply([scalar, scalar]) |> ExBurn.Defn.Builder.fold_body()
+      fun |> Nx.Defn.debug_expr_apply([scalar, scalar]) |> ExBurn.Defn.Builder.fold_body(type)
     end
 
     # ---- unsupported callbacks (derived) ----

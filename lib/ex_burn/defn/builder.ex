@@ -12,7 +12,7 @@ if Code.ensure_loaded?(Nx) do
     # enclosing scope (and tensors captured by the function) are passed to sub-programs as inputs.
     # `block`s with a native lowering become engine ops, the others are inlined from their default
     # implementation. Functions given to `reduce`/`window_reduce` become sub-programs (see
-    # `fold_body/1`). Hooks are `hook` instructions: the engine logs their values in execution
+    # `fold_body/2`). Hooks are `hook` instructions: the engine logs their values in execution
     # order (per iteration inside `while`, only when taken inside `cond`) and the runner calls the
     # hook functions in that order after the run.
     #
@@ -95,13 +95,22 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @doc """
-    The engine program of a function given to `Nx.reduce/4` or `Nx.window_reduce/5`, from its
-    expression over parameters 0 (the element) and 1 (the accumulator). The engine runs it on
+    The body of a function given to `Nx.reduce/4` or `Nx.window_reduce/5` of Nx type `type`,
+    from its expression over parameters 0 (the element) and 1 (the accumulator). It runs on
     whole slices at once, so it may only use element-wise ops and no captured tensors or hooks;
     otherwise this raises `ExBurn.Error` of kind `:unsupported`.
+
+    For a real `type` the body is the engine program the fold op runs. For a complex `type` it
+    is `%{fold_ops: ops, result: k}`, the function's Nx ops in order as `{k, op, type, args}`
+    (value `k`; tensor arguments `{:fold_value, j}`, values 0 and 1 being the parameters), which
+    `ExBurn.Defn.Complex` applies slice by slice on the real and imaginary parts.
     """
-    @spec fold_body(Nx.Tensor.t()) :: map()
-    def fold_body(expr) do
+    @spec fold_body(Nx.Tensor.t(), Nx.Type.t()) :: map()
+    def fold_body(expr, type) do
+      if ExBurn.Defn.Complex.complex?(type), do: fold_ops(expr), else: fold_program(expr)
+    end
+
+    defp fold_program(expr) do
       %{term: term, constants: constants, hooks: hooks} = build(expr, 2)
       ops = Enum.map(term.instrs, &op_name(&1.op))
 
@@ -120,6 +129,43 @@ if Code.ensure_loaded?(Nx) do
 
     defp op_name({name, _attrs}), do: name
     defp op_name(name), do: name
+
+    defp fold_ops(expr) do
+      {result, {ops, _cache, _next}} = fold_op(expr, {[], %{}, 2})
+      %{fold_ops: Enum.reverse(ops), result: result}
+    end
+
+    defp fold_op(%T{data: %Expr{id: id, op: op, args: args}} = t, {ops, cache, next} = acc) do
+      cond do
+        Map.has_key?(cache, id) ->
+          {cache[id], acc}
+
+        op == :parameter ->
+          [pos] = args
+          {pos, {ops, Map.put(cache, id, pos), next}}
+
+        op == :metadata ->
+          fold_op(hd(args), acc)
+
+        op == :constant or Lower.nx_elementwise?(op) ->
+          {args, {ops, cache, next}} =
+            Tree.apply_args(t, acc, fn arg, acc ->
+              {k, acc} = fold_op(arg, acc)
+              {{:fold_value, k}, acc}
+            end)
+
+          {next, {[{next, op, t.type, args} | ops], Map.put(cache, id, next), next + 1}}
+
+        true ->
+          raise ExBurn.Error.new(
+                  kind: :unsupported,
+                  op: :reduce,
+                  message:
+                    "functions given to reduce/window_reduce must be element-wise, without captured " <>
+                      "tensors or hooks (got #{inspect(op)})"
+                )
+      end
+    end
 
     # ---- expressions ----
 
@@ -249,7 +295,7 @@ if Code.ensure_loaded?(Nx) do
       %T{data: %Expr{op: :fun, args: [_params, body, _mfa]}} = fun
       {tensors, rest} = Enum.split(args, 2)
       {refs, b} = Enum.map_reduce(tensors, b, &lower(&2, &1))
-      lowered = Enum.zip_with(tensors, refs, &with_ref/2) ++ rest ++ [fold_body(body)]
+      lowered = Enum.zip_with(tensors, refs, &with_ref/2) ++ rest ++ [fold_body(body, t.type)]
       emit_recipe(b, Lower.lower(op, t, lowered))
     end
 

@@ -8,9 +8,12 @@ defmodule ExBurn.Defn.Complex do
   #
   # `ExBurn.Defn.Lower` sends every op with a complex input or output here. Ops that act on each
   # part alone (shape and indexing ops, `add`, `subtract`, `negate`, `sum`, ...) reuse the real
-  # lowering once per part; arithmetic, `dot`, `abs`, `exp`, `sqrt`, comparisons and `fft`/`ifft`
-  # (a DFT as real matrix products in f64, rounded once, like Nx's binary backend) are written
-  # out on the parts. Other ops on complex tensors raise `ExBurn.Error` of kind `:unsupported`.
+  # lowering once per part; arithmetic, `dot`, `abs`, `exp`, `sqrt`, comparisons, `fft`/`ifft`
+  # (a DFT as real matrix products in f64, rounded once, like Nx's binary backend) and
+  # `triangular_solve` (the engine's real solve on a 2n x 2n real embedding) are written out on
+  # the parts; `reduce`/`window_reduce` apply the function's element-wise ops to the parts of
+  # each reduced slice in turn. Other ops on complex tensors raise `ExBurn.Error` of kind
+  # `:unsupported`.
 
   alias ExBurn.Defn.{Lower, Recipe}
   alias ExBurn.Defn.Complex.Math
@@ -160,13 +163,7 @@ defmodule ExBurn.Defn.Complex do
     {ft, _} = storage(out.type, out.shape)
     {ar, ai, r} = parts(r, a, ft)
     {br, bi, r} = parts(r, b, ft)
-    {den, r} = abs2(r, br, bi, ft)
-    {{rr, ii, ri, ir}, r} = products(r, {ar, ai}, {br, bi}, ft)
-    {num_re, r} = add(r, rr, ii, ft)
-    {num_im, r} = sub(r, ir, ri, ft)
-    {num_re, r} = materialize(r, num_re, out.shape, ft)
-    {re, r} = bin(r, :divide, num_re, den, ft)
-    {im, r} = if num_im == :zero, do: {:zero, r}, else: bin(r, :divide, num_im, den, ft)
+    {{:c, re, im, _, _}, r} = Math.divide({:c, ar, ai, out.shape, ft}, {:c, br, bi, out.shape, ft}, r)
     {{:c, re, im, out.shape, ft}, r}
   end
 
@@ -179,34 +176,11 @@ defmodule ExBurn.Defn.Complex do
     {{:c, re, im, out.shape, ft}, r}
   end
 
-  # The principal square root, in the cancellation-free form:
-  # t = sqrt((|z| + |re|) / 2); re >= 0: (t, im / 2t); re < 0: (|im| / 2t, copysign(t, im)).
   defp op(:sqrt, out, [x], r) do
     {ft, _} = storage(out.type, out.shape)
     {re, im, r} = parts(r, x, ft)
-    {im, r} = materialize(r, im, out.shape, ft)
-    {sq, r} = abs2(r, re, im, ft)
-    {mag, r} = Recipe.emit(r, :sqrt, [], [sq])
-    {abs_re, r} = Recipe.emit(r, :abs, [], [re])
-    {sum, r} = add(r, mag, abs_re, ft)
-    {half, r} = full(r, {}, ft, 0.5)
-    {t, r} = mul(r, sum, half, ft)
-    {t, r} = Recipe.emit(r, :sqrt, [], [t])
-    {two_t, r} = add(r, t, t, ft)
-    {zero, r} = full(r, {}, ft, 0.0)
-    {is_zero, r} = Recipe.emit(r, :equal, [], [t, zero])
-    {im_over, r} = bin(r, :divide, im, two_t, ft)
-    {abs_im, r} = Recipe.emit(r, :abs, [], [im])
-    {abs_im_over, r} = bin(r, :divide, abs_im, two_t, ft)
-    {neg_t, r} = Recipe.emit(r, :neg, [], [t])
-    {im_neg, r} = Recipe.emit(r, :less, [], [im, zero])
-    {signed_t, r} = Recipe.emit(r, :select, [out: ft], [im_neg, neg_t, t])
-    {re_pos, r} = Recipe.emit(r, :greater_equal, [], [re, zero])
-    {new_re, r} = Recipe.emit(r, :select, [out: ft], [re_pos, t, abs_im_over])
-    {new_im, r} = Recipe.emit(r, :select, [out: ft], [re_pos, im_over, signed_t])
-    {new_re, r} = Recipe.emit(r, :select, [out: ft], [is_zero, zero, new_re])
-    {new_im, r} = Recipe.emit(r, :select, [out: ft], [is_zero, im, new_im])
-    {{:c, new_re, new_im, out.shape, ft}, r}
+    {{:c, re, im, _, _}, r} = Math.sqrt({:c, re, im, out.shape, ft}, r)
+    {{:c, re, im, out.shape, ft}, r}
   end
 
   defp op(:real, out, [x], r) do
@@ -222,9 +196,7 @@ defmodule ExBurn.Defn.Complex do
 
   defp op(:abs, out, [x], r) do
     {re, im, r} = parts(r, x, out.type)
-    {sq, r} = abs2(r, re, im, out.type)
-    {sq, r} = materialize(r, sq, out.shape, out.type)
-    {ref, r} = Recipe.emit(r, :sqrt, [], [sq])
+    {ref, r} = Math.modulus({:c, re, im, out.shape, out.type}, r)
     real(r, ref, out)
   end
 
@@ -282,25 +254,57 @@ defmodule ExBurn.Defn.Complex do
     Math.apply(name, x, r)
   end
 
+  # In f64, rounded once (Nx.BinaryBackend computes Complex.pow in f64): i ** 2 is -1 + 0i in f32.
   defp op(:pow, out, [a, b], r) do
     {ft, _} = storage(out.type, out.shape)
-    {a, r} = as_complex(r, a, ft)
-    {b, r} = as_complex(r, b, ft)
+    {a, r} = broadcast_value_to(r, a, out.shape)
+    {b, r} = broadcast_value_to(r, b, out.shape)
     {{:c, re, im, _, _}, r} = Math.pow(a, b, r)
+    {re, r} = Recipe.emit(r, :as_type, [dtype: ft], [re])
+    {im, r} = Recipe.emit(r, :as_type, [dtype: ft], [im])
     {{:c, re, im, out.shape, ft}, r}
   end
 
-  # Nx defines atan2 on complex numbers with zero imaginary parts (the phase of b + a i).
+  # Nx defines atan2 on complex numbers with zero imaginary parts (the phase of b + a i) and
+  # raises ArithmeticError for others (Complex.atan2); `ExBurn.Backend.atan2/3` raises so before
+  # running this, and a compiled program, which cannot raise, gives NaN + NaN i there.
   defp op(:atan2, out, [a, b], r) do
     {ft, _} = storage(out.type, out.shape)
-    {ar, _ai, r} = parts(r, a, ft)
-    {br, _bi, r} = parts(r, b, ft)
+    {ar, ai, r} = parts(r, a, ft)
+    {br, bi, r} = parts(r, b, ft)
     {re, r} = bin(r, :atan2, ar, br, ft)
-    {{:c, re, :zero, out.shape, ft}, r}
+
+    {masks, r} =
+      [{ai, value_shape(a)}, {bi, value_shape(b)}]
+      |> Enum.reject(fn {im, _shape} -> im == :zero end)
+      |> Enum.map_reduce(r, fn {im, shape}, r ->
+        {zero, r} = full(r, {}, ft, 0.0)
+        {mask, r} = Recipe.emit(r, :not_equal, [], [im, zero])
+        broadcast_to(r, mask, shape, out.shape)
+      end)
+
+    case masks do
+      [] ->
+        {{:c, re, :zero, out.shape, ft}, r}
+
+      masks ->
+        {nonreal, r} =
+          Enum.reduce(tl(masks), {hd(masks), r}, fn m, {acc, r} ->
+            Recipe.emit(r, :logical_or, [], [acc, m])
+          end)
+
+        {nan, r} = full(r, {}, ft, :nan)
+        {zero, r} = full(r, out.shape, ft, 0.0)
+        {re, r} = Recipe.emit(r, :select, [out: ft], [nonreal, nan, re])
+        {im, r} = Recipe.emit(r, :select, [out: ft], [nonreal, nan, zero])
+        {{:c, re, im, out.shape, ft}, r}
+    end
   end
 
   # A product over axes as a tree of complex multiplications (exact where the factors allow,
-  # e.g. 1 * 2i * 3 = 6i; a polar product would give cos(pi/2) * 6 = -2.6e-7 in f32).
+  # e.g. 1 * 2i * 3 = 6i; a polar product would give cos(pi/2) * 6 = -2.6e-7 in f32). Like
+  # Nx's fold from 1, the first factor is multiplied by 1 + 0i first: exact for finite factors,
+  # and an infinite part makes the other part NaN (Inf * 0), as in Nx.
   defp op(:product, out, [x, opts], r) do
     {ft, _} = storage(out.type, out.shape)
     {{:c, re, im, shape, _}, r} = as_complex(r, x, ft)
@@ -317,6 +321,7 @@ defmodule ExBurn.Defn.Complex do
 
     {re, r} = flat.(r, re)
     {im, r} = flat.(r, im)
+    {re, im, r} = identity_first(r, re, im, kept_dims, n, ft)
     {re, im, r} = product_tree(r, re, im, kept_dims, n, ft)
     dims = Tuple.to_list(out.shape)
     {re, r} = Recipe.emit(r, :reshape, [shape: dims], [re])
@@ -324,8 +329,13 @@ defmodule ExBurn.Defn.Complex do
     {{:c, re, im, out.shape, ft}, r}
   end
 
-  defp op(:window_product, out, [x, window, opts], r),
-    do: polar_reduce(:window_product, :window_sum, out, x, [window, opts], r)
+  # As Nx.BinaryBackend: a window_reduce of multiply from 1.
+  defp op(:window_product, out, [x, window, opts], r) do
+    multiply = %{fold_ops: [{2, :multiply, out.type, [{:fold_value, 0}, {:fold_value, 1}]}], result: 2}
+    {ft, _} = storage(out.type, out.shape)
+    {one, r} = full(r, {}, ft, 1.0)
+    window_fold(out, x, {:c, one, :zero, {}, ft}, window, opts, multiply, r)
+  end
 
   defp op(name, out, [x, opts], r) when name in [:all, :any] do
     {re, im, r} = parts(r, x, part_type(x))
@@ -372,12 +382,50 @@ defmodule ExBurn.Defn.Complex do
     {{:c, re, im, out.shape, ft}, r}
   end
 
+  defp op(:triangular_solve, out, [a, b, opts], r), do: triangular_solve(out, a, b, opts, r)
+
+  defp op(:reduce, out, [x, acc, opts, %{fold_ops: _} = body], r), do: fold(out, x, acc, opts, body, r)
+
+  defp op(:window_reduce, out, [x, acc, window, opts, %{fold_ops: _} = body], r),
+    do: window_fold(out, x, acc, window, opts, body, r)
+
   defp op(name, _out, _values, _r) do
     raise ExBurn.Error.new(
             kind: :unsupported,
             op: name,
             message: "#{name} on complex tensors is not supported by ExBurn"
           )
+  end
+
+  # (1 + 0i) times the first entry of the last axis (length n) of the parts.
+  defp identity_first(r, re, im, _kept_dims, 0, _ft), do: {re, im, r}
+
+  defp identity_first(r, re, im, kept_dims, n, ft) do
+    zeros = Enum.map(kept_dims, fn _ -> 0 end)
+
+    cut = fn r, ref, start, len ->
+      attrs = [starts: zeros ++ [start], lengths: kept_dims ++ [len], strides: nil, dynamic: []]
+      Recipe.emit(r, :slice, attrs, [ref])
+    end
+
+    {re0, r} = cut.(r, re, 0, 1)
+    {im0, r} = cut.(r, im, 0, 1)
+    {one, r} = full(r, {}, ft, 1.0)
+    {zero, r} = full(r, {}, ft, 0.0)
+    {{rr, ii, ri, ir}, r} = products(r, {re0, im0}, {one, zero}, ft)
+    {new_re, r} = sub(r, rr, ii, ft)
+    {new_im, r} = add(r, ri, ir, ft)
+
+    if n == 1 do
+      {new_re, new_im, r}
+    else
+      axis = length(kept_dims)
+      {re_rest, r} = cut.(r, re, 1, n - 1)
+      {im_rest, r} = cut.(r, im, 1, n - 1)
+      {re, r} = Recipe.emit(r, :concatenate, [axis: axis], [new_re, re_rest])
+      {im, r} = Recipe.emit(r, :concatenate, [axis: axis], [new_im, im_rest])
+      {re, im, r}
+    end
   end
 
   # Multiplies the last axis (length n) of the parts down to length 1: halves times halves,
@@ -418,21 +466,254 @@ defmodule ExBurn.Defn.Complex do
     product_tree(r, re, im, kept_dims, h, ft)
   end
 
-  # `fold` of the moduli and `sum_op` of the phases, recombined in polar form.
-  defp polar_reduce(fold, sum_op, out, x, extra, r) do
-    {ft, _} = storage(out.type, out.shape)
-    {x, r} = as_complex(r, x, ft)
-    {m, r} = Math.modulus(x, r)
-    {t, r} = Math.phase(x, r)
-    real_out = %{out | type: ft}
+  # ---- folds of a function (reduce, window_reduce) ----
 
-    lower = fn r, name, ref ->
-      embed_real(r, name, real_out, [%{shape: value_shape(x), type: ft, ref: ref} | extra])
+  # As the engine folds real tensors, and Nx.BinaryBackend any: the accumulator, broadcast to
+  # the kept positions, meets each reduced position's slice in row-major order, through the
+  # function's ops (`ExBurn.Defn.Builder.fold_body/2`) applied to whole slices; unrolled here,
+  # one application per reduced position.
+  defp fold(out, x, acc, opts, body, r) do
+    {ft, _} = storage(out.type, out.shape)
+    {{:c, xr, xi, shape, _}, r} = as_complex(r, x, ft)
+    {{:c, ar, ai, _, _}, r} = as_complex(r, acc, ft)
+    rank = tuple_size(shape)
+    axes = Enum.sort(opts[:axes] || Enum.to_list(0..(rank - 1)//1))
+    kept = Enum.to_list(0..(rank - 1)//1) -- axes
+    rest = Enum.map(kept, &elem(shape, &1))
+    n = axes |> Enum.map(&elem(shape, &1)) |> Enum.product()
+
+    flat = fn r, ref ->
+      {ref, r} = Recipe.emit(r, :transpose, [axes: axes ++ kept], [ref])
+      Recipe.emit(r, :reshape, [shape: [n | rest]], [ref])
     end
 
-    {mp, r} = lower.(r, fold, m)
-    {ts, r} = lower.(r, sum_op, t)
-    Math.polar({:c, nil, nil, out.shape, ft}, mp, ts, r)
+    {xr, r} = flat.(r, xr)
+    {xi, r} = flat.(r, xi)
+    {state, r} = broadcast_value(r, {:c, ar, ai, {}, ft}, rest)
+
+    {{:c, re, im, _, _}, r} =
+      Enum.reduce(0..(n - 1)//1, {state, r}, fn i, {state, r} ->
+        slice = fn r, ref ->
+          attrs = [
+            starts: [i | Enum.map(rest, fn _ -> 0 end)],
+            lengths: [1 | rest],
+            strides: nil,
+            dynamic: []
+          ]
+
+          {s, r} = Recipe.emit(r, :slice, attrs, [ref])
+          Recipe.emit(r, :reshape, [shape: rest], [s])
+        end
+
+        {er, r} = slice.(r, xr)
+        {ei, r} = slice.(r, xi)
+        fold_step(r, body, {:c, er, ei, List.to_tuple(rest), ft}, state, ft)
+      end)
+
+    dims = Tuple.to_list(out.shape)
+    {re, r} = Recipe.emit(r, :reshape, [shape: dims], [re])
+    {im, r} = Recipe.emit(r, :reshape, [shape: dims], [im])
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  # The input padded with the accumulator; each window offset (row-major) is a strided view
+  # holding that element of every window.
+  defp window_fold(out, x, acc, window, opts, body, r) do
+    {ft, _} = storage(out.type, out.shape)
+    {{:c, xr, xi, shape, _}, r} = as_complex(r, x, ft)
+    {{:c, ar, ai, _, _}, r} = as_complex(r, acc, ft)
+    rank = tuple_size(shape)
+    dims = Tuple.to_list(window)
+    strides = opts[:strides] || List.duplicate(1, rank)
+    dilations = opts[:window_dilations] || List.duplicate(1, rank)
+    padding = opts[:padding] || List.duplicate({0, 0}, rank)
+    config = Enum.map(padding, fn {lo, hi} -> {lo, hi, 0} end)
+    {xr, r} = Recipe.emit(r, :pad, [config: config], [xr, ar])
+    {xi, r} = Recipe.emit(r, :pad, [config: config], [xi, ai])
+    counts = Tuple.to_list(out.shape)
+    extent = Enum.zip_with(counts, strides, fn c, s -> (c - 1) * s + 1 end)
+    {state, r} = broadcast_value(r, {:c, ar, ai, {}, ft}, counts)
+
+    offsets =
+      Enum.reduce(Enum.reverse(dims), [[]], fn d, acc ->
+        for o <- 0..(d - 1)//1, rest <- acc, do: [o | rest]
+      end)
+
+    Enum.reduce(offsets, {state, r}, fn offset, {state, r} ->
+      starts = Enum.zip_with(offset, dilations, &(&1 * &2))
+      attrs = [starts: starts, lengths: extent, strides: strides, dynamic: []]
+      {er, r} = Recipe.emit(r, :slice, attrs, [xr])
+      {ei, r} = Recipe.emit(r, :slice, attrs, [xi])
+      fold_step(r, body, {:c, er, ei, out.shape, ft}, state, ft)
+    end)
+  end
+
+  defp broadcast_value(r, {:c, re, im, _shape, ft}, dims) do
+    {re, r} = Recipe.emit(r, :broadcast, [shape: dims, axes: []], [re])
+    {im, r} = Recipe.emit(r, :broadcast, [shape: dims, axes: []], [im])
+    {{:c, re, im, List.to_tuple(dims), ft}, r}
+  end
+
+  # One application of the function's ops on values of the slice shape; the result is
+  # converted to the accumulator's type.
+  defp fold_step(r, %{fold_ops: ops, result: result}, element, {:c, _, _, shape, _} = state, ft) do
+    {values, r} =
+      Enum.reduce(ops, {%{0 => element, 1 => state}, r}, fn {k, name, type, args}, {values, r} ->
+        args = fold_args(args, values)
+        out = %{shape: shape, type: type}
+
+        {value, r} =
+          if complex?(type) or Enum.any?(List.flatten(args), &match?({:c, _, _, _, _}, &1)) do
+            op(name, out, args, r)
+          else
+            {ref, r} = embed_real(r, name, out, Enum.map(args, &placeholder/1))
+            {{:r, ref, shape, type}, r}
+          end
+
+        {Map.put(values, k, value), r}
+      end)
+
+    as_complex(r, values[result], ft)
+  end
+
+  defp fold_args(args, values) when is_list(args), do: Enum.map(args, &fold_args(&1, values))
+  defp fold_args({:fold_value, k}, values), do: values[k]
+  defp fold_args(other, _values), do: other
+
+  # ---- triangular solve on the engine's real one ----
+
+  # A real `a` solves the real and imaginary parts of `b` separately (`:conjugate` is then
+  # `:none`). A complex `a` is first brought to a lower (upper) triangular left-side system
+  # A x = b: `:conjugate` conjugates a (as Nx.BinaryBackend does: no transpose), `:transpose`
+  # and a right-side solve (x A = b is A^T x^T = b^T) transpose a and flip `:lower`. Rows of A
+  # and b are divided by A's diagonal (complex division), so A gets a unit diagonal, and the
+  # unit-triangular complex matrix becomes the real 2n x 2n matrix of 2x2 blocks
+  # [[re, -im], [im, re]] at rows 2i..2i+1, columns 2j..2j+1: with identity blocks on the
+  # diagonal it is triangular like A, and the engine's real solve (in f64) applies to b as
+  # interleaved real rows (re, im). Entries on the unused side of the diagonal are ignored,
+  # as both Nx and the real solve ignore them; a zero on the diagonal gives Inf/NaN (no raise,
+  # like the real solve). Everything runs in f64, rounded once to the part type.
+  defp triangular_solve(out, a, b, opts, r) do
+    {ft, _} = storage(out.type, out.shape)
+
+    case a do
+      {:c, _re, im, _shape, _ft} when im != :zero -> triangular_solve_complex_a(out, a, b, opts, ft, r)
+      _ -> triangular_solve_real_a(out, a, b, opts, ft, r)
+    end
+  end
+
+  defp triangular_solve_real_a(out, a, b, opts, ft, r) do
+    {ar, :zero, r} = parts(r, a, ft)
+    {br, bi, r} = parts(r, b, ft)
+    a_t = %{shape: value_shape(a), type: ft, ref: ar}
+    real_out = %{out | type: ft}
+
+    solve = fn
+      r, :zero ->
+        {:zero, r}
+
+      r, part ->
+        embed_real(r, :triangular_solve, real_out, [a_t, %{shape: out.shape, type: ft, ref: part}, opts])
+    end
+
+    {re, r} = solve.(r, br)
+    {im, r} = solve.(r, bi)
+    {{:c, re, im, out.shape, ft}, r}
+  end
+
+  defp triangular_solve_complex_a(out, a, b, opts, ft, r) do
+    wt = {:f, 64}
+    a_shape = value_shape(a)
+    rank = tuple_size(a_shape)
+    batch = rank - 2
+    n = elem(a_shape, rank - 1)
+    batch_dims = a_shape |> Tuple.to_list() |> Enum.take(batch)
+    vector? = tuple_size(out.shape) == rank - 1
+    left? = Keyword.get(opts, :left_side, true)
+    transform = Keyword.get(opts, :transform_a, :none)
+    transpose_a? = if left?, do: transform == :transpose, else: transform != :transpose
+    lower? = Keyword.get(opts, :lower, true) != transpose_a?
+    swap = Enum.to_list(0..(batch - 1)//1) ++ [batch + 1, batch]
+
+    {ar, ai, r} = parts(r, a, wt)
+    {ai, r} = if transform == :conjugate, do: Recipe.emit(r, :neg, [], [ai]), else: {ai, r}
+    {ar, r} = if transpose_a?, do: Recipe.emit(r, :transpose, [axes: swap], [ar]), else: {ar, r}
+    {ai, r} = if transpose_a?, do: Recipe.emit(r, :transpose, [axes: swap], [ai]), else: {ai, r}
+
+    {br, bi, r} = parts(r, b, wt)
+    {bi, r} = materialize(r, bi, out.shape, wt)
+    transpose_b? = not left? and not vector?
+    {br, r} = if transpose_b?, do: Recipe.emit(r, :transpose, [axes: swap], [br]), else: {br, r}
+    {bi, r} = if transpose_b?, do: Recipe.emit(r, :transpose, [axes: swap], [bi]), else: {bi, r}
+    # b as a left-side right-hand side: [..., n] or [..., n, m]
+    b_dims = if transpose_b?, do: batch_dims ++ [n, elem(out.shape, rank - 2)], else: Tuple.to_list(out.shape)
+    b_shape = List.to_tuple(b_dims)
+
+    # the diagonal, [..., n], and a mask of it, [..., n, n]
+    {i, r} = Recipe.emit(r, :iota, [shape: [n, n], dtype: {:s, 32}, axis: 0], [])
+    {j, r} = Recipe.emit(r, :iota, [shape: [n, n], dtype: {:s, 32}, axis: 1], [])
+    {eye, r} = Recipe.emit(r, :equal, [], [i, j])
+    {eye, r} = Recipe.emit(r, :broadcast, [shape: Tuple.to_list(a_shape), axes: [batch, batch + 1]], [eye])
+    {zero, r} = full(r, {}, wt, 0.0)
+    {one, r} = full(r, {}, wt, 1.0)
+
+    diagonal = fn r, part ->
+      {d, r} = Recipe.emit(r, :select, [out: wt], [eye, part, zero])
+      Recipe.emit(r, :sum, [axes: [batch + 1], keep_axes: false, out: wt], [d])
+    end
+
+    {dr, r} = diagonal.(r, ar)
+    {di, r} = diagonal.(r, ai)
+
+    # rows divided by the diagonal entry of their row
+    by_row = fn r, ref, dims ->
+      Recipe.emit(r, :broadcast, [shape: dims, axes: Enum.to_list(0..batch)], [ref])
+    end
+
+    a_dims = Tuple.to_list(a_shape)
+    {dra, r} = by_row.(r, dr, a_dims)
+    {dia, r} = by_row.(r, di, a_dims)
+    {{:c, ur, ui, _, _}, r} = Math.divide({:c, ar, ai, a_shape, wt}, {:c, dra, dia, a_shape, wt}, r)
+    {ur, r} = Recipe.emit(r, :select, [out: wt], [eye, one, ur])
+    {ui, r} = Recipe.emit(r, :select, [out: wt], [eye, zero, ui])
+
+    {{:c, vr, vi, _, _}, r} =
+      if vector? do
+        Math.divide({:c, br, bi, b_shape, wt}, {:c, dr, di, b_shape, wt}, r)
+      else
+        {drb, r} = by_row.(r, dr, b_dims)
+        {dib, r} = by_row.(r, di, b_dims)
+        Math.divide({:c, br, bi, b_shape, wt}, {:c, drb, dib, b_shape, wt}, r)
+      end
+
+    # the real embedding [..., 2n, 2n] and the interleaved right-hand side [..., 2n(, m)]
+    {nui, r} = Recipe.emit(r, :neg, [], [ui])
+    {row0, r} = Recipe.emit(r, :stack, [axis: batch + 2], [ur, nui])
+    {row1, r} = Recipe.emit(r, :stack, [axis: batch + 2], [ui, ur])
+    {e, r} = Recipe.emit(r, :stack, [axis: batch + 1], [row0, row1])
+    {e, r} = Recipe.emit(r, :reshape, [shape: batch_dims ++ [2 * n, 2 * n]], [e])
+    {v, r} = Recipe.emit(r, :stack, [axis: batch + 1], [vr, vi])
+    real_dims = batch_dims ++ [2 * n] ++ Enum.drop(b_dims, batch + 1)
+    {v, r} = Recipe.emit(r, :reshape, [shape: real_dims], [v])
+    attrs = [lower: lower?, left_side: true, transform_a: :none]
+    {x, r} = Recipe.emit(r, :triangular_solve, attrs, [e, v])
+
+    # de-interleaved, back to the caller's layout and part type
+    pair_dims = batch_dims ++ [n, 2] ++ Enum.drop(b_dims, batch + 1)
+    {x, r} = Recipe.emit(r, :reshape, [shape: pair_dims], [x])
+
+    part = fn r, k ->
+      starts = pair_dims |> Enum.map(fn _ -> 0 end) |> List.replace_at(batch + 1, k)
+      lengths = List.replace_at(pair_dims, batch + 1, 1)
+      {p, r} = Recipe.emit(r, :slice, [starts: starts, lengths: lengths, strides: nil, dynamic: []], [x])
+      {p, r} = Recipe.emit(r, :reshape, [shape: b_dims], [p])
+      {p, r} = if transpose_b?, do: Recipe.emit(r, :transpose, [axes: swap], [p]), else: {p, r}
+      Recipe.emit(r, :as_type, [dtype: ft], [p])
+    end
+
+    {re, r} = part.(r, 0)
+    {im, r} = part.(r, 1)
+    {{:c, re, im, out.shape, ft}, r}
   end
 
   # ---- FFT: a DFT along `axis` as real matrix products in f64 ----
@@ -619,10 +900,21 @@ defmodule ExBurn.Defn.Complex do
 
   defp bin(r, op, a, b, ft), do: Recipe.emit(r, op, [out: ft], [a, b])
 
-  defp abs2(r, re, im, ft) do
-    {rr, r} = mul(r, re, re, ft)
-    {ii, r} = mul(r, im, im, ft)
-    add(r, rr, ii, ft)
+  # A value as a complex one in f64 of shape `shape` (Nx's broadcast).
+  defp broadcast_value_to(r, value, shape) do
+    {{:c, re, im, from, ft}, r} = as_complex(r, value, {:f, 64})
+    {re, r} = broadcast_to(r, re, from, shape)
+    {im, r} = broadcast_to(r, im, from, shape)
+    {{:c, re, im, shape, ft}, r}
+  end
+
+  # Nx's broadcast of an operand of shape `from` to the result shape `to` (trailing axes aligned).
+  defp broadcast_to(r, ref, from, from), do: {ref, r}
+
+  defp broadcast_to(r, ref, from, to) do
+    offset = tuple_size(to) - tuple_size(from)
+    axes = Enum.to_list(offset..(tuple_size(to) - 1)//1)
+    Recipe.emit(r, :broadcast, [shape: Tuple.to_list(to), axes: axes], [ref])
   end
 
   defp dot(r, :zero, _y, _attrs), do: {:zero, r}

@@ -76,6 +76,11 @@ defmodule ExBurn.Defn.Lower do
   @elementwise Map.values(@unary) ++
                  @float_unary ++ @binary_typed ++ @binary_pred ++ [:as_type, :select, :clip, :full]
 
+  # Element-wise Nx ops (real and complex).
+  @nx_elementwise Map.keys(@unary) ++
+                    @float_unary ++
+                    @binary_typed ++ @binary_pred ++ [:as_type, :select, :clip, :conjugate, :real, :imag]
+
   @doc """
   The Nx op names this module lowers (the op vocabulary of the backend and the compiler).
 
@@ -126,8 +131,16 @@ defmodule ExBurn.Defn.Lower do
   def elementwise?(name), do: name in @elementwise
 
   @doc """
+  Whether Nx op `name` (an `Nx.Backend` callback or `Nx.Defn.Expr` op) maps elements
+  independently: the ops a function given to `Nx.reduce/4` or `Nx.window_reduce/5` of complex
+  type may use (`ExBurn.Defn.Complex` applies them slice by slice).
+  """
+  @spec nx_elementwise?(atom()) :: boolean()
+  def nx_elementwise?(name), do: name in @nx_elementwise
+
+  @doc """
   Whether Nx op `name` takes a function (`reduce`, `window_reduce`): its last argument must be
-  given as the engine program of that function (see `ExBurn.Defn.Builder.fold_body/1`).
+  given as the body of that function (see `ExBurn.Defn.Builder.fold_body/2`).
   """
   @spec fold?(atom()) :: boolean()
   def fold?(name), do: name in @folds
