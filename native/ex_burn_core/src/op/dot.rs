@@ -28,6 +28,12 @@ pub(crate) struct Contraction<'a> {
     pub batch_b: &'a [usize],
 }
 
+/// f32 products of at most this many multiply-adds on the CPU accumulate in f64 and round
+/// once (as `Nx.BinaryBackend` computes them, and more accurately than an f32 GEMM): small
+/// matrices (linear algebra, covariances, the products inside Nx's decompositions), where the
+/// GEMM's packing costs more than the arithmetic anyway.
+pub(crate) const EXACT_F32_WORK: usize = 1 << 16;
+
 /// Above this many multiply-adds the broadcast fallback would need too much memory.
 const FALLBACK_LIMIT: usize = 1 << 27;
 
@@ -108,6 +114,11 @@ pub(crate) fn dot(
     let perm_a: Vec<usize> = [ba, &fa, ca].concat();
     let perm_b: Vec<usize> = [bb, cb, &fb].concat();
     let (a, b) = (a.cast(out)?, b.cast(out)?);
+    if !on_gpu && out == DType::F32 && nb * m * n * k <= EXACT_F32_WORK {
+        let a3 = util::permute(&a, &perm_a)?.reshape(vec![nb, m, k])?;
+        let b3 = util::permute(&b, &perm_b)?.reshape(vec![nb, k, n])?;
+        return small_f32(&a3, &b3)?.reshape(shape);
+    }
     if direct_matmul(&fa, ca, &fb, on_gpu, out) {
         // One axis per group: the permuted views are the matmul's operands as they are (the
         // CPU GEMM reads them through their strides; reshaping would copy a transposed view).
@@ -172,6 +183,28 @@ fn matmul(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
         Kind::Int
     };
     Ok(Tensor::from_prim(prim, kind, shape))
+}
+
+/// `[nb, m, k] x [nb, k, n]` of f32 host tensors, each result the f64 sum of exact f64
+/// products, rounded once.
+fn small_f32(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
+    let (nb, m, k, n) = (a3.shape()[0], a3.shape()[1], a3.shape()[2], b3.shape()[2]);
+    let (av, bv) = (a3.to_f32_vec()?, b3.to_f32_vec()?);
+    let mut out = vec![0f32; nb * m * n];
+    for (bi, block) in out.chunks_mut(m * n).enumerate() {
+        let (a, b) = (&av[bi * m * k..][..m * k], &bv[bi * k * n..][..k * n]);
+        for (i, row) in block.chunks_mut(n).enumerate() {
+            for (j, o) in row.iter_mut().enumerate() {
+                let s: f64 = (0..k)
+                    .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                    .sum();
+                *o = s as f32;
+            }
+        }
+    }
+    let shape = vec![nb, m, n];
+    let data = burn::tensor::TensorData::new(out, crate::tensor::prim_shape(&shape));
+    Tensor::from_data(data, DType::F32, shape, crate::Device::Cpu)
 }
 
 /// [nb, m, k] x [nb, k, n] as sum_k of [nb, m, k, 1] * [nb, 1, k, n].

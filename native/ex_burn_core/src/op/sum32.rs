@@ -59,7 +59,7 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
         out.par_chunks_mut(per).enumerate().for_each(|(i, chunk)| {
             for (j, o) in chunk.iter_mut().enumerate() {
                 let at = (i * per + j) * red;
-                *o = kernels::run_sum(&values[at..at + red]) as f32;
+                *o = round(kernels::run_sum(&values[at..at + red]));
             }
         });
     } else {
@@ -80,7 +80,7 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
                         kernels::add_row(&mut acc, &values[at..at + w]);
                     }
                     for (p, a) in part[o * w..(o + 1) * w].iter_mut().zip(&acc) {
-                        *p = *a as f32;
+                        *p = round(*a);
                     }
                 }
                 (c0, part)
@@ -95,6 +95,16 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
     }
     let data = TensorData::new(out, prim_shape(&shape));
     Tensor::from_data(data, DType::F32, shape, Device::Cpu)
+}
+
+/// An f64 sum rounded to f32; NaN is the positive quiet NaN (what Nx writes; x86 adds give
+/// the negative one for `Inf + -Inf`).
+fn round(s: f64) -> f32 {
+    if s.is_nan() {
+        f32::NAN
+    } else {
+        s as f32
+    }
 }
 
 /// The values of `x` in row-major order, borrowed when its buffer holds them so.

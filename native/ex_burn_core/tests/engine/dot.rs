@@ -219,3 +219,48 @@ fn large_batched_products_match_an_f64_reference_in_every_precision() {
         );
     }
 }
+
+#[test]
+fn small_f32_products_on_the_cpu_are_f64_sums_rounded_once() {
+    if dev() != ex_burn_core::Device::Cpu {
+        return;
+    }
+    // values over several binades, so an f32 accumulation loses digits
+    let vals = |n: usize, seed: u64| -> Vec<f64> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+                ((u - 0.5) * 2f64.powi((s % 16) as i32 - 4)) as f32 as f64
+            })
+            .collect()
+    };
+    let (m, k, n) = (6, 40, 5);
+    let (av, bv) = (vals(m * k, 1), vals(k * n, 2));
+    let want: Vec<f64> = (0..m * n)
+        .map(|ij| {
+            let (i, j) = (ij / n, ij % n);
+            (0..k).map(|p| av[i * k + p] * bv[p * n + j]).sum::<f64>() as f32 as f64
+        })
+        .collect();
+    let (a, b) = (f(&av, &[m, k]), f(&bv, &[k, n]));
+    assert_eq!(
+        v(&ev(dot(vec![1], vec![], vec![0], vec![]), &[&a, &b])),
+        want
+    );
+    // the same product with the left operand transposed and a batch axis of one
+    let at = f(
+        &(0..k * m)
+            .map(|pi| av[(pi % m) * k + pi / m])
+            .collect::<Vec<_>>(),
+        &[1, k, m],
+    );
+    let b1 = f(&bv, &[1, k, n]);
+    assert_eq!(
+        v(&ev(dot(vec![1], vec![0], vec![1], vec![0]), &[&at, &b1])),
+        want
+    );
+}
