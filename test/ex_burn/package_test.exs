@@ -29,12 +29,15 @@ defmodule ExBurn.PackageTest do
   # and the Rust sources (read by rustc): the project and workspace manifests, the lock
   # file, cargo settings (CUDA pin, musl flags), the matrix and checksum file ExBurn.Nif
   # reads at compile time, and what hex requires of every package (README, LICENSE) plus
-  # the formatter settings a dependency's `mix format` imports.
+  # the formatter settings a dependency's `mix format` imports; the vendored crates' licenses.
   @metadata ~w(mix.exs README.md LICENSE .formatter.exs checksum-Elixir.ExBurn.Nif.exs
                native/targets.txt Cargo.toml Cargo.lock .cargo/config.toml
                native/ex_burn_core/Cargo.toml native/ex_burn_nif/Cargo.toml
                native/vendor/burn-dispatch/Cargo.toml native/vendor/burn-dispatch/build.rs
-               native/vendor/burn-dispatch/README.md native/vendor/burn-dispatch/VENDORED.md)
+               native/vendor/burn-dispatch/README.md native/vendor/burn-dispatch/VENDORED.md
+               native/vendor/cubecl-cuda/Cargo.toml native/vendor/cubecl-cuda/build.rs
+               native/vendor/cubecl-cuda/README.md native/vendor/cubecl-cuda/VENDORED.md
+               native/vendor/cubecl-cuda/LICENSE-APACHE native/vendor/cubecl-cuda/LICENSE-MIT)
 
   # Rust modules compiled only with a GPU feature, so absent from the cpu build's dep-info:
   # {feature, the file declaring the module, whether that declaration carries the cfg (else the
@@ -68,15 +71,17 @@ defmodule ExBurn.PackageTest do
     # The patched dependency (Cargo.toml's [patch.crates-io]): cargo reads its sources, but the
     # NIF's dep-info lists workspace sources only.
     vendored =
-      @root
-      |> Path.join("native/vendor/burn-dispatch/src/**/*.rs")
-      |> Path.wildcard()
-      |> MapSet.new(&Path.relative_to(&1, @root))
+      for crate <- ~w(burn-dispatch cubecl-cuda),
+          path <- Path.wildcard(Path.join(@root, "native/vendor/#{crate}/src/**/*.rs")),
+          into: MapSet.new(),
+          do: Path.relative_to(path, @root)
 
-    assert MapSet.size(vendored) > 0
+    for crate <- ~w(burn-dispatch cubecl-cuda) do
+      assert Enum.any?(vendored, &String.starts_with?(&1, "native/vendor/#{crate}/")), crate
 
-    assert File.read!(Path.join(@root, "Cargo.toml")) =~
-             ~s(burn-dispatch = { path = "native/vendor/burn-dispatch" })
+      assert File.read!(Path.join(@root, "Cargo.toml")) =~
+               ~s(#{crate} = { path = "native/vendor/#{crate}" })
+    end
 
     expected = elixir |> MapSet.union(rust) |> MapSet.union(vendored) |> MapSet.union(MapSet.new(@metadata))
     shipped = shipped()

@@ -2,17 +2,21 @@
 //!
 //! Burn 0.21's CUDA matmul kernels reach about a quarter of cuBLAS on an H200 and have no true
 //! f32 path (`Precision::Highest` was four TF32 products). When `libcublas` loads, a batched
-//! product of f32, f16 or bf16 operands (rows contiguous) above [`MIN_WORK`] multiply-adds runs as one
+//! product of f32, f16 or bf16 operands (rows contiguous) runs as one
 //! `cublasGemmStridedBatchedEx` on the operands' device memory: f32 with TF32 tensor cores
 //! (`Precision::Default`, as PyTorch's `allow_tf32` and XLA's default) or in full f32
 //! (`Precision::Highest`), f16 and bf16 accumulating in f32. Anything else returns `None` and
-//! Burn's kernels compute it: no cuBLAS on the machine, another GPU backend, small products
-//! (where the synchronisation below costs more than the product), other strided views.
+//! Burn's kernels compute it: no cuBLAS on the machine, another GPU backend, small products,
+//! other strided views.
 //!
-//! CubeCL runs its kernels on streams of its own that ExBurn cannot reach, so the product is
-//! ordered by synchronisation: CubeCL's stream of this thread is synchronised before cuBLAS
-//! reads the operands (their pending writes are done), and cuBLAS's stream before the result
-//! is handed back (nothing CubeCL queues later can read it early).
+//! Ordering with CubeCL's kernels: CubeCL queues its kernels on streams of its own. When both
+//! operands and the result live in the memory of one stream (the patched `cubecl-cuda` tells
+//! which, `native/vendor/cubecl-cuda`), the GEMM is queued on that stream itself, through a
+//! cuBLAS handle bound to it: the stream orders it after the kernels that wrote the operands
+//! and before those that read the result, and the host does not wait ([`MIN_WORK_ORDERED`]).
+//! Otherwise (operands from streams of other threads) the host synchronises CubeCL's stream
+//! before cuBLAS reads the operands and cuBLAS's own stream before the result is handed back
+//! ([`MIN_WORK`]: the synchronisation drains the GPU's queue, so only large products gain).
 
 use crate::dtype::Kind;
 use crate::op::Precision;
@@ -27,24 +31,39 @@ use cudarc::driver::{result as drv, sys as drv_sys};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-/// Below this many multiply-adds (about a 3250^3 product) Burn's own kernel runs the product.
-/// The library call synchronises the host with CubeCL's stream before and after the GEMM (~60 us
+/// Below this many multiply-adds (about a 3250^3 product) a product whose operands come from
+/// another stream runs on Burn's own kernel. That path synchronises the host with CubeCL's stream before and after the GEMM (~60 us
 /// of lookups and synchronisation on an H200, and the GPU's queue drains): at 1024^3 cuBLAS took
 /// 80 us against ~30 us in Burn's kernel, and inside a compiled GPT-2 layer (GEMMs of 0.7-1e10
 /// multiply-adds) the forward pass went from 2.69 to 3.20 ms with a 2^32 threshold (backward
 /// 10.39 -> 9.98 ms). Above this size the GEMM dominates (8192^3: 0.88x cuBLAS's own speed).
 pub const MIN_WORK: usize = 1 << 35;
 
-/// The threshold in force ([`MIN_WORK`] unless [`set_min_work`] changed it).
-static MIN_WORK_NOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(MIN_WORK);
+/// Below this many multiply-adds (a 512^3 product) a product queued on CubeCL's own stream
+/// runs on Burn's kernel instead: cuBLAS's call and the buffer lookups cost more than the
+/// product saves.
+pub const MIN_WORK_ORDERED: usize = 1 << 27;
 
-/// Sets the number of multiply-adds from which products go to cuBLAS (tests use it to send
-/// small products there); returns the previous value.
+/// Thresholds set by [`set_min_work`] (`usize::MAX`: the defaults).
+static OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// Sets the number of multiply-adds from which products go to cuBLAS on either path (tests
+/// use it to send small products there; `usize::MAX` restores the defaults); returns the
+/// previous setting.
 pub fn set_min_work(work: usize) -> usize {
-    MIN_WORK_NOW.swap(work, std::sync::atomic::Ordering::Relaxed)
+    OVERRIDE.swap(work, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// A cuBLAS handle bound to a stream of its own, in the primary context of one device.
+/// The thresholds in force: (stream-ordered path, synchronised path).
+fn thresholds() -> (usize, usize) {
+    match OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        usize::MAX => (MIN_WORK_ORDERED, MIN_WORK),
+        n => (n, n),
+    }
+}
+
+/// A cuBLAS handle bound to one stream (CubeCL's, or one of its own for the synchronised
+/// path), in the primary context of one device.
 struct Blas {
     handle: blas::cublasHandle_t,
     stream: drv_sys::CUstream,
@@ -55,17 +74,21 @@ struct Blas {
 // context made current on the calling thread first.
 unsafe impl Send for Blas {}
 
-/// One handle per device index (`None`: creating it failed, do not retry).
-static BLAS: OnceLock<Mutex<HashMap<usize, Option<Blas>>>> = OnceLock::new();
+/// One handle per device index and stream (`None` as stream: the handle's own stream, for the
+/// synchronised path; `None` as handle: creating it failed, do not retry). CubeCL has one
+/// stream per thread that uses the device, so this stays small.
+static BLAS: OnceLock<Mutex<HashMap<(usize, Option<usize>), Option<Blas>>>> = OnceLock::new();
 
 thread_local! {
-    /// Products cuBLAS computed on this thread (see [`products`]).
-    static PRODUCTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Products cuBLAS computed on this thread, and how many of them were queued on CubeCL's
+    /// stream (see [`products`]).
+    static PRODUCTS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// How many products cuBLAS computed on this thread: lets tests tell them from products that
-/// fell back to Burn's kernels.
-pub fn products() -> u64 {
+/// How many products cuBLAS computed on this thread, and how many of those were queued on
+/// CubeCL's stream without synchronising the host: lets tests tell them from products that fell
+/// back to Burn's kernels or took the synchronised path.
+pub fn products() -> (u64, u64) {
     PRODUCTS.with(|c| c.get())
 }
 
@@ -94,16 +117,20 @@ fn driver<T>(r: std::result::Result<T, drv::DriverError>, what: &str) -> Result<
 }
 
 impl Blas {
-    fn new(index: usize) -> Result<Blas> {
+    /// A handle on `stream` (CubeCL's), or on a new stream of its own.
+    fn new(index: usize, stream: Option<drv_sys::CUstream>) -> Result<Blas> {
         let device = driver(drv::device::get(index as i32), "device lookup")?;
         // SAFETY: `device` is a valid device; CubeCL uses the same primary context.
         let context = driver(unsafe { drv::primary_ctx::retain(device) }, "context")?;
         // SAFETY: a valid context.
         driver(unsafe { drv::ctx::set_current(context) }, "context")?;
-        let stream = driver(
-            drv::stream::create(drv::stream::StreamKind::NonBlocking),
-            "stream creation",
-        )?;
+        let stream = match stream {
+            Some(s) => s,
+            None => driver(
+                drv::stream::create(drv::stream::StreamKind::NonBlocking),
+                "stream creation",
+            )?,
+        };
         let mut handle: blas::cublasHandle_t = std::ptr::null_mut();
         // SAFETY: out-pointer to a handle; the context is current.
         check(
@@ -168,7 +195,9 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         _ => return Ok(None),
     };
     let fits = |v: usize| i32::try_from(v).is_ok();
-    if nb * m * n * k < MIN_WORK_NOW.load(std::sync::atomic::Ordering::Relaxed)
+    let (min_ordered, min_synced) = thresholds();
+    let work = nb * m * n * k;
+    if work < min_ordered.min(min_synced)
         || sb[1] != k
         || (sa[0] != sb[0] && sa[0] != 1 && sb[0] != 1)
         || ![nb, m, n, k].into_iter().all(fits)
@@ -200,9 +229,16 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         resource(tb.handle.clone())?,
         resource(out_handle.clone())?,
     );
-    // The operands' pending writes on CubeCL's stream of this thread are done.
-    cubecl_common::future::block_on(client.sync())
-        .map_err(|e| Error::Device(format!("CUDA synchronisation failed: {e:?}")))?;
+    let stream = ra.resource().stream;
+    let ordered = rb.resource().stream == stream && rc.resource().stream == stream;
+    if work < if ordered { min_ordered } else { min_synced } {
+        return Ok(None);
+    }
+    if !ordered {
+        // The operands' pending writes on CubeCL's stream of this thread are done.
+        cubecl_common::future::block_on(client.sync())
+            .map_err(|e| Error::Device(format!("CUDA synchronisation failed: {e:?}")))?;
+    }
 
     let compute = match (a3.dtype(), precision) {
         (DType::F32, Precision::Default) => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
@@ -213,16 +249,20 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
     let mut table = table
         .lock()
         .map_err(|_| Error::Execution("the cuBLAS handle table is poisoned".into()))?;
-    let entry = table.entry(index).or_insert_with(|| Blas::new(index).ok());
+    let key = (index, ordered.then_some(stream as usize));
+    let entry = table
+        .entry(key)
+        .or_insert_with(|| Blas::new(index, ordered.then_some(stream)).ok());
     let Some(b) = entry.as_ref() else {
         return Ok(None);
     };
     // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS multiplies B (n x k, leading
     // dimension ldb) by A (k x m, lda) into C (n x m, ld n).
     // SAFETY: the context is current for this thread before cuBLAS runs; the pointers are
-    // live device buffers of the sizes given (kept alive by `ra`, `rb`, `rc` and the tensors
-    // until the stream is synchronised below); alpha and beta are f32 as the compute type
-    // wants.
+    // live device buffers of the sizes given: on the synchronised path `ra`, `rb`, `rc` and the
+    // tensors keep them until the stream is synchronised below; on CubeCL's stream, memory
+    // they free returns to that stream's pool and is reused only by work queued after the
+    // GEMM on the same stream. alpha and beta are f32 as the compute type wants.
     unsafe {
         driver(drv::ctx::set_current(b.context), "context")?;
         check(
@@ -253,10 +293,15 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
             ),
             "GEMM",
         )?;
-        driver(drv::stream::synchronize(b.stream), "synchronisation")?;
+        if !ordered {
+            driver(drv::stream::synchronize(b.stream), "synchronisation")?;
+        }
     }
     drop((ra, rb, rc));
-    PRODUCTS.with(|c| c.set(c.get() + 1));
+    PRODUCTS.with(|c| {
+        let (all, on_stream) = c.get();
+        c.set((all + 1, on_stream + u64::from(ordered)));
+    });
     let dtype: BurnDType = ta.dtype;
     let device = ta.device.clone();
     let out = CubeTensor::new_contiguous(client, device, [nb, m, n].into(), out_handle, dtype);

@@ -150,7 +150,8 @@ fn f64_and_integer_products_on_every_device() {
 /// Batched products large enough for a GPU vendor library (cuBLAS in CUDA builds), in every
 /// float type and precision, against an f64 reference: TF32 by default, full f32 with
 /// `Precision::Highest`, f16 and bf16 accumulating in f32. On CUDA with cuBLAS present each
-/// one must have run on cuBLAS.
+/// one must have run on cuBLAS: queued on CubeCL's stream when the operands were made on this
+/// thread, through the synchronised path when they were made on another thread's stream.
 #[test]
 fn large_batched_products_match_an_f64_reference_in_every_precision() {
     use ex_burn_core::op::Precision;
@@ -180,9 +181,24 @@ fn large_batched_products_match_an_f64_reference_in_every_precision() {
         (DType::F16, Precision::Default, 2e-2),
         (DType::BF16, Precision::Default, 5e-2),
     ];
-    for (dtype, precision, tol) in cases {
-        let a = t(&av, &[nb, m, k], dtype);
-        let b = t(&bv, &[nb, k, n], dtype);
+    let elsewhere = |values: Vec<f64>, shape: Vec<usize>, dtype: DType| {
+        std::thread::spawn(move || t(&values, &shape, dtype))
+            .join()
+            .expect("tensor made on another thread")
+    };
+    let variants = cases
+        .iter()
+        .flat_map(|&c| [(c, false), (c, true)])
+        .collect::<Vec<_>>();
+    for ((dtype, precision, tol), other_thread) in variants {
+        let (a, b) = if other_thread {
+            (
+                elsewhere(av.clone(), vec![nb, m, k], dtype),
+                elsewhere(bv.clone(), vec![nb, k, n], dtype),
+            )
+        } else {
+            (t(&av, &[nb, m, k], dtype), t(&bv, &[nb, k, n], dtype))
+        };
         let op = Op::Dot {
             contract_a: vec![2],
             batch_a: vec![0],
@@ -196,10 +212,16 @@ fn large_batched_products_match_an_f64_reference_in_every_precision() {
         let got = ev(op, &[&a, &b]);
         #[cfg(feature = "cuda")]
         if dev() != ex_burn_core::Device::Cpu && ex_burn_core::cuda::gemm::available() {
+            let (all, on_stream) = ex_burn_core::cuda::gemm::products();
             assert_eq!(
-                ex_burn_core::cuda::gemm::products(),
-                before + 1,
+                all,
+                before.0 + 1,
                 "{dtype:?} {precision:?} did not run on cuBLAS"
+            );
+            assert_eq!(
+                on_stream,
+                before.1 + u64::from(!other_thread),
+                "{dtype:?} {precision:?} (operands from another thread: {other_thread}): wrong path"
             );
         }
         assert_eq!(got.shape(), &[nb, m, n]);
@@ -210,7 +232,8 @@ fn large_batched_products_match_an_f64_reference_in_every_precision() {
             .fold(0f64, |e, (g, w)| e.max((g - w).abs()))
             / scale;
         println!(
-            "large product {dtype:?} {precision:?} on {:?}: relative error {err:.2e}",
+            "large product {dtype:?} {precision:?} on {:?} (operands from another thread: \
+             {other_thread}): relative error {err:.2e}",
             dev()
         );
         assert!(
