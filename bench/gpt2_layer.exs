@@ -91,6 +91,24 @@ first_bwd = first.(fn -> sync.(fwd_bwd.(params, x)) end)
 ms = fn f -> Bench.median_us(fn -> sync.(f.()) end, rounds, 3) / 1000 end
 ours = %{"fwd" => ms.(fn -> fwd.(params, x) end), "fwd_bwd" => ms.(fn -> fwd_bwd.(params, x) end)}
 
+# Where the time goes: how long the call takes to return (the host has queued the work; on a
+# GPU the kernels may still run) against the whole call with its results read back. Equal
+# medians mean the host is the bottleneck (the device waits for work), not the kernels.
+host_ms = fn f ->
+  times =
+    for _ <- 1..rounds do
+      t0 = System.monotonic_time(:microsecond)
+      out = f.()
+      t1 = System.monotonic_time(:microsecond)
+      sync.(out)
+      t1 - t0
+    end
+
+  times |> Enum.sort() |> Enum.at(div(rounds, 2)) |> Kernel./(1000)
+end
+
+host = %{"fwd" => host_ms.(fn -> fwd.(params, x) end), "fwd_bwd" => host_ms.(fn -> fwd_bwd.(params, x) end)}
+
 peer =
   case System.cmd("python3", [Path.join(__DIR__, "gpt2_layer.py"), to_string(rounds)], stderr_to_stdout: true) do
     {out, 0} ->
@@ -126,7 +144,9 @@ Bench.write(
     "Medians of #{rounds} calls after 3 warm-up calls; ExBurn reads back one element of every " <>
     "result, the peers synchronise the device. Ratio = best peer time / ExBurn time (> 1: ExBurn faster).\n\n" <>
     "First call (tracing, compilation, kernel compilation, autotuning): forward #{Float.round(first_fwd, 1)} s, " <>
-    "forward + backward #{Float.round(first_bwd, 1)} s.",
+    "forward + backward #{Float.round(first_bwd, 1)} s. Host time until the call returns (work queued, " <>
+    "results not read; medians): forward #{Float.round(host["fwd"], 3)} ms, forward + backward " <>
+    "#{Float.round(host["fwd_bwd"], 3)} ms.",
   [
     "case",
     "ExBurn (Nx.Defn.jit, ExBurn.Compiler)",
