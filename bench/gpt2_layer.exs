@@ -109,16 +109,47 @@ end
 
 host = %{"fwd" => host_ms.(fn -> fwd.(params, x) end), "fwd_bwd" => host_ms.(fn -> fwd_bwd.(params, x) end)}
 
-peer =
-  case System.cmd("python3", [Path.join(__DIR__, "gpt2_layer.py"), to_string(rounds)], stderr_to_stdout: true) do
-    {out, 0} ->
-      for line <- String.split(out, "\n", trim: true),
-          [_, name, v] <- [Regex.run(~r/^((?:torch|jax)_fwd(?:_bwd)?) (\S+)$/, line)],
-          into: %{},
-          do: {name, String.to_float(v)}
+# GPU memory this process holds after its runs (nvidia-smi, CUDA context included): CubeCL's
+# pools keep what the runs reserved, so this is about the peak. `nil` without nvidia-smi.
+gpu_mib = fn pid ->
+  smi = System.find_executable("nvidia-smi")
 
-    {out, _} ->
-      IO.puts("peers unavailable:\n" <> out) && %{}
+  case smi &&
+         System.cmd(smi, ~w(--query-compute-apps=pid,used_memory --format=csv,noheader,nounits),
+           stderr_to_stdout: true
+         ) do
+    {out, 0} ->
+      Enum.find_value(String.split(out, "\n", trim: true), fn line ->
+        case String.split(line, ",", trim: true) |> Enum.map(&String.trim/1) do
+          [^pid, mib] -> String.to_integer(mib)
+          _ -> nil
+        end
+      end)
+
+    _ ->
+      nil
+  end
+end
+
+ours_mib = if ExBurn.Device.family(device) == :cuda, do: gpu_mib.(System.pid())
+
+# Each peer in its own process (so that their memory is measured apart).
+peer =
+  for name <- ~w(torch jax), reduce: %{} do
+    acc ->
+      case System.cmd("python3", [Path.join(__DIR__, "gpt2_layer.py"), to_string(rounds), name],
+             stderr_to_stdout: true
+           ) do
+        {out, 0} ->
+          for line <- String.split(out, "\n", trim: true),
+              [_, key, v] <- [Regex.run(~r/^((?:torch|jax)_(?:fwd|fwd_bwd|mem)) (\S+)$/, line)],
+              into: acc,
+              do:
+                {key, if(String.ends_with?(key, "_mem"), do: String.to_integer(v), else: String.to_float(v))}
+
+        {out, _} ->
+          IO.puts("peer #{name} unavailable:\n" <> out) && acc
+      end
   end
 
 rows =
@@ -146,7 +177,13 @@ Bench.write(
     "First call (tracing, compilation, kernel compilation, autotuning): forward #{Float.round(first_fwd, 1)} s, " <>
     "forward + backward #{Float.round(first_bwd, 1)} s. Host time until the call returns (work queued, " <>
     "results not read; medians): forward #{Float.round(host["fwd"], 3)} ms, forward + backward " <>
-    "#{Float.round(host["fwd_bwd"], 3)} ms.",
+    "#{Float.round(host["fwd_bwd"], 3)} ms." <>
+    if(ours_mib,
+      do:
+        " GPU memory held by the process after the runs (nvidia-smi, CUDA context included): ExBurn " <>
+          "#{ours_mib} MiB, PyTorch #{peer["torch_mem"] || "-"} MiB, JAX (no preallocation) #{peer["jax_mem"] || "-"} MiB.",
+      else: ""
+    ),
   [
     "case",
     "ExBurn (Nx.Defn.jit, ExBurn.Compiler)",

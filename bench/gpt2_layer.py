@@ -2,7 +2,11 @@
 # 12 heads, MLP 3072, causal attention, tanh GELU), batch 8 x 512 tokens, f32 with TF32 matmuls
 # allowed, forward and forward + backward (gradients of mean(y^2) with respect to every
 # parameter). Prints "<name> <median ms>" lines for PyTorch (eager, scaled_dot_product_attention)
-# and JAX (jax.jit); a peer that is not installed is skipped.
+# and JAX (jax.jit); a peer that is not installed is skipped. With a second argument (torch or
+# jax) only that peer runs, and a "<peer>_mem <MiB>" line gives the GPU memory this process
+# holds after its runs (nvidia-smi, CUDA context included; JAX without preallocation).
+import os
+import subprocess
 import sys
 import time
 
@@ -107,8 +111,32 @@ def jax_peer():
     print("jax_fwd_bwd", median_ms(lambda: fwd_bwd(p, x), sync))
 
 
-for peer in (torch_peer, jax_peer):
+def process_gpu_mib():
+    """MiB of GPU memory this process holds (nvidia-smi), or None."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    for line in out.splitlines():
+        pid, mib = [v.strip() for v in line.split(",")]
+        if pid == str(os.getpid()):
+            return int(mib)
+    return None
+
+
+only = sys.argv[2] if len(sys.argv) > 2 else None
+if only == "jax":
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+for name, peer in (("torch", torch_peer), ("jax", jax_peer)):
+    if only and name != only:
+        continue
     try:
         peer()
+        mib = process_gpu_mib() if only else None
+        if mib is not None:
+            print(f"{name}_mem {mib}")
     except ImportError as e:
-        print(f"# {peer.__name__} skipped: {e}")
+        print(f"# {name} skipped: {e}")
