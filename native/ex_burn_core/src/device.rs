@@ -73,6 +73,7 @@ impl Device {
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
                 crate::cuda::check(i)?;
+                crate::cuda::cache::configure();
                 Ok(DispatchDevice::Cuda(burn::backend::cuda::CudaDevice::new(
                     i,
                 )))

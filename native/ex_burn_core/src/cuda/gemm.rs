@@ -77,7 +77,10 @@ unsafe impl Send for Blas {}
 /// One handle per device index and stream (`None` as stream: the handle's own stream, for the
 /// synchronised path; `None` as handle: creating it failed, do not retry). CubeCL has one
 /// stream per thread that uses the device, so this stays small.
-static BLAS: OnceLock<Mutex<HashMap<(usize, Option<usize>), Option<Blas>>>> = OnceLock::new();
+static BLAS: OnceLock<Mutex<Handles>> = OnceLock::new();
+
+/// Handles by (device index, stream address).
+type Handles = HashMap<(usize, Option<usize>), Option<Blas>>;
 
 thread_local! {
     /// Products cuBLAS computed on this thread, and how many of them were queued on CubeCL's

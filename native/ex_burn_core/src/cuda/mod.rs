@@ -1,6 +1,7 @@
 //! CUDA preflight: the checks that turn a missing driver, NVRTC or CUDA headers into a clear
 //! [`Error::Device`] before Burn's CUDA runtime would panic on first use.
 
+pub mod cache;
 pub mod gemm;
 
 use crate::{Error, Result};

@@ -292,3 +292,36 @@ fn f32_matmul_precision_is_reported() {
     println!("matmul precision {n}x{n} f32 vs f64 reference: gpu default {e:.2e}, gpu highest {e_hi:.2e}, cpu {e_cpu:.2e}");
     assert!(e < 1e-2 && e_hi < 1e-5 && e_cpu < 1e-5);
 }
+
+/// Kernels compiled for CUDA are kept in ExBurn's on-disk cache (`cuda::cache`), so that the
+/// next process does not compile them again.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_kernels_are_cached_on_disk() {
+    if dev() == Device::Cpu {
+        return;
+    }
+    let Some(dir) = ex_burn_core::cuda::cache::directory() else {
+        return;
+    };
+    let x = f(&[0.5, 2.0], &[2]);
+    let _ = v(&ev(Op::Unary(Unary::Exp), &[&x]));
+    fn count(d: &std::path::Path) -> usize {
+        std::fs::read_dir(d).map_or(0, |entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    let p = e.path();
+                    if p.is_dir() {
+                        count(&p)
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+    }
+    let files = count(&dir);
+    println!("cuda kernel cache {}: {files} files", dir.display());
+    assert!(files > 0, "no compiled kernel in {}", dir.display());
+}
