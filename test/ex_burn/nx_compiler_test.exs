@@ -5,18 +5,10 @@ if Code.ensure_loaded?(Nx) do
     `ExBurn.Compiler`: lowering (pure Elixir), one NIF call per run, caching, control flow,
     containers, hooks, blocks, and gradients against `Nx.Defn.Evaluator` on `Nx.BinaryBackend`.
     """
-    use ExUnit.Case, async: false
-
-    @moduletag :nx
+    use ExBurn.Test.NxCase, async: false
 
     import Nx.Defn
     alias Nx.Defn.Composite
-
-    setup do
-      Application.ensure_all_started(:nx)
-      Nx.default_backend(ExBurn.Backend)
-      :ok
-    end
 
     defp burn_jit(fun, args, opts \\ []),
       do: Nx.Defn.jit_apply(fun, args, [compiler: ExBurn.Compiler] ++ opts)

@@ -4,32 +4,12 @@ if Code.ensure_loaded?(Nx) do
     Complex lowerings that Nx's own suite found missing or different (bench/results/conformance.md),
     each compared with Nx.BinaryBackend (+ Nx.Defn.Evaluator) by value.
     """
-    use ExUnit.Case, async: false
+    use ExBurn.Test.NxCase, async: false
 
-    @moduletag :nx
+    import ExBurn.Test.NxReference, except: [assert_close: 3]
 
-    setup do
-      Application.ensure_all_started(:nx)
-      Nx.default_backend(ExBurn.Backend)
-      :ok
-    end
-
-    defp binary(t), do: Nx.backend_copy(t, Nx.BinaryBackend)
-
-    defp on_binary(fun, args) do
-      Nx.with_default_backend(Nx.BinaryBackend, fn ->
-        Nx.Defn.jit_apply(fun, Enum.map(args, &binary/1), compiler: Nx.Defn.Evaluator)
-      end)
-    end
-
-    defp assert_close(got, want, tol) do
-      got = binary(got)
-      want = binary(want)
-      assert {Nx.shape(got), Nx.type(got)} == {Nx.shape(want), Nx.type(want)}
-
-      assert Nx.all_close(got, want, atol: tol, rtol: tol, equal_nan: true) |> Nx.to_number() == 1,
-             "got #{inspect(got)}, want #{inspect(want)}"
-    end
+    defp assert_close(got, want, tol),
+      do: ExBurn.Test.NxReference.assert_close(got, want, tol, type: true, equal_nan: true)
 
     defp same_number?(%Complex{re: a, im: b}, %Complex{re: c, im: d}),
       do: same_number?(a, c) and same_number?(b, d)

@@ -4,32 +4,7 @@ if Code.ensure_loaded?(Nx) do
     Cases Nx's and Axon's own test suites found (bench/results/conformance.md), each compared
     with Nx.BinaryBackend + Nx.Defn.Evaluator.
     """
-    use ExUnit.Case, async: false
-
-    @moduletag :nx
-
-    setup do
-      Application.ensure_all_started(:nx)
-      Nx.default_backend(ExBurn.Backend)
-      :ok
-    end
-
-    defp binary(t), do: Nx.backend_copy(t, Nx.BinaryBackend)
-
-    defp on_binary(fun, args) do
-      Nx.with_default_backend(Nx.BinaryBackend, fn ->
-        Nx.Defn.jit_apply(fun, Enum.map(args, &binary/1), compiler: Nx.Defn.Evaluator)
-      end)
-    end
-
-    defp assert_close(got, want, tol \\ 1.0e-5) do
-      got = binary(got)
-      want = binary(want)
-      assert Nx.shape(got) == Nx.shape(want)
-
-      assert Nx.all_close(got, want, atol: tol, rtol: tol) |> Nx.to_number() == 1,
-             "got #{inspect(got)}, want #{inspect(want)}"
-    end
+    use ExBurn.Test.NxCase, async: false
 
     test "conv with an output permutation (channels last), eager and compiled, and its gradient" do
       x = Nx.iota({2, 5, 5, 3}, type: :f32) |> Nx.divide(10)

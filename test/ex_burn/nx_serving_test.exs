@@ -2,17 +2,9 @@
 if Code.ensure_loaded?(Nx) do
   defmodule ExBurn.NxServingTest do
     @moduledoc "`ExBurn.Serving`: inline, supervised, partitioned, a model, and two BEAM nodes."
-    use ExUnit.Case, async: false
-
-    @moduletag :nx
+    use ExBurn.Test.NxCase, async: false
 
     import Nx.Defn
-
-    setup do
-      Application.ensure_all_started(:nx)
-      Nx.default_backend(ExBurn.Backend)
-      :ok
-    end
 
     defn(scale(x), do: x * 2 + 1)
     defn(affine(params, x), do: Nx.dot(x, params.w) + params.b)

@@ -138,3 +138,18 @@ pub fn conv() -> Op {
         out: None,
     }
 }
+
+/// `n` deterministic f32-representable values of both signs spread over `binades` binades
+/// from 2^`lowest` (what makes the order of f32 additions matter).
+pub fn spread(n: usize, seed: u64, binades: u64, lowest: i32) -> Vec<f64> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+            ((u - 0.5) * 2f64.powi((s % binades) as i32 + lowest)) as f32 as f64
+        })
+        .collect()
+}

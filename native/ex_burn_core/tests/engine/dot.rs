@@ -249,18 +249,7 @@ fn small_f32_products_on_the_cpu_are_f64_sums_rounded_once() {
         return;
     }
     // values over several binades, so an f32 accumulation loses digits
-    let vals = |n: usize, seed: u64| -> Vec<f64> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let u = (s >> 11) as f64 / (1u64 << 53) as f64;
-                ((u - 0.5) * 2f64.powi((s % 16) as i32 - 4)) as f32 as f64
-            })
-            .collect()
-    };
+    let vals = |n: usize, seed: u64| spread(n, seed, 16, -4);
     let (m, k, n) = (6, 40, 5);
     let (av, bv) = (vals(m * k, 1), vals(k * n, 2));
     let want: Vec<f64> = (0..m * n)
