@@ -21,13 +21,14 @@ if Code.ensure_loaded?(Nx) do
     Callbacks the engine cannot do are listed by `unsupported_callbacks/0` (computed as
     `Nx.Backend.behaviour_info(:callbacks)` minus the defined ones); they raise `ExBurn.Error`
     of kind `:unsupported` naming the op. Complex tensors are stored as pairs of floats (see
-    `ExBurn.Defn.Complex` for the ops they support); types Burn lacks (f8, 2/4-bit integers)
-    raise kind `:unsupported_dtype`.
+    `ExBurn.Defn.Complex` for the ops they support); types Burn lacks (f8, `f8_e4m3fn`, 2/4-bit
+    integers) are held in a wider type, every result rounded or wrapped to the values
+    `Nx.BinaryBackend` stores (see `ExBurn.Defn.Narrow`).
     """
 
     @behaviour Nx.Backend
 
-    alias ExBurn.Defn.{Complex, Lower}
+    alias ExBurn.Defn.{Complex, Lower, Narrow}
     alias ExBurn.{Native, Op, Tensor}
     alias Nx.Tensor, as: T
 
@@ -57,13 +58,13 @@ if Code.ensure_loaded?(Nx) do
     def from_binary(%T{} = out, binary, opts) do
       check_type!(:from_binary, out.type)
       {type, shape} = Complex.storage(out.type, out.shape)
-      binary |> Tensor.from_binary(shape, type, device: opts[:device]) |> wrap(out)
+      binary |> Narrow.decode(out.type) |> Tensor.from_binary(shape, type, device: opts[:device]) |> wrap(out)
     end
 
-    # Complex tensors hold two floats per element.
+    # Complex tensors hold two floats per element; emulated types are converted to Nx's layout.
     @impl true
     def to_binary(%T{type: {:c, _}} = t, limit), do: Tensor.to_binary(burn(t), limit: 2 * limit)
-    def to_binary(%T{} = t, limit), do: Tensor.to_binary(burn(t), limit: limit)
+    def to_binary(%T{} = t, limit), do: burn(t) |> Tensor.to_binary(limit: limit) |> Narrow.encode(t.type)
 
     @impl true
     def inspect(%T{} = t, inspect_opts) do
@@ -142,7 +143,8 @@ if Code.ensure_loaded?(Nx) do
     # ---- op callbacks, generated from the op table ----
 
     @lowered Enum.filter(Nx.Backend.behaviour_info(:callbacks), fn {name, _} ->
-               name in Lower.ops() and not Lower.fold?(name) and name != :atan2
+               name in Lower.ops() and not Lower.fold?(name) and
+                 name not in [:atan2, :bitcast, :triangular_solve]
              end)
 
     for {name, arity} <- @lowered do
@@ -173,6 +175,32 @@ if Code.ensure_loaded?(Nx) do
       end
 
       run(:atan2, out, [a, b])
+    end
+
+    @impl true
+    @doc """
+    Runs `Nx.bitcast`. To or from an emulated type (`ExBurn.Defn.Narrow`) it goes through the
+    tensor's binary in Nx's layout.
+    """
+    def bitcast(out, t) do
+      if Narrow.emulated?(out.type) or Narrow.emulated?(t.type),
+        do: from_binary(out, Nx.to_binary(t), device: device_of([t])),
+        else: run(:bitcast, out, [t])
+    end
+
+    @impl true
+    @doc """
+    Runs `Nx.LinAlg.triangular_solve/3`. A zero on the diagonal of `a` raises `ArgumentError`
+    ("can't solve for singular matrix"), as in `Nx.BinaryBackend`: one scalar read per call.
+    Inside a compiled program nothing can raise: a singular system gives Inf/NaN there, as on
+    EXLA.
+    """
+    def triangular_solve(out, a, b, opts) do
+      if a |> Nx.take_diagonal() |> Nx.abs() |> Nx.equal(0) |> Nx.any() |> Nx.to_number() == 1 do
+        raise ArgumentError, "can't solve for singular matrix"
+      end
+
+      run(:triangular_solve, out, [a, b, opts])
     end
 
     # Folds: the function becomes a sub-program over (element, acc) of Nx's output type.
@@ -264,7 +292,7 @@ if Code.ensure_loaded?(Nx) do
     defp to_device(%T{} = t, device) do
       check_type!(:backend_transfer, t.type)
       {type, shape} = Complex.storage(t.type, t.shape)
-      Tensor.from_binary(Nx.to_binary(t), shape, type, device: device)
+      t |> Nx.to_binary() |> Narrow.decode(t.type) |> Tensor.from_binary(shape, type, device: device)
     end
 
     defp burn(%T{data: %__MODULE__{tensor: t}}), do: t
@@ -296,11 +324,11 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp check_type!(op, type) do
-      unless type in ExBurn.Type.supported() or Complex.complex?(type) do
+      unless type in ExBurn.Type.supported() or Complex.complex?(type) or Narrow.emulated?(type) do
         raise ExBurn.Error.new(
                 kind: :unsupported_dtype,
                 op: op,
-                message: "type #{inspect(type)} is not supported by Burn (f8 and sub-byte integers are not)"
+                message: "type #{inspect(type)} is not supported by ExBurn.Backend"
               )
       end
     end

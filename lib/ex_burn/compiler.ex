@@ -209,7 +209,11 @@ if Code.ensure_loaded?(Nx) do
     defp to_device(%Nx.Tensor{} = t, device) do
       t = Nx.devectorize(t, keep_names: false)
       {type, shape} = ExBurn.Defn.Complex.storage(t.type, t.shape)
-      Tensor.from_binary(Nx.to_binary(t), shape, type, device: device)
+
+      t
+      |> Nx.to_binary()
+      |> ExBurn.Defn.Narrow.decode(t.type)
+      |> Tensor.from_binary(shape, type, device: device)
     end
 
     defp to_device(number, device) when is_number(number), do: to_device(Nx.tensor(number), device)

@@ -28,7 +28,7 @@ defmodule ExBurn.Op do
     cumulative: ~w(cumulative_sum cumulative_product cumulative_max cumulative_min)a,
     window: ~w(window_sum window_product window_max window_min)a,
     window_scatter: ~w(window_scatter_max window_scatter_min)a,
-    other: ~w(iota eye full random_uniform random_normal as_type bitcast select clip dot transpose
+    other: ~w(iota eye full random_uniform random_normal as_type bitcast narrow select clip dot transpose
               reshape squeeze broadcast slice put_slice concatenate stack pad reverse gather take
               take_along_axis indexed_add indexed_put sort argsort conv softmax log_softmax
               triangular_solve)a,

@@ -3,8 +3,10 @@ defmodule ExBurn.Type do
   Element types ExBurn supports, in Nx's notation.
 
   Burn holds `f16`, `bf16`, `f32`, `f64`, `s8`-`s64` and `u8`-`u64`; Nx's `pred` is `{:u, 8}`.
-  Complex types, the `f8` variants and 2/4-bit integers are refused with an `ExBurn.Error` of
-  kind `:unsupported_dtype`.
+  Complex types, the `f8` variants and 2/4-bit integers are refused here with an
+  `ExBurn.Error` of kind `:unsupported_dtype`; through Nx (`ExBurn.Backend`, `ExBurn.Compiler`)
+  complex tensors are pairs of floats and f8/2-bit/4-bit tensors are emulated over wider types
+  (`ExBurn.Defn.Narrow`).
   """
 
   import Kernel, except: [byte_size: 1]

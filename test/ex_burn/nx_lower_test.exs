@@ -65,8 +65,18 @@ defmodule ExBurn.NxLowerTest do
     assert error.kind == :unsupported and error.op == :sort
 
     error =
-      assert_raise ExBurn.Error, fn -> Lower.lower(:add, t({}, {:f, 8}), [t({}, {:f, 8}), t({}, {:f, 8})]) end
+      assert_raise ExBurn.Error, fn ->
+        Lower.lower(:add, t({}, {:f, 128}), [t({}, {:f, 128}), t({}, {:f, 128})])
+      end
 
     assert error.kind == :unsupported_dtype and error.op == :add
+  end
+
+  test "emulated types compute in their storage type and narrow the result" do
+    assert {[_, _], [{:add, [out: {:f, 32}], [0, 1]}, {:narrow, [to: :f8], [2]}]} =
+             Lower.lower(:add, t({}, {:f, 8}), [t({}, {:f, 8}), t({}, {:f, 8})])
+
+    assert {[_], [{:as_type, [dtype: {:f, 32}], [0]}]} =
+             Lower.lower(:as_type, t({}, {:f, 32}), [t({}, {:u, 4})])
   end
 end

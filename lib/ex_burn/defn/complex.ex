@@ -39,7 +39,8 @@ defmodule ExBurn.Defn.Complex do
 
   @doc """
   The engine type and shape holding a tensor of Nx `type` and `shape` (complex: the float part
-  type and a trailing axis of 2; other types unchanged).
+  type and a trailing axis of 2; emulated types: their storage type, see
+  `ExBurn.Defn.Narrow.storage/1`; other types unchanged).
 
   ## Examples
 
@@ -47,10 +48,12 @@ defmodule ExBurn.Defn.Complex do
       {{:f, 32}, {3, 2}}
       iex> ExBurn.Defn.Complex.storage({:s, 8}, {3})
       {{:s, 8}, {3}}
+      iex> ExBurn.Defn.Complex.storage({:f, 8}, {3})
+      {{:f, 32}, {3}}
   """
   @spec storage(tuple(), tuple()) :: {tuple(), tuple()}
   def storage({:c, bits}, shape), do: {{:f, div(bits, 2)}, Tuple.insert_at(shape, tuple_size(shape), 2)}
-  def storage(type, shape), do: {type, shape}
+  def storage(type, shape), do: {ExBurn.Defn.Narrow.storage(type), shape}
 
   @doc "Lowers Nx op `name` with complex inputs or output into a recipe of real engine ops."
   @spec lower(atom(), Lower.tensor(), list()) :: Lower.recipe()
@@ -102,6 +105,13 @@ defmodule ExBurn.Defn.Complex do
 
   defp full(r, shape, type, value),
     do: Recipe.emit(r, :full, [shape: Tuple.to_list(shape), dtype: type, value: value], [])
+
+  # NaN parts as Nx's NaN (positive): x86's invalid operations (Inf * 0) give a negative NaN.
+  defp positive_nan(r, ref, ft) do
+    {nan, r} = full(r, {}, ft, :nan)
+    {is_nan, r} = Recipe.emit(r, :is_nan, [], [ref])
+    Recipe.emit(r, :select, [out: ft], [is_nan, nan, ref])
+  end
 
   # ---- ops ----
 
@@ -326,6 +336,8 @@ defmodule ExBurn.Defn.Complex do
     dims = Tuple.to_list(out.shape)
     {re, r} = Recipe.emit(r, :reshape, [shape: dims], [re])
     {im, r} = Recipe.emit(r, :reshape, [shape: dims], [im])
+    {re, r} = positive_nan(r, re, ft)
+    {im, r} = positive_nan(r, im, ft)
     {{:c, re, im, out.shape, ft}, r}
   end
 
@@ -334,7 +346,10 @@ defmodule ExBurn.Defn.Complex do
     multiply = %{fold_ops: [{2, :multiply, out.type, [{:fold_value, 0}, {:fold_value, 1}]}], result: 2}
     {ft, _} = storage(out.type, out.shape)
     {one, r} = full(r, {}, ft, 1.0)
-    window_fold(out, x, {:c, one, :zero, {}, ft}, window, opts, multiply, r)
+    {{:c, re, im, shape, ft}, r} = window_fold(out, x, {:c, one, :zero, {}, ft}, window, opts, multiply, r)
+    {re, r} = positive_nan(r, re, ft)
+    {im, r} = positive_nan(r, im, ft)
+    {{:c, re, im, shape, ft}, r}
   end
 
   defp op(name, out, [x, opts], r) when name in [:all, :any] do

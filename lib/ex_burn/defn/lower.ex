@@ -166,10 +166,12 @@ defmodule ExBurn.Defn.Lower do
   """
   @spec lower(atom(), tensor(), list()) :: recipe()
   def lower(name, out, args) do
-    if Enum.any?([out | tensors(args)], &ExBurn.Defn.Complex.complex?(&1.type)) do
-      ExBurn.Defn.Complex.lower(name, out, args)
-    else
-      lower_real(name, out, args)
+    types = Enum.map([out | tensors(args)], & &1.type)
+
+    cond do
+      Enum.any?(types, &ExBurn.Defn.Complex.complex?/1) -> ExBurn.Defn.Complex.lower(name, out, args)
+      Enum.any?(types, &ExBurn.Defn.Narrow.emulated?/1) -> ExBurn.Defn.Narrow.lower(name, out, args, &lower/3)
+      true -> lower_real(name, out, args)
     end
   end
 

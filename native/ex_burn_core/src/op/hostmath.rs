@@ -38,7 +38,21 @@ macro_rules! safe {
         )*
     };
 }
-safe!(erf, erfc, log1p, expm1, cbrt, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh);
+safe!(erf, erfc, expm1, cbrt, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh);
+
+/// log(1 + x): the C library's `log1p` below 0.5; from 0.5 up, the log of the rounded sum
+/// corrected by that sum's rounding error, `log(u) - ((u - 1) - x) / u` with `u = 1 + x`,
+/// which is correctly rounded wherever `1 + x` is exact and `log` is (glibc's `log1p(2.0)` is
+/// an ulp off; Nx.BinaryBackend computes `log(1 + x)`).
+fn log1p(x: f64) -> f64 {
+    if x >= 0.5 && x.is_finite() {
+        let u = 1.0 + x;
+        u.ln() - ((u - 1.0) - x) / u
+    } else {
+        // SAFETY: a pure C math function of one double.
+        unsafe { c::log1p(x) }
+    }
+}
 
 /// The f64 function for `op`, when this module computes it.
 pub(super) fn function(op: Unary) -> Option<fn(f64) -> f64> {
@@ -100,4 +114,17 @@ fn read_f64(t: &Tensor) -> Result<Vec<f64>> {
         .chunks_exact(8)
         .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn log1p_is_correctly_rounded_where_one_plus_x_is_exact() {
+        for x in [1.0f64, 2.0, 3.0, 7.0, 0.5, 1.0e10] {
+            assert_eq!(super::log1p(x), (1.0 + x).ln(), "log1p({x})");
+        }
+        assert_eq!(super::log1p(1.0e-20), 1.0e-20);
+        assert_eq!(super::log1p(-1.0), f64::NEG_INFINITY);
+        assert_eq!(super::log1p(f64::INFINITY), f64::INFINITY);
+    }
 }

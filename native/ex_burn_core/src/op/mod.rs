@@ -13,6 +13,7 @@ pub(crate) mod exact32;
 mod hostmath;
 mod index;
 mod linalg;
+mod narrow;
 mod nn;
 pub mod plan;
 mod reduce;
@@ -82,6 +83,7 @@ fn eval_unchecked(op: &Op, x: &[Tensor], device: Device) -> Result<Tensor> {
         Binary { .. } | Compare(_) | Logical(_) => binary::eval(op, &x[0], &x[1]),
         AsType { dtype } => x[0].cast(*dtype),
         Bitcast { dtype } => unary::bitcast(&x[0], *dtype),
+        Narrow { to } => narrow::narrow(&x[0], *to),
         Select { out } => binary::select(&x[0], &x[1], &x[2], *out),
         Clip => binary::clip(&x[0], &x[1], &x[2]),
         Reduce { .. } | Arg { .. } => reduce::eval(op, &x[0]),

@@ -156,6 +156,14 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
             }
         }
         AsType { dtype } | Bitcast { dtype } => elementwise(input_elems, *dtype),
+        // The values cross to the host and back: two copies.
+        Narrow { to } => {
+            let p = elementwise(input_elems, to.storage());
+            Plan {
+                bytes: p.bytes.saturating_mul(2),
+                ..p
+            }
+        }
         Concatenate { .. } | Stack { .. } => elementwise(input_elems, widest(inputs)),
         Dot {
             contract_a,

@@ -194,6 +194,24 @@ pub enum ScatterKind {
     Min,
 }
 
+/// A type Nx has and Burn lacks, emulated over a wider Burn type (see `Op::Narrow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Narrow {
+    /// `{:f, 8}`: E5M2, held as f32.
+    F8,
+    /// `{:f8_e4m3fn, 8}`: E4M3FN, held as f32.
+    F8E4m3fn,
+    /// `{:s, 2}`, held as s8.
+    S2,
+    /// `{:s, 4}`, held as s8.
+    S4,
+    /// `{:u, 2}`, held as u8.
+    U2,
+    /// `{:u, 4}`, held as u8.
+    U4,
+}
+
 /// The windows of a window op (absent strides, padding and dilations default to 1, none, 1).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -286,6 +304,12 @@ pub enum Op {
     /// [x] reinterpreted bit for bit (same element size).
     Bitcast {
         dtype: DType,
+    },
+    /// [x] with every value mapped to a value of the narrower type `to` (floats rounded as
+    /// Nx.BinaryBackend stores them, integers wrapped), kept in x's type, which must be
+    /// `to`'s storage type (f32 for f8, s8/u8 for 2/4-bit integers).
+    Narrow {
+        to: Narrow,
     },
     /// [pred, on_true, on_false], broadcast together.
     Select {

@@ -57,6 +57,11 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Round => round(x),
         Exp => float(x, B::float_exp),
         Log => float(x, B::float_log),
+        // f32 keeps Burn's vectorised kernel (softplus is log1p(exp(x))); f64 on the CPU is
+        // computed by `hostmath` (correctly rounded where 1 + x is exact).
+        Log1p if x.dtype() == DType::F64 && super::hostmath::applies(op, x) => {
+            super::hostmath::apply(op, x)
+        }
         Log1p => float(x, B::float_log1p),
         Sqrt => float(x, B::float_sqrt),
         Rsqrt => float(x, |p| B::float_recip(B::float_sqrt(p))),
@@ -188,7 +193,9 @@ fn muls(p: Prim, c: f64) -> Prim {
     B::float_mul_scalar(p, c.into())
 }
 
-/// Round half away from zero: trunc(x) + sign(x) where |x - trunc(x)| >= 0.5.
+/// Round half away from zero: trunc(x) + sign(x) where |x - trunc(x)| >= 0.5. A zero result
+/// is +0.0, as Nx's (`:erlang.round/1` returns an integer): adding +0.0 clears the sign of
+/// -0.0 (x in (-0.5, 0]) and changes nothing else.
 fn round(x: &Tensor) -> Result<Tensor> {
     if x.numel() == 0 {
         return Ok(x.clone());
@@ -199,7 +206,7 @@ fn round(x: &Tensor) -> Result<Tensor> {
     let half = B::float_greater_equal_elem(frac, 0.5f64.into(), bd);
     let bumped = B::float_add(t.clone(), B::float_sign(p));
     Ok(Tensor::from_prim(
-        B::float_mask_where(t, half, bumped),
+        adds(B::float_mask_where(t, half, bumped), 0.0),
         Kind::Float,
         x.shape().to_vec(),
     ))

@@ -42,7 +42,7 @@ pub(super) fn elementwise(step: &Step) -> bool {
     match op {
         Full { shape, .. } => shape.is_empty(),
         AsType { .. } | Select { .. } | Clip => true,
-        Bitcast { .. } => false,
+        Bitcast { .. } | Narrow { .. } => false,
         op => matches!(op.arity(), Some(1) | Some(2)) && is_map(op),
     }
 }

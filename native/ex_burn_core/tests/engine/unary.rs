@@ -138,6 +138,22 @@ fn expm1_keeps_precision_near_zero() {
     );
 }
 
+/// f64 log1p on the CPU is correctly rounded where 1 + x is exact (the C library's log1p(2)
+/// is an ulp off; Nx.BinaryBackend's log(1 + x) is exact there) and keeps tiny arguments.
+#[test]
+fn f64_log1p_is_correctly_rounded_at_integers() {
+    let xs = [1.0, 2.0, 3.0, 1.0e-300, -0.25];
+    let got = v(&ev(Op::Unary(Unary::Log1p), &[&t(&xs, &[5], DType::F64)]));
+    let want = [
+        2f64.ln(),
+        3f64.ln(),
+        4f64.ln(),
+        1.0e-300,
+        (-0.25f64).ln_1p(),
+    ];
+    assert_eq!(got, want);
+}
+
 #[test]
 fn rounding_is_half_away_from_zero() {
     let x = [2.5, -2.5, 0.5, 1.5, -0.4, 3.7];
@@ -145,6 +161,14 @@ fn rounding_is_half_away_from_zero() {
         run(Op::Unary(Unary::Round), &x),
         vec![3., -3., 1., 2., -0., 4.]
     );
+    // a zero result is +0.0, as Nx's (Erlang's round/1 returns an integer)
+    for dtype in [DType::F32, DType::F64] {
+        let zeros = v(&ev(
+            Op::Unary(Unary::Round),
+            &[&t(&[-0.4, -0.0, 0.3], &[3], dtype)],
+        ));
+        assert!(zeros.iter().all(|z| z.to_bits() == 0), "{dtype}: {zeros:?}");
+    }
     assert_eq!(run(Op::Unary(Unary::Floor), &[-1.5, 1.5]), vec![-2., 1.]);
     assert_eq!(run(Op::Unary(Unary::Ceil), &[-1.5, 1.5]), vec![-1., 2.]);
     // on integers these are the identity and keep the type
