@@ -8,6 +8,9 @@
 #
 #     EX_BURN_BENCH_DEVICE=cuda mix run bench/gpt2_layer.exs
 #
+# EX_BURN_BENCH_PEERS (default "torch jax"; empty: no peers), EX_BURN_BENCH_ROUNDS (20); the
+# CUDA memory pools follow EX_BURN_CUDA_MEMORY (see native/ex_burn_core/src/cuda/memory.rs).
+#
 # Results: bench/results/gpt2_layer_<device>.md
 Code.require_file("support/bench.exs", __DIR__)
 Application.ensure_all_started(:nx)
@@ -85,6 +88,45 @@ sync = fn out -> [out] |> Nx.Defn.Composite.flatten_list() |> Enum.each(&Nx.to_b
 fwd = Nx.Defn.jit(&Bench.Gpt2Layer.layer/2, compiler: ExBurn.Compiler)
 fwd_bwd = Nx.Defn.jit(&Bench.Gpt2Layer.loss_and_grad/2, compiler: ExBurn.Compiler)
 
+# GPU memory a process holds (nvidia-smi, CUDA context included). `nil` without nvidia-smi.
+gpu_mib = fn pid ->
+  smi = System.find_executable("nvidia-smi")
+
+  case smi &&
+         System.cmd(smi, ~w(--query-compute-apps=pid,used_memory --format=csv,noheader,nounits),
+           stderr_to_stdout: true
+         ) do
+    {out, 0} ->
+      Enum.find_value(String.split(out, "\n", trim: true), fn line ->
+        case String.split(line, ",", trim: true) |> Enum.map(&String.trim/1) do
+          [^pid, mib] -> String.to_integer(mib)
+          _ -> nil
+        end
+      end)
+
+    _ ->
+      nil
+  end
+end
+
+# The process's peak GPU memory over all runs below: nvidia-smi sampled every 100 ms.
+sampler =
+  if ExBurn.Device.family(device) == :cuda do
+    me = System.pid()
+
+    spawn(fn ->
+      loop = fn loop, peak ->
+        receive do
+          {:stop, from} -> send(from, {:peak, peak})
+        after
+          100 -> loop.(loop, max(peak, gpu_mib.(me) || 0))
+        end
+      end
+
+      loop.(loop, 0)
+    end)
+  end
+
 first = fn f -> f |> :timer.tc() |> elem(0) |> Kernel./(1.0e6) end
 first_fwd = first.(fn -> sync.(fwd.(params, x)) end)
 first_bwd = first.(fn -> sync.(fwd_bwd.(params, x)) end)
@@ -109,33 +151,13 @@ end
 
 host = %{"fwd" => host_ms.(fn -> fwd.(params, x) end), "fwd_bwd" => host_ms.(fn -> fwd_bwd.(params, x) end)}
 
-# GPU memory this process holds after its runs (nvidia-smi, CUDA context included): CubeCL's
-# pools keep what the runs reserved, so this is about the peak. `nil` without nvidia-smi.
-gpu_mib = fn pid ->
-  smi = System.find_executable("nvidia-smi")
-
-  case smi &&
-         System.cmd(smi, ~w(--query-compute-apps=pid,used_memory --format=csv,noheader,nounits),
-           stderr_to_stdout: true
-         ) do
-    {out, 0} ->
-      Enum.find_value(String.split(out, "\n", trim: true), fn line ->
-        case String.split(line, ",", trim: true) |> Enum.map(&String.trim/1) do
-          [^pid, mib] -> String.to_integer(mib)
-          _ -> nil
-        end
-      end)
-
-    _ ->
-      nil
-  end
-end
-
 ours_mib = if ExBurn.Device.family(device) == :cuda, do: gpu_mib.(System.pid())
+peak_mib = if sampler, do: send(sampler, {:stop, self()}) && receive(do: ({:peak, p} -> p))
+memory_config = System.get_env("EX_BURN_CUDA_MEMORY", "exclusive")
 
 # Each peer in its own process (so that their memory is measured apart).
 peer =
-  for name <- ~w(torch jax), reduce: %{} do
+  for name <- String.split(System.get_env("EX_BURN_BENCH_PEERS", "torch jax")), reduce: %{} do
     acc ->
       case System.cmd("python3", [Path.join(__DIR__, "gpt2_layer.py"), to_string(rounds), name],
              stderr_to_stdout: true
@@ -180,8 +202,10 @@ Bench.write(
     "#{Float.round(host["fwd_bwd"], 3)} ms." <>
     if(ours_mib,
       do:
-        " GPU memory held by the process after the runs (nvidia-smi, CUDA context included): ExBurn " <>
-          "#{ours_mib} MiB, PyTorch #{peer["torch_mem"] || "-"} MiB, JAX (no preallocation) #{peer["jax_mem"] || "-"} MiB.",
+        " GPU memory of the process (nvidia-smi, CUDA context included): ExBurn " <>
+          "(`EX_BURN_CUDA_MEMORY=#{memory_config}`) peak #{peak_mib} MiB (sampled every 100 ms), " <>
+          "#{ours_mib} MiB after the runs; after their runs PyTorch #{peer["torch_mem"] || "-"} MiB, " <>
+          "JAX (no preallocation) #{peer["jax_mem"] || "-"} MiB.",
       else: ""
     ),
   [

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine (bench/gpu/bundle.sh made .device/): unpacks the runtime and, for
 # each build variant in $VARIANTS (default: fusion nofusion), runs the steps in
-# $EX_BURN_GPU_STEPS (default: engine core training classifier; also nx, defn, gpt2). Logs and results go to $OUT,
+# $EX_BURN_GPU_STEPS (default: engine core training classifier; also nx, defn, gpt2, gpt2mem). Logs and results go to $OUT,
 # prefixed by the variant.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -67,6 +67,19 @@ for v in ${VARIANTS:-fusion nofusion}; do
           mix do compile --no-prune-code-paths + run bench/gpt2_layer.exs > "$OUT/${v}_gpt2.log" 2>&1
         grep -E '^\||First call' "$OUT/${v}_gpt2.log" | tail -6
         cp bench/results/gpt2_layer_cuda.md "$OUT/${v}_gpt2_layer_cuda.md" 2>/dev/null ;;
+      gpt2mem)
+        # The layer without peers under each CUDA memory configuration (EX_BURN_CUDA_MEMORY),
+        # then cold first calls (fresh kernel/autotune cache) at two autotune levels.
+        elixir118 || continue
+        run_gpt2() { EX_BURN_BENCH_DEVICE=cuda EX_BURN_BENCH_PEERS= MIX_ENV=test MIX_BUILD_PATH=/tmp/exb_build_118 \
+          timeout 300 mix do compile --no-prune-code-paths + run bench/gpt2_layer.exs > "$OUT/${v}_gpt2_$1.log" 2>&1
+          echo "-- $1"; grep -E '^\|' "$OUT/${v}_gpt2_$1.log" | tail -2
+          grep -oE 'First call[^.]*\.[^.]*\.|GPU memory[^|]*' bench/results/gpt2_layer_cuda.md | head -2
+          cp bench/results/gpt2_layer_cuda.md "$OUT/${v}_gpt2_$1.md" 2>/dev/null; }
+        for mem in pooled exclusive; do EX_BURN_CUDA_MEMORY=$mem run_gpt2 "mem_$mem"; done
+        for level in balanced minimal; do
+          EX_BURN_CACHE_DIR=/tmp/exb_cold_$level CUBECL_AUTOTUNE_LEVEL=$level run_gpt2 "cold_$level"
+        done ;;
       *) echo "unknown step $step" ;;
     esac
   done

@@ -74,6 +74,7 @@ impl Device {
             Device::Cuda(i) => {
                 crate::cuda::check(i)?;
                 crate::cuda::cache::configure();
+                crate::cuda::memory::configure()?;
                 Ok(DispatchDevice::Cuda(burn::backend::cuda::CudaDevice::new(
                     i,
                 )))

@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod gemm;
+pub mod memory;
 
 use crate::{Error, Result};
 use cudarc::driver::result as drv;

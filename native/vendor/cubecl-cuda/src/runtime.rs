@@ -44,9 +44,21 @@ pub struct RuntimeOptions {
 #[derive(Debug, Clone)]
 pub struct CudaRuntime;
 
+/// ExBurn patch: the memory configuration of the CUDA servers created after
+/// [`set_memory_configuration`] (the published crate always uses the default).
+static MEMORY_CONFIGURATION: std::sync::OnceLock<MemoryConfiguration> = std::sync::OnceLock::new();
+
+/// ExBurn patch: sets the memory configuration of every CUDA server created afterwards, once
+/// per process (a later call changes nothing and returns `false`).
+pub fn set_memory_configuration(config: MemoryConfiguration) -> bool {
+    MEMORY_CONFIGURATION.set(config).is_ok()
+}
+
 impl DeviceService for CudaServer {
     fn init(device_id: cubecl_common::device::DeviceId) -> Self {
-        let options = RuntimeOptions::default();
+        let options = RuntimeOptions {
+            memory_config: MEMORY_CONFIGURATION.get().cloned().unwrap_or_default(),
+        };
         let device = CudaDevice::from_id(device_id);
 
         // To get the supported WMMA features, and memory properties, we have to initialize the server immediately.
