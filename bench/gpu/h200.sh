@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine (bench/gpu/bundle.sh made .device/): unpacks the runtime and, for
 # each build variant in $VARIANTS (default: fusion nofusion), runs the steps in
-# $EX_BURN_GPU_STEPS (default: engine core training classifier; also nx, defn, gpt2, gpt2mem). Logs and results go to $OUT,
+# $EX_BURN_GPU_STEPS (default: engine core training classifier; also nx, defn, gpt2, gpt2mem, profile, nsys). Logs and results go to $OUT,
 # prefixed by the variant.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -80,6 +80,28 @@ for v in ${VARIANTS:-fusion nofusion}; do
         for level in balanced minimal; do
           EX_BURN_CACHE_DIR=/tmp/exb_cold_$level CUBECL_AUTOTUNE_LEVEL=$level run_gpt2 "cold_$level"
         done ;;
+      profile)
+        # The GPT-2 layer (no peers, 10 rounds) with EX_BURN_PROFILE=1: host time by program
+        # step (native/ex_burn_core/src/program/profile.rs), the last table of the run.
+        elixir118 || continue
+        EX_BURN_PROFILE=1 EX_BURN_BENCH_DEVICE=cuda EX_BURN_BENCH_PEERS= EX_BURN_BENCH_ROUNDS=10 MIX_ENV=test \
+          MIX_BUILD_PATH=/tmp/exb_build_118 timeout 300 mix do compile --no-prune-code-paths + run bench/gpt2_layer.exs \
+          > "$OUT/${v}_profile.log" 2>&1
+        awk '/ex_burn profile, runs/ {buf=""} {buf=buf $0 "\n"} END {printf "%s", buf}' "$OUT/${v}_profile.log" | grep -E '^ex_burn|^  ' | head -40
+        grep -E '^\|' "$OUT/${v}_profile.log" | tail -2 ;;
+      nsys)
+        # Where the GPT-2 layer's time goes: an Nsight Systems trace of the bench (no peers, 10
+        # rounds), summarised by CUDA API call and by kernel. Needs nsys on the machine.
+        NSYS=$(ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+        [ -n "$NSYS" ] || { echo "no nsys"; ls /usr/local/cuda/bin | head -40; continue; }
+        elixir118 || continue
+        export EX_BURN_BENCH_DEVICE=cuda EX_BURN_BENCH_PEERS= EX_BURN_BENCH_ROUNDS=10 MIX_ENV=test MIX_BUILD_PATH=/tmp/exb_build_118
+        mix do compile --no-prune-code-paths + run bench/gpt2_layer.exs > "$OUT/${v}_nsys_warm.log" 2>&1
+        timeout 400 "$NSYS" profile -t cuda,osrt --sample=none --cpuctxsw=none -o "/tmp/exb/gpt2" --force-overwrite true \
+          mix run --no-compile bench/gpt2_layer.exs > "$OUT/${v}_nsys.log" 2>&1
+        "$NSYS" stats --report cuda_api_sum,cuda_gpu_kern_sum,osrt_sum --format csv -o "$OUT/${v}_nsys" /tmp/exb/gpt2.nsys-rep > "$OUT/${v}_nsys_stats.log" 2>&1
+        head -15 "$OUT/${v}_nsys_cuda_api_sum.csv"; head -12 "$OUT/${v}_nsys_cuda_gpu_kern_sum.csv" | cut -c1-200
+        unset EX_BURN_BENCH_DEVICE EX_BURN_BENCH_PEERS EX_BURN_BENCH_ROUNDS ;;
       *) echo "unknown step $step" ;;
     esac
   done

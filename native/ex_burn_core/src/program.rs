@@ -10,6 +10,7 @@
 
 mod fold;
 mod fuse;
+pub(crate) mod profile;
 mod reduce_fn;
 mod step;
 
@@ -227,16 +228,21 @@ impl Program {
                 self.consts
             )));
         }
+        let whole = profile::start();
+        let t = profile::start();
         let mut values: Vec<Option<Tensor>> = inputs.into_iter().map(Some).collect();
         for c in self.constants.0.iter() {
             values.push(Some(c.to_device(device)?));
         }
+        profile::record(t, || "(constants to device)".into());
         // transposes already computed by the dot that feeds them
         let mut folded: Vec<bool> = Vec::new();
         let mut i = 0;
         while i < self.instrs.len() {
             if let Some(end) = self.runs.get(i).copied().flatten() {
+                let t = profile::start();
                 if self.run_fused(i, end, &mut values, device)? {
+                    profile::record(t, || "(fused run)".into());
                     i = end;
                     continue;
                 }
@@ -259,9 +265,15 @@ impl Program {
             {
                 folded.resize(self.instrs.len(), false);
                 folded[j] = true;
-                crate::op::eval(&op, &swapped, device)?
+                let t = profile::start();
+                let out = crate::op::eval(&op, &swapped, device)?;
+                profile::record(t, || format!("{} (transpose folded)", op.name()));
+                out
             } else {
-                eval(&ins.op, &args, device)?
+                let t = profile::start();
+                let out = eval(&ins.op, &args, device)?;
+                profile::record(t, || ins.op.name());
+                out
             };
             if out.len() != ins.op.results() {
                 return Err(Error::Execution(format!(
@@ -275,14 +287,17 @@ impl Program {
             self.free_last_uses(i..i + 1, &mut values);
             i += 1;
         }
-        self.outputs
+        let outputs = self
+            .outputs
             .iter()
             .map(|&o| {
                 values[o]
                     .clone()
                     .ok_or_else(|| Error::Execution(format!("output {o} missing")))
             })
-            .collect()
+            .collect();
+        profile::run_finished(whole);
+        outputs
     }
 }
 

@@ -2,22 +2,22 @@
 //!
 //! Burn 0.21's CUDA matmul kernels reach about a quarter of cuBLAS on an H200 and have no true
 //! f32 path (`Precision::Highest` was four TF32 products). When `libcublas` loads, a batched
-//! product of f32, f16 or bf16 operands (rows contiguous) runs as one
+//! product of f32, f16 or bf16 operands (each matrix's rows or columns contiguous) runs as one
 //! `cublasGemmStridedBatchedEx` on the operands' device memory: f32 with TF32 tensor cores
 //! (`Precision::Default`, as PyTorch's `allow_tf32` and XLA's default) or in full f32
 //! (`Precision::Highest`), f16 and bf16 accumulating in f32. Anything else returns `None` and
-//! Burn's kernels compute it: no cuBLAS on the machine, another GPU backend, small products,
-//! other strided views.
+//! Burn's kernels compute it: no cuBLAS on the machine, another GPU backend, products below
+//! [`MIN_WORK`], other strided views.
 //!
-//! Ordering with CubeCL's kernels: CubeCL queues its kernels on streams of its own. When both
-//! operands and the result live in the memory of one stream (the patched `cubecl-cuda` tells
-//! which, `native/vendor/cubecl-cuda`), the GEMM is queued on that stream itself, through a
-//! cuBLAS handle bound to it: the stream orders it after the kernels that wrote the operands
-//! and before those that read the result, and the host does not wait ([`MIN_WORK_ORDERED`]).
-//! Otherwise (operands from streams of other threads) the host synchronises CubeCL's stream
-//! before cuBLAS reads the operands and cuBLAS's own stream before the result is handed back
-//! ([`MIN_WORK`]: the synchronisation drains the GPU's queue, so only large products gain).
-
+//! Ordering with CubeCL's kernels: CubeCL queues its kernels on streams of its own, one per
+//! thread (the patched `cubecl-cuda` tells which stream owns a buffer,
+//! `native/vendor/cubecl-cuda`). The GEMM is queued on the stream of the result (this
+//! thread's), through a cuBLAS handle bound to it: the stream orders it after the kernels that
+//! wrote operands there and before those that read the result. An operand owned by another
+//! thread's stream (parameters uploaded elsewhere, say) is ordered by events, on the GPU: this
+//! stream waits for the work queued so far on the operand's stream, and after the GEMM the
+//! operand's stream waits for this one, so that memory it frees and reuses later is not
+//! overwritten before the GEMM has read it. The host never waits.
 use crate::dtype::Kind;
 use crate::op::Precision;
 use crate::tensor::Prim;
@@ -31,42 +31,30 @@ use cudarc::driver::{result as drv, sys as drv_sys};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-/// Below this many multiply-adds (about a 3250^3 product) a product whose operands come from
-/// another stream runs on Burn's own kernel. That path synchronises the host with CubeCL's stream before and after the GEMM (~60 us
-/// of lookups and synchronisation on an H200, and the GPU's queue drains): at 1024^3 cuBLAS took
-/// 80 us against ~30 us in Burn's kernel, and inside a compiled GPT-2 layer (GEMMs of 0.7-1e10
-/// multiply-adds) the forward pass went from 2.69 to 3.20 ms with a 2^32 threshold (backward
-/// 10.39 -> 9.98 ms). Above this size the GEMM dominates (8192^3: 0.88x cuBLAS's own speed).
-pub const MIN_WORK: usize = 1 << 35;
+/// Below this many multiply-adds (a 512^3 product) Burn's kernel computes the product:
+/// cuBLAS's call and the buffer lookups cost more than the product saves.
+pub const MIN_WORK: usize = 1 << 27;
 
-/// Below this many multiply-adds (a 512^3 product) a product queued on CubeCL's own stream
-/// runs on Burn's kernel instead: cuBLAS's call and the buffer lookups cost more than the
-/// product saves.
-pub const MIN_WORK_ORDERED: usize = 1 << 27;
-
-/// Thresholds set by [`set_min_work`] (`usize::MAX`: the defaults).
+/// The threshold set by [`set_min_work`] (`usize::MAX`: [`MIN_WORK`]).
 static OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
 
-/// Sets the number of multiply-adds from which products go to cuBLAS on either path (tests
-/// use it to send small products there; `usize::MAX` restores the defaults); returns the
-/// previous setting.
+/// Sets the number of multiply-adds from which products go to cuBLAS (tests use it to send
+/// small products there; `usize::MAX` restores [`MIN_WORK`]); returns the previous setting.
 pub fn set_min_work(work: usize) -> usize {
     OVERRIDE.swap(work, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The thresholds in force: (stream-ordered path, synchronised path).
-fn thresholds() -> (usize, usize) {
+/// The threshold in force.
+fn threshold() -> usize {
     match OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
-        usize::MAX => (MIN_WORK_ORDERED, MIN_WORK),
-        n => (n, n),
+        usize::MAX => MIN_WORK,
+        n => n,
     }
 }
 
-/// A cuBLAS handle bound to one stream (CubeCL's, or one of its own for the synchronised
-/// path), in the primary context of one device.
+/// A cuBLAS handle bound to one of CubeCL's streams, in the primary context of one device.
 struct Blas {
     handle: blas::cublasHandle_t,
-    stream: drv_sys::CUstream,
     context: drv_sys::CUcontext,
 }
 
@@ -74,23 +62,22 @@ struct Blas {
 // context made current on the calling thread first.
 unsafe impl Send for Blas {}
 
-/// One handle per device index and stream (`None` as stream: the handle's own stream, for the
-/// synchronised path; `None` as handle: creating it failed, do not retry). CubeCL has one
-/// stream per thread that uses the device, so this stays small.
+/// One handle per device index and stream (`None`: creating it failed, do not retry). CubeCL
+/// has one stream per thread that uses the device, so this stays small.
 static BLAS: OnceLock<Mutex<Handles>> = OnceLock::new();
 
 /// Handles by (device index, stream address).
-type Handles = HashMap<(usize, Option<usize>), Option<Blas>>;
+type Handles = HashMap<(usize, usize), Option<Blas>>;
 
 thread_local! {
-    /// Products cuBLAS computed on this thread, and how many of them were queued on CubeCL's
-    /// stream (see [`products`]).
+    /// Products cuBLAS computed on this thread, and how many of them had an operand owned by
+    /// another thread's stream (see [`products`]).
     static PRODUCTS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// How many products cuBLAS computed on this thread, and how many of those were queued on
-/// CubeCL's stream without synchronising the host: lets tests tell them from products that fell
-/// back to Burn's kernels or took the synchronised path.
+/// How many products cuBLAS computed on this thread, and how many of those had an operand
+/// owned by another thread's stream (ordered by events): lets tests tell them from products
+/// that fell back to Burn's kernels.
 pub fn products() -> (u64, u64) {
     PRODUCTS.with(|c| c.get())
 }
@@ -120,20 +107,13 @@ fn driver<T>(r: std::result::Result<T, drv::DriverError>, what: &str) -> Result<
 }
 
 impl Blas {
-    /// A handle on `stream` (CubeCL's), or on a new stream of its own.
-    fn new(index: usize, stream: Option<drv_sys::CUstream>) -> Result<Blas> {
+    /// A handle on CubeCL's `stream`.
+    fn new(index: usize, stream: drv_sys::CUstream) -> Result<Blas> {
         let device = driver(drv::device::get(index as i32), "device lookup")?;
         // SAFETY: `device` is a valid device; CubeCL uses the same primary context.
         let context = driver(unsafe { drv::primary_ctx::retain(device) }, "context")?;
         // SAFETY: a valid context.
         driver(unsafe { drv::ctx::set_current(context) }, "context")?;
-        let stream = match stream {
-            Some(s) => s,
-            None => driver(
-                drv::stream::create(drv::stream::StreamKind::NonBlocking),
-                "stream creation",
-            )?,
-        };
         let mut handle: blas::cublasHandle_t = std::ptr::null_mut();
         // SAFETY: out-pointer to a handle; the context is current.
         check(
@@ -145,12 +125,36 @@ impl Blas {
             unsafe { blas::cublasSetStream_v2(handle, stream as blas::cudaStream_t) },
             "stream setting",
         )?;
-        Ok(Blas {
-            handle,
-            stream,
-            context,
-        })
+        Ok(Blas { handle, context })
     }
+}
+
+/// Makes `waiter` wait, on the GPU, for the work queued on `on` so far.
+///
+/// # Safety
+/// Both streams are live streams of the current context.
+unsafe fn wait_for(waiter: drv_sys::CUstream, on: drv_sys::CUstream) -> Result<()> {
+    let event = driver(
+        drv::event::create(drv_sys::CUevent_flags::CU_EVENT_DISABLE_TIMING),
+        "event creation",
+    )?;
+    // SAFETY: a live event and streams (the caller's guarantee); destroying an event whose
+    // recorded work is pending is allowed (its resources go when the work completes).
+    let r = unsafe {
+        driver(drv::event::record(event, on), "event record").and_then(|()| {
+            driver(
+                drv::stream::wait_event(
+                    waiter,
+                    event,
+                    drv_sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                ),
+                "stream wait",
+            )
+        })
+    };
+    // SAFETY: created above, not used afterwards.
+    let _ = unsafe { drv::event::destroy(event) };
+    r
 }
 
 /// The CUDA tensor behind a float primitive, when it is one.
@@ -161,26 +165,46 @@ fn cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
     }
 }
 
-/// The cuBLAS layout of a rank-3 row-major batch of matrices: `(leading dimension, batch
-/// stride)` when each matrix's rows are contiguous and evenly spaced (CubeCL may pad rows) and
-/// matrices are evenly spaced (stride 0 for a batch of one); `None` otherwise.
-fn layout(t: &CubeTensor<CudaRuntime>) -> Option<(usize, usize)> {
+/// How cuBLAS reads one operand: whether its matrices are stored transposed (columns
+/// contiguous), the leading dimension and the batch stride.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    transposed: bool,
+    ld: usize,
+    batch: usize,
+}
+
+/// The cuBLAS layout of a rank-3 batch of matrices `[nb, rows, cols]`: rows contiguous and
+/// evenly spaced (CubeCL may pad rows), or columns contiguous and evenly spaced (a transposed
+/// view), with matrices evenly spaced and not overlapping (stride 0 for a batch of one);
+/// `None` otherwise.
+fn layout(t: &CubeTensor<CudaRuntime>) -> Option<Layout> {
     let (shape, strides) = (t.meta.shape(), t.meta.strides());
     let (&[nb, rows, cols], &[s0, s1, s2]) = (&shape[..], &strides[..]) else {
         return None;
     };
-    if cols > 1 && s2 != 1 {
+    let (transposed, ld, extent) = if cols <= 1 || s2 == 1 {
+        let ld = if rows > 1 { s1 } else { cols };
+        (false, ld, ld * rows.saturating_sub(1) + cols)
+    } else if rows <= 1 || s1 == 1 {
+        let ld = if cols > 1 { s2 } else { rows };
+        (true, ld, ld * cols.saturating_sub(1) + rows)
+    } else {
         return None;
-    }
-    let ld = if rows > 1 { s1 } else { cols };
-    if ld < cols {
+    };
+    let inner = if transposed { rows } else { cols };
+    if ld < inner.max(1) {
         return None;
     }
     let batch = if nb > 1 { s0 } else { 0 };
-    if nb > 1 && batch < ld * (rows - 1) + cols {
+    if nb > 1 && batch < extent {
         return None;
     }
-    Some((ld.max(1), batch))
+    Some(Layout {
+        transposed,
+        ld: ld.max(1),
+        batch,
+    })
 }
 
 /// `[nb, m, k] x [nb, k, n]` (batch broadcast where one side has `nb` 1) by cuBLAS, or `None`
@@ -198,9 +222,7 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         _ => return Ok(None),
     };
     let fits = |v: usize| i32::try_from(v).is_ok();
-    let (min_ordered, min_synced) = thresholds();
-    let work = nb * m * n * k;
-    if work < min_ordered.min(min_synced)
+    if nb * m * n * k < threshold()
         || sb[1] != k
         || (sa[0] != sb[0] && sa[0] != 1 && sb[0] != 1)
         || ![nb, m, n, k].into_iter().all(fits)
@@ -212,10 +234,10 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
     let (Some(ta), Some(tb)) = (cube(&pa), cube(&pb)) else {
         return Ok(None);
     };
-    let (Some((lda, batch_a)), Some((ldb, batch_b))) = (layout(ta), layout(tb)) else {
+    let (Some(la), Some(lb)) = (layout(ta), layout(tb)) else {
         return Ok(None);
     };
-    if ![lda, ldb].into_iter().all(fits) {
+    if ![la.ld, lb.ld].into_iter().all(fits) {
         return Ok(None);
     }
 
@@ -232,59 +254,71 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         resource(tb.handle.clone())?,
         resource(out_handle.clone())?,
     );
-    let stream = ra.resource().stream;
-    let ordered = rb.resource().stream == stream && rc.resource().stream == stream;
-    if work < if ordered { min_ordered } else { min_synced } {
-        return Ok(None);
-    }
-    if !ordered {
-        // The operands' pending writes on CubeCL's stream of this thread are done.
-        cubecl_common::future::block_on(client.sync())
-            .map_err(|e| Error::Device(format!("CUDA synchronisation failed: {e:?}")))?;
+    // Queued on the result's stream (this thread's); operands owned by other streams are
+    // ordered by events.
+    let stream = rc.resource().stream;
+    let mut others: Vec<drv_sys::CUstream> = Vec::new();
+    for s in [ra.resource().stream, rb.resource().stream] {
+        if s != stream && !others.contains(&s) {
+            others.push(s);
+        }
     }
 
     let compute = match (a3.dtype(), precision) {
         (DType::F32, Precision::Default) => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
         _ => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
     };
+    let op = |transposed: bool| {
+        if transposed {
+            blas::cublasOperation_t::CUBLAS_OP_T
+        } else {
+            blas::cublasOperation_t::CUBLAS_OP_N
+        }
+    };
     let (alpha, beta) = (1f32, 0f32);
     let table = BLAS.get_or_init(|| Mutex::new(HashMap::new()));
     let mut table = table
         .lock()
         .map_err(|_| Error::Execution("the cuBLAS handle table is poisoned".into()))?;
-    let key = (index, ordered.then_some(stream as usize));
     let entry = table
-        .entry(key)
-        .or_insert_with(|| Blas::new(index, ordered.then_some(stream)).ok());
+        .entry((index, stream as usize))
+        .or_insert_with(|| Blas::new(index, stream).ok());
     let Some(b) = entry.as_ref() else {
         return Ok(None);
     };
-    // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS multiplies B (n x k, leading
-    // dimension ldb) by A (k x m, lda) into C (n x m, ld n).
+    // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS multiplies B^T (n x k) by A^T
+    // (k x m) into C^T (n x m, ld n). A row-major operand is, read column-major, already its
+    // transpose (no operation); a transposed view (columns contiguous) is read with
+    // `CUBLAS_OP_T`.
     // SAFETY: the context is current for this thread before cuBLAS runs; the pointers are
-    // live device buffers of the sizes given: on the synchronised path `ra`, `rb`, `rc` and the
-    // tensors keep them until the stream is synchronised below; on CubeCL's stream, memory
-    // they free returns to that stream's pool and is reused only by work queued after the
-    // GEMM on the same stream. alpha and beta are f32 as the compute type wants.
+    // live device buffers of the sizes given, which `ra`, `rb`, `rc` and the tensors keep
+    // until the call returns. The GEMM is queued on `stream`, after the work queued so far on
+    // the operands' streams (events); memory those streams free afterwards is reused only by
+    // work queued after the GEMM (they wait for `stream`), and memory freed on `stream` is
+    // reused only by work queued after it there. alpha and beta are f32 as the compute type
+    // wants.
     unsafe {
         driver(drv::ctx::set_current(b.context), "context")?;
+        for &other in &others {
+            wait_for(stream, other)?;
+        }
         check(
             blas::cublasGemmStridedBatchedEx(
                 b.handle,
-                blas::cublasOperation_t::CUBLAS_OP_N,
-                blas::cublasOperation_t::CUBLAS_OP_N,
+                op(lb.transposed),
+                op(la.transposed),
                 n as i32,
                 m as i32,
                 k as i32,
                 (&alpha as *const f32).cast(),
                 rb.resource().ptr as *const std::ffi::c_void,
                 data_type,
-                ldb as i32,
-                batch_b as i64,
+                lb.ld as i32,
+                lb.batch as i64,
                 ra.resource().ptr as *const std::ffi::c_void,
                 data_type,
-                lda as i32,
-                batch_a as i64,
+                la.ld as i32,
+                la.batch as i64,
                 (&beta as *const f32).cast(),
                 rc.resource().ptr as *mut std::ffi::c_void,
                 data_type,
@@ -296,14 +330,19 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
             ),
             "GEMM",
         )?;
-        if !ordered {
-            driver(drv::stream::synchronize(b.stream), "synchronisation")?;
+        for &other in &others {
+            wait_for(other, stream)?;
         }
     }
     drop((ra, rb, rc));
+    crate::program::profile::note(if others.is_empty() {
+        "cublas"
+    } else {
+        "cublas+events"
+    });
     PRODUCTS.with(|c| {
-        let (all, on_stream) = c.get();
-        c.set((all + 1, on_stream + u64::from(ordered)));
+        let (all, cross) = c.get();
+        c.set((all + 1, cross + u64::from(!others.is_empty())));
     });
     let dtype: BurnDType = ta.dtype;
     let device = ta.device.clone();

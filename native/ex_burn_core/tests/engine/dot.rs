@@ -149,9 +149,10 @@ fn f64_and_integer_products_on_every_device() {
 
 /// Batched products large enough for a GPU vendor library (cuBLAS in CUDA builds), in every
 /// float type and precision, against an f64 reference: TF32 by default, full f32 with
-/// `Precision::Highest`, f16 and bf16 accumulating in f32. On CUDA with cuBLAS present each
-/// one must have run on cuBLAS: queued on CubeCL's stream when the operands were made on this
-/// thread, through the synchronised path when they were made on another thread's stream.
+/// `Precision::Highest`, f16 and bf16 accumulating in f32; operands stored as given or
+/// transposed (contracting the other axis of each); made on this thread or on another one
+/// (whose CubeCL stream owns them). On CUDA with cuBLAS present each one must have run on
+/// cuBLAS, ordered by events exactly when an operand came from another thread.
 #[test]
 fn large_batched_products_match_an_f64_reference_in_every_precision() {
     use ex_burn_core::op::Precision;
@@ -186,23 +187,45 @@ fn large_batched_products_match_an_f64_reference_in_every_precision() {
             .join()
             .expect("tensor made on another thread")
     };
+    // [nb, r, c] values stored as [nb, c, r]
+    let transpose = |v: &[f64], r: usize, c: usize| -> Vec<f64> {
+        let mut out = vec![0f64; v.len()];
+        for b in 0..nb {
+            for i in 0..r {
+                for j in 0..c {
+                    out[(b * c + j) * r + i] = v[(b * r + i) * c + j];
+                }
+            }
+        }
+        out
+    };
+    let (at, bt) = (transpose(&av, m, k), transpose(&bv, k, n));
     let variants = cases
         .iter()
-        .flat_map(|&c| [(c, false), (c, true)])
+        .flat_map(|&c| {
+            [
+                (c, false, false),
+                (c, true, false),
+                (c, false, true),
+                (c, true, true),
+            ]
+        })
         .collect::<Vec<_>>();
-    for ((dtype, precision, tol), other_thread) in variants {
-        let (a, b) = if other_thread {
-            (
-                elsewhere(av.clone(), vec![nb, m, k], dtype),
-                elsewhere(bv.clone(), vec![nb, k, n], dtype),
-            )
+    for ((dtype, precision, tol), other_thread, transposed) in variants {
+        let (av, bv, sa, sb) = if transposed {
+            (at.clone(), bt.clone(), vec![nb, k, m], vec![nb, n, k])
         } else {
-            (t(&av, &[nb, m, k], dtype), t(&bv, &[nb, k, n], dtype))
+            (av.clone(), bv.clone(), vec![nb, m, k], vec![nb, k, n])
+        };
+        let (a, b) = if other_thread {
+            (elsewhere(av, sa, dtype), elsewhere(bv, sb, dtype))
+        } else {
+            (t(&av, &sa, dtype), t(&bv, &sb, dtype))
         };
         let op = Op::Dot {
-            contract_a: vec![2],
+            contract_a: vec![if transposed { 1 } else { 2 }],
             batch_a: vec![0],
-            contract_b: vec![1],
+            contract_b: vec![if transposed { 2 } else { 1 }],
             batch_b: vec![0],
             out: None,
             precision,
@@ -212,15 +235,15 @@ fn large_batched_products_match_an_f64_reference_in_every_precision() {
         let got = ev(op, &[&a, &b]);
         #[cfg(feature = "cuda")]
         if dev() != ex_burn_core::Device::Cpu && ex_burn_core::cuda::gemm::available() {
-            let (all, on_stream) = ex_burn_core::cuda::gemm::products();
+            let (all, cross) = ex_burn_core::cuda::gemm::products();
             assert_eq!(
                 all,
                 before.0 + 1,
-                "{dtype:?} {precision:?} did not run on cuBLAS"
+                "{dtype:?} {precision:?} (transposed: {transposed}) did not run on cuBLAS"
             );
             assert_eq!(
-                on_stream,
-                before.1 + u64::from(!other_thread),
+                cross,
+                before.1 + u64::from(other_thread),
                 "{dtype:?} {precision:?} (operands from another thread: {other_thread}): wrong path"
             );
         }
@@ -233,7 +256,7 @@ fn large_batched_products_match_an_f64_reference_in_every_precision() {
             / scale;
         println!(
             "large product {dtype:?} {precision:?} on {:?} (operands from another thread: \
-             {other_thread}): relative error {err:.2e}",
+             {other_thread}, transposed: {transposed}): relative error {err:.2e}",
             dev()
         );
         assert!(

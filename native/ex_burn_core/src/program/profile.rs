@@ -1,0 +1,89 @@
+//! Host time of program runs by step, for finding where a compiled program's time goes
+//! (`EX_BURN_PROFILE=1`; off by default, then it costs one relaxed atomic load per step).
+//!
+//! The time is the host's: how long each step took to return. On a GPU that is the cost of
+//! issuing the work (Burn's dispatch, kernel launches, allocations), not of running it, unless
+//! the step waited for the device. Every 16 runs (sub-program runs of loops and branches
+//! included) the table of those 16 runs (steps by total time, with counts) goes to standard
+//! error and starts again, so that later tables show warm runs only.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+fn enabled() -> bool {
+    static ON: OnceLock<AtomicBool> = OnceLock::new();
+    ON.get_or_init(|| AtomicBool::new(std::env::var("EX_BURN_PROFILE").as_deref() == Ok("1")))
+        .load(Ordering::Relaxed)
+}
+
+fn table() -> &'static Mutex<HashMap<String, (u64, Duration)>> {
+    static TABLE: OnceLock<Mutex<HashMap<String, (u64, Duration)>>> = OnceLock::new();
+    TABLE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+thread_local! {
+    /// A label the op just run left for its profile entry (see [`note`]).
+    static NOTE: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+}
+
+/// Labels the profile entry of the op running on this thread (`dot[cublas]`), so that the
+/// table tells the paths of one op apart. Costs nothing when profiling is off.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn note(label: &'static str) {
+    if enabled() {
+        NOTE.with(|n| n.set(Some(label)));
+    }
+}
+
+/// A started measurement (`None` when profiling is off).
+pub(crate) fn start() -> Option<Instant> {
+    enabled().then(Instant::now)
+}
+
+/// Adds the time since `started` to the step `name`.
+pub(crate) fn record(started: Option<Instant>, name: impl FnOnce() -> String) {
+    if let Some(t0) = started {
+        let dt = t0.elapsed();
+        let name = match NOTE.with(|n| n.take()) {
+            Some(label) => format!("{}[{label}]", name()),
+            None => name(),
+        };
+        if let Ok(mut t) = table().lock() {
+            let e = t.entry(name).or_insert((0, Duration::ZERO));
+            e.0 += 1;
+            e.1 += dt;
+        }
+    }
+}
+
+/// Counts a finished run; every 16 runs prints the table of those runs and clears it.
+pub(crate) fn run_finished(started: Option<Instant>) {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    if started.is_none() {
+        return;
+    }
+    NOTE.with(|n| n.take());
+    record(started, || "(whole run)".into());
+    let n = RUNS.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_multiple_of(16) {
+        if let Ok(mut t) = table().lock() {
+            let mut rows: Vec<_> = t.iter().collect();
+            rows.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
+            let mut out = format!(
+                "ex_burn profile, runs {} to {n} (host time by step):\n",
+                n - 15
+            );
+            for (name, (count, total)) in rows {
+                out += &format!(
+                    "  {name:<28} {count:>9} calls {:>12.3} ms {:>9.2} us/call\n",
+                    total.as_secs_f64() * 1e3,
+                    total.as_secs_f64() * 1e6 / *count as f64
+                );
+            }
+            eprint!("{out}");
+            t.clear();
+        }
+    }
+}
