@@ -431,5 +431,29 @@ if Code.ensure_loaded?(Nx) do
 
     defp op_name({name, _attrs}), do: name
     defp op_name(name) when is_atom(name), do: name
+
+    # Nx.Defn.Expr stores put_slice's integer starts as constant expressions; read back from
+    # the device on every run they made each put_slice wait for the GPU's queue.
+    test "constant slice and put_slice starts stay static in the program; tensor starts stay dynamic" do
+      fun = fn x, u, i ->
+        {Nx.put_slice(x, [1, 2], u), Nx.put_slice(x, [i, 0], u), Nx.slice(x, [0, i], [2, 2])}
+      end
+
+      args = [Nx.iota({4, 5}, type: :f32), Nx.tensor([[10.0, 20.0], [30.0, 40.0]]), Nx.tensor(3)]
+      expr = apply(Nx.Defn.debug_expr(fun), Enum.map(args, &Nx.to_template/1))
+      %{term: term} = ExBurn.Defn.Builder.build(expr, 3)
+
+      starts =
+        for %{op: {op, attrs}} <- term.instrs,
+            op in [:put_slice, :slice],
+            do: {op, attrs[:starts], attrs[:dynamic] || []}
+
+      assert {:put_slice, [1, 2], []} in starts
+      assert {:put_slice, [0, 0], [0]} in starts
+      assert {:slice, [0, 0], [1]} in starts
+
+      for {got, want} <- Enum.zip(Tuple.to_list(burn_jit(fun, args)), Tuple.to_list(reference(fun, args))),
+          do: assert(Nx.to_flat_list(got) == Nx.to_flat_list(want))
+    end
   end
 end

@@ -45,7 +45,8 @@ defmodule ExBurn.PackageTest do
   @feature_only %{
     "native/ex_burn_core/src/cuda/mod.rs" => {"cuda", "native/ex_burn_core/src/lib.rs", true},
     "native/ex_burn_core/src/cuda/gemm.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
-    "native/ex_burn_core/src/cuda/cache.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false}
+    "native/ex_burn_core/src/cuda/cache.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
+    "native/ex_burn_core/src/cuda/memory.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false}
   }
 
   # The workspace sources the last `cargo build --release -p ex_burn_nif` (bin/setup) read,
