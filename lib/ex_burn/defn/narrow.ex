@@ -140,8 +140,8 @@ defmodule ExBurn.Defn.Narrow do
   """
   @spec decode(bitstring(), tuple()) :: binary()
   def decode(bin, type) when not is_bitstring(bin), do: bad(:decode, bin, type)
-  def decode(bin, {:f, 8}), do: for(<<b <- bin>>, into: <<>>, do: e5m2_to_f32(b))
-  def decode(bin, {:f8_e4m3fn, 8}), do: for(<<b <- bin>>, into: <<>>, do: e4m3fn_to_f32(b))
+  def decode(bin, {:f, 8}), do: for(<<b <- bin>>, into: <<>>, do: f8_to_f32(b, {5, 2, 15}))
+  def decode(bin, {:f8_e4m3fn, 8}), do: for(<<b <- bin>>, into: <<>>, do: f8_to_f32(b, {4, 3, 7}))
 
   def decode(bin, {:s, bits}) when bits in [2, 4],
     do: for(<<x::signed-integer-native-size(bits) <- bin>>, into: <<>>, do: <<x::signed-8>>)
@@ -188,34 +188,21 @@ defmodule ExBurn.Defn.Narrow do
 
   @f32_nan 0x7FC00000
 
-  # E5M2 is the top byte of an f16.
-  defp e5m2_to_f32(b) do
+  # An f8 code as f32 bits: E5M2 ({5, 2, 15}, the top byte of an f16: infinities, NaNs with
+  # payload) or E4M3FN ({4, 3, 7}: no infinities, NaN only at S.1111.111).
+  defp f8_to_f32(b, {e_bits, m_bits, bias}) do
     sign = b >>> 7
-    exp = b >>> 2 &&& 31
-    man = b &&& 3
+    exp = b >>> m_bits &&& (1 <<< e_bits) - 1
+    man = b &&& (1 <<< m_bits) - 1
+    top = (1 <<< e_bits) - 1
 
     bits =
       cond do
-        exp == 31 -> sign <<< 31 ||| 0x7F800000 ||| man <<< 21
+        e_bits == 5 and exp == top -> sign <<< 31 ||| 0x7F800000 ||| man <<< (23 - m_bits)
+        e_bits == 4 and exp == top and man == 7 -> sign <<< 31 ||| @f32_nan
         exp == 0 and man == 0 -> sign <<< 31
-        exp == 0 -> float_bits(sign, man * :math.pow(2, -16))
-        true -> sign <<< 31 ||| (exp - 15 + 127) <<< 23 ||| man <<< 21
-      end
-
-    <<bits::32-native>>
-  end
-
-  defp e4m3fn_to_f32(b) do
-    sign = b >>> 7
-    exp = b >>> 3 &&& 15
-    man = b &&& 7
-
-    bits =
-      cond do
-        exp == 15 and man == 7 -> sign <<< 31 ||| @f32_nan
-        exp == 0 and man == 0 -> sign <<< 31
-        exp == 0 -> float_bits(sign, man * :math.pow(2, -9))
-        true -> sign <<< 31 ||| (exp - 7 + 127) <<< 23 ||| man <<< 20
+        exp == 0 -> float_bits(sign, man * :math.pow(2, 1 - bias - m_bits))
+        true -> sign <<< 31 ||| (exp - bias + 127) <<< 23 ||| man <<< (23 - m_bits)
       end
 
     <<bits::32-native>>
