@@ -15,18 +15,15 @@ defmodule ExBurn.Defn.Narrow do
 
   import Bitwise
 
-  @formats %{
-    {:f, 8} => :f8,
-    {:f8_e4m3fn, 8} => :f8_e4m3fn,
-    {:s, 2} => :s2,
-    {:s, 4} => :s4,
-    {:u, 2} => :u2,
-    {:u, 4} => :u4
+  # Each emulated type: the engine's name for it (`narrow`'s `to`) and its storage type.
+  @emulated %{
+    {:f, 8} => {:f8, {:f, 32}},
+    {:f8_e4m3fn, 8} => {:f8_e4m3fn, {:f, 32}},
+    {:s, 2} => {:s2, {:s, 8}},
+    {:s, 4} => {:s4, {:s, 8}},
+    {:u, 2} => {:u2, {:u, 8}},
+    {:u, 4} => {:u4, {:u, 8}}
   }
-
-  @doc "The emulated types."
-  @spec types() :: [tuple()]
-  def types, do: Map.keys(@formats)
 
   @doc """
   Whether `type` is emulated.
@@ -39,7 +36,7 @@ defmodule ExBurn.Defn.Narrow do
       false
   """
   @spec emulated?(term()) :: boolean()
-  def emulated?(type), do: is_map_key(@formats, type)
+  def emulated?(type), do: is_map_key(@emulated, type)
 
   @doc """
   The Burn type that holds values of `type` (`type` itself when it is not emulated).
@@ -54,8 +51,7 @@ defmodule ExBurn.Defn.Narrow do
       {:bf, 16}
   """
   @spec storage(tuple()) :: tuple()
-  def storage({class, 8}) when class in [:f, :f8_e4m3fn], do: {:f, 32}
-  def storage({class, bits}) when class in [:s, :u] and bits in [2, 4], do: {class, 8}
+  def storage(type) when is_map_key(@emulated, type), do: elem(@emulated[type], 1)
   def storage({class, bits} = type) when is_atom(class) and is_integer(bits), do: type
   def storage(other), do: fail(:storage, "not a type: #{ExBurn.Options.short(other)}")
 
@@ -115,9 +111,9 @@ defmodule ExBurn.Defn.Narrow do
 
   # A `narrow` step after the recipe's last one when the output type is emulated.
   defp narrowed({inputs, instrs}, out) do
-    case @formats[out.type] do
+    case @emulated[out.type] do
       nil -> {inputs, instrs}
-      to -> {inputs, instrs ++ [{:narrow, [to: to], [length(inputs) + length(instrs) - 1]}]}
+      {to, _} -> {inputs, instrs ++ [{:narrow, [to: to], [length(inputs) + length(instrs) - 1]}]}
     end
   end
 
@@ -149,7 +145,7 @@ defmodule ExBurn.Defn.Narrow do
   def decode(bin, {:u, bits}) when bits in [2, 4],
     do: for(<<x::unsigned-integer-native-size(bits) <- bin>>, into: <<>>, do: <<x::8>>)
 
-  def decode(bin, {class, bits}) when is_bitstring(bin) and is_atom(class) and is_integer(bits), do: bin
+  def decode(bin, {class, bits}) when is_atom(class) and is_integer(bits), do: bin
   def decode(bin, type), do: bad(:decode, bin, type)
 
   @doc """
@@ -174,7 +170,7 @@ defmodule ExBurn.Defn.Narrow do
   def encode(bin, {:u, bits}) when bits in [2, 4],
     do: for(<<x::8 <- bin>>, into: <<>>, do: <<x::unsigned-integer-native-size(bits)>>)
 
-  def encode(bin, {class, bits}) when is_bitstring(bin) and is_atom(class) and is_integer(bits), do: bin
+  def encode(bin, {class, bits}) when is_atom(class) and is_integer(bits), do: bin
   def encode(bin, type), do: bad(:encode, bin, type)
 
   defp bad(op, bin, type),

@@ -1,5 +1,5 @@
 //! Host time of program runs by step, for finding where a compiled program's time goes
-//! (`EX_BURN_PROFILE=1`; off by default, then it costs one relaxed atomic load per step).
+//! (`EX_BURN_PROFILE=1`; when off, each step reads a flag that is set once).
 //!
 //! The time is the host's: how long each step took to return. On a GPU that is the cost of
 //! issuing the work (Burn's dispatch, kernel launches, allocations), not of running it, unless
@@ -8,14 +8,13 @@
 //! error and starts again, so that later tables show warm runs only.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 fn enabled() -> bool {
-    static ON: OnceLock<AtomicBool> = OnceLock::new();
-    ON.get_or_init(|| AtomicBool::new(std::env::var("EX_BURN_PROFILE").as_deref() == Ok("1")))
-        .load(Ordering::Relaxed)
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("EX_BURN_PROFILE").as_deref() == Ok("1"))
 }
 
 fn table() -> &'static Mutex<HashMap<String, (u64, Duration)>> {
