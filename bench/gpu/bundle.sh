@@ -24,6 +24,11 @@ for variant in ${VARIANTS:-fusion nofusion}; do
   strip -o ".device/$variant/engine" "$engine"
   strip -o ".device/$variant/burn_mlp_bench" "$tgt/examples/burn_mlp_bench"
   xz -T2 -6 -f ".device/$variant/nif.so" ".device/$variant/engine" ".device/$variant/burn_mlp_bench"
+  # optional: the launch-cost probe (cargo build ... --example launch_bench)
+  if [ -f "$tgt/examples/launch_bench" ]; then
+    strip -o ".device/$variant/launch_bench" "$tgt/examples/launch_bench"
+    xz -T2 -6 -f ".device/$variant/launch_bench"
+  fi
 done
 if [ ! -f .device/beam.tar.xz ] || [ "${REBUNDLE_BEAM:-0}" = 1 ]; then
   erts=$(cd /usr/lib/erlang && ls -d erts-*)

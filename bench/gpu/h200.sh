@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine (bench/gpu/bundle.sh made .device/): unpacks the runtime and, for
 # each build variant in $VARIANTS (default: fusion nofusion), runs the steps in
-# $EX_BURN_GPU_STEPS (default: engine core training classifier; also nx, defn, gpt2, gpt2mem, profile, nsys). Logs and results go to $OUT,
+# $EX_BURN_GPU_STEPS (default: engine core training classifier; also nx, defn, gpt2, gpt2mem, profile, nsys, launch, kernels). Logs and results go to $OUT,
 # prefixed by the variant.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -102,6 +102,24 @@ for v in ${VARIANTS:-fusion nofusion}; do
         "$NSYS" stats --report cuda_api_sum,cuda_gpu_kern_sum,osrt_sum --format csv -o "$OUT/${v}_nsys" /tmp/exb/gpt2.nsys-rep > "$OUT/${v}_nsys_stats.log" 2>&1
         head -15 "$OUT/${v}_nsys_cuda_api_sum.csv"; head -12 "$OUT/${v}_nsys_cuda_gpu_kern_sum.csv" | cut -c1-200
         unset EX_BURN_BENCH_DEVICE EX_BURN_BENCH_PEERS EX_BURN_BENCH_ROUNDS ;;
+      kernels)
+        # Which CubeCL kernels the GPT-2 bench launches and their GPU time: CubeCL's own profiler
+        # (every kernel timed alone, so not a speed run), EX_BURN_BENCH_ROUNDS=1 (12 calls:
+        # 6 forward, 6 forward + backward, the first two compiling and autotuning).
+        elixir118 || continue
+        rm -f /tmp/cubecl.log
+        CUBECL_DEBUG_LOG=/tmp/cubecl.log CUBECL_DEBUG_OPTION=profile EX_BURN_BENCH_DEVICE=cuda EX_BURN_BENCH_PEERS= \
+          EX_BURN_BENCH_ROUNDS=1 MIX_ENV=test MIX_BUILD_PATH=/tmp/exb_build_118 timeout 300 \
+          mix do compile --no-prune-code-paths + run bench/gpt2_layer.exs > "$OUT/${v}_kernels.log" 2>&1
+        grep -E '^\| [0-9.]+(ns|µs|us|ms|s) +\| ' /tmp/cubecl.log | sed -E 's/^\| ([0-9.]+)(ns|µs|us|ms|s) +\| //' | sed -E 's/<.*//; s/ .*//' | sort | uniq -c | sort -rn | head -40 | tee "$OUT/${v}_kernels.txt"
+        grep -cE '^\| [0-9.]+(ns|µs|us|ms|s) +\| ' /tmp/cubecl.log
+        grep -E '^\| [0-9.]+(ns|µs|us|ms|s) +\| ' /tmp/cubecl.log | head -3
+        xz -c /tmp/cubecl.log > "$OUT/${v}_cubecl.log.xz" ;;
+      launch)
+        # What a kernel launch costs apart from its work (native/ex_burn_core/examples/launch_bench.rs).
+        [ -f ".device/$v/launch_bench.xz" ] || { echo "no launch_bench"; continue; }
+        xz -dc ".device/$v/launch_bench.xz" > /tmp/exb/launch_bench && chmod +x /tmp/exb/launch_bench
+        timeout 120 /tmp/exb/launch_bench cuda 2>&1 | tee "$OUT/${v}_launch.log" ;;
       *) echo "unknown step $step" ;;
     esac
   done

@@ -46,7 +46,10 @@ defmodule ExBurn.PackageTest do
     "native/ex_burn_core/src/cuda/mod.rs" => {"cuda", "native/ex_burn_core/src/lib.rs", true},
     "native/ex_burn_core/src/cuda/gemm.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
     "native/ex_burn_core/src/cuda/cache.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
-    "native/ex_burn_core/src/cuda/memory.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false}
+    "native/ex_burn_core/src/cuda/memory.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
+    "native/ex_burn_core/src/cuda/queue.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
+    "native/ex_burn_core/src/cuda/elementwise.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
+    "native/ex_burn_core/src/program/fuse/gpu.rs" => {"cuda", "native/ex_burn_core/src/program/fuse.rs", true}
   }
 
   # The workspace sources the last `cargo build --release -p ex_burn_nif` (bin/setup) read,

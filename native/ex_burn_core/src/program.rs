@@ -10,11 +10,13 @@
 
 mod fold;
 mod fuse;
+mod literal;
 pub(crate) mod profile;
 mod reduce_fn;
 mod step;
 
 pub use fuse::loop_runs;
+pub use literal::literal_steps;
 pub use step::{eval, names, Step};
 
 use crate::{Device, Error, Result, Tensor};
@@ -66,18 +68,7 @@ impl TryFrom<Spec> for Program {
     type Error = Error;
 
     fn try_from(s: Spec) -> Result<Program> {
-        let mut p = Program {
-            inputs: s.inputs,
-            consts: s.consts,
-            instrs: s.instrs,
-            outputs: s.outputs,
-            constants: Constants::default(),
-            last_use: vec![],
-            runs: vec![],
-            folds: vec![],
-        };
-        p.validate()?;
-        Ok(p)
+        Program::assemble(s.inputs, s.consts, s.instrs, s.outputs)
     }
 }
 
@@ -107,6 +98,12 @@ pub struct Program {
     /// For each `dot` whose only use is a matrix transpose, that transpose (see `fold`).
     #[serde(skip)]
     folds: Vec<Option<usize>>,
+    /// For each value, the scalar literal that defines it, if one does (see `literal`).
+    #[serde(skip)]
+    literals: Vec<Option<literal::Literal>>,
+    /// The literals made so far, by device, kept across runs.
+    #[serde(skip)]
+    made: literal::Made,
 }
 
 impl Program {
@@ -126,15 +123,27 @@ impl Program {
 
     /// Builds and validates a program without constants.
     pub fn new(inputs: usize, instrs: Vec<Instr>, outputs: Vec<usize>) -> Result<Program> {
+        Program::assemble(inputs, 0, instrs, outputs)
+    }
+
+    /// A validated program of these parts (no constant tensors attached yet).
+    fn assemble(
+        inputs: usize,
+        consts: usize,
+        instrs: Vec<Instr>,
+        outputs: Vec<usize>,
+    ) -> Result<Program> {
         let mut p = Program {
             inputs,
-            consts: 0,
+            consts,
             instrs,
             outputs,
             constants: Constants::default(),
             last_use: vec![],
             runs: vec![],
             folds: vec![],
+            literals: vec![],
+            made: literal::Made::default(),
         };
         p.validate()?;
         Ok(p)
@@ -195,6 +204,7 @@ impl Program {
         self.last_use = last;
         self.runs = element_wise_runs(&self.instrs);
         self.folds = fold::plan(&self.instrs, self.inputs + self.consts, &self.outputs);
+        self.literals = literal::plan(&self.instrs, self.inputs + self.consts);
         Ok(())
     }
 
@@ -248,6 +258,16 @@ impl Program {
                 }
             }
             let ins = &self.instrs[i];
+            if self.literals.get(values.len()).copied().flatten().is_some() {
+                if let Some(op) = ins.op.as_op() {
+                    let t = profile::start();
+                    values.push(Some(self.made.get(i, op, device)?));
+                    profile::record(t, || "full (kept)".into());
+                    self.free_last_uses(i..i + 1, &mut values);
+                    i += 1;
+                    continue;
+                }
+            }
             let args = ins
                 .args
                 .iter()
@@ -269,6 +289,16 @@ impl Program {
                 let out = crate::op::eval(&op, &swapped, device)?;
                 profile::record(t, || format!("{} (transpose folded)", op.name()));
                 out
+            } else if let Some(out) = ins.op.as_op().map_or(Ok(None), |op| {
+                let t = profile::start();
+                let out = literal::arithmetic(op, &ins.args, &args, &self.literals)
+                    .map_err(|e| e.in_op(&op.name()))?;
+                if out.is_some() {
+                    profile::record(t, || format!("{} (literal)", op.name()));
+                }
+                Ok::<_, Error>(out)
+            })? {
+                vec![out]
             } else {
                 let t = profile::start();
                 let out = eval(&ins.op, &args, device)?;
@@ -322,7 +352,14 @@ impl Program {
             instrs: &self.instrs[start..end],
             first,
         };
-        match fuse::execute(&run, values, &live, device)? {
+        let literal = |k: usize| -> Result<Tensor> {
+            let op = self.instrs[start + k]
+                .op
+                .as_op()
+                .ok_or_else(|| Error::Execution("a literal is not an op".into()))?;
+            self.made.get(start + k, op, device)
+        };
+        match fuse::execute(&run, values, &live, device, &literal)? {
             Some(outs) => {
                 values.extend(outs);
                 self.free_last_uses(start..end, values);

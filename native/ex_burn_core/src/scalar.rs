@@ -68,6 +68,26 @@ impl Scalar {
         }
     }
 
+    /// The value as an element of `dtype` stores it, as an `f64`, where that is exact: f64,
+    /// f32 (rounded to f32 first) and integers up to 2^53 in magnitude (wrapped to the type's
+    /// width); `None` for other types and larger integers.
+    pub fn stored_as(self, dtype: crate::DType) -> Option<f64> {
+        use crate::DType;
+        match dtype {
+            DType::F64 => Some(self.to_f64()),
+            DType::F32 => Some(self.to_f64() as f32 as f64),
+            d if d.is_signed_int() => {
+                let v = self.wrapped_bits(d) as i64;
+                (v.unsigned_abs() <= 1 << 53).then_some(v as f64)
+            }
+            d if d.is_unsigned_int() => {
+                let v = self.wrapped_bits(d);
+                (v <= 1 << 53).then_some(v as f64)
+            }
+            _ => None,
+        }
+    }
+
     /// Burn's scalar for a tensor of type `dtype` (integers wrapped to its width).
     pub(crate) fn burn_for(self, dtype: crate::DType) -> BurnScalar {
         if dtype.is_float() {

@@ -50,7 +50,12 @@ where
     >,
 {
     match burn::tensor::try_read_sync(f) {
-        Some(Ok(data)) => Ok(data),
+        Some(Ok(data)) => {
+            // the read ran after every product queued before it
+            #[cfg(feature = "cuda")]
+            crate::cuda::queue::check_failures()?;
+            Ok(data)
+        }
         Some(Err(e)) => Err(Error::Execution(format!(
             "reading tensor data failed: {e:?}"
         ))),

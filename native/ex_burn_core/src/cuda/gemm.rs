@@ -17,7 +17,15 @@
 //! thread's stream (parameters uploaded elsewhere, say) is ordered by events, on the GPU: this
 //! stream waits for the work queued so far on the operand's stream, and after the GEMM the
 //! operand's stream waits for this one, so that memory it frees and reuses later is not
-//! overwritten before the GEMM has read it. The host never waits.
+//! overwritten before the GEMM has read it. The GPU never waits for the host.
+//!
+//! Queued, not waited for: a thread's first product on a device looks its buffers up and
+//! calls cuBLAS itself (waiting for CubeCL's device thread to reach that point; a cuBLAS
+//! handle that cannot be made sends the product to Burn's kernels). Later products are
+//! queued on CubeCL's device thread (`queue::submit`) and the calling thread goes on (on an
+//! H200 the lookups cost ~110 us of host time per product); one that fails there sets its
+//! result to NaN and reports the error at the next read ([`queue::check_failures`]).
+use super::queue::{self, driver, GpuResource, Nan, Output};
 use crate::dtype::Kind;
 use crate::op::Precision;
 use crate::tensor::Prim;
@@ -29,7 +37,8 @@ use cubecl_cuda::CudaRuntime;
 use cudarc::cublas::sys as blas;
 use cudarc::driver::{result as drv, sys as drv_sys};
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Below this many multiply-adds (a 512^3 product) Burn's kernel computes the product:
 /// cuBLAS's call and the buffer lookups cost more than the product saves.
@@ -70,26 +79,46 @@ static BLAS: OnceLock<Mutex<Handles>> = OnceLock::new();
 type Handles = HashMap<(usize, usize), Option<Blas>>;
 
 thread_local! {
-    /// Products cuBLAS computed on this thread, and how many of them had an operand owned by
-    /// another thread's stream (see [`products`]).
-    static PRODUCTS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+    /// Products cuBLAS computed on this thread (see [`products`]).
+    static PRODUCTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Those of them that had an operand owned by another thread's stream; counted where the
+    /// product runs (CubeCL's device thread), hence shared.
+    static CROSS: Arc<AtomicU64> = Arc::new(AtomicU64::new(0));
+    /// Devices (bit per index below 64) on which this thread's first product went through:
+    /// later products are queued without waiting.
+    static READY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// How many products cuBLAS computed on this thread, and how many of those had an operand
+/// The bit of device `index` in [`READY`] (devices from 63 on share the last bit's fate: they
+/// always take the waiting path).
+fn device_bit(index: usize) -> u64 {
+    if index < 63 {
+        1 << index
+    } else {
+        0
+    }
+}
+
+/// How many products cuBLAS computed for this thread, and how many of those had an operand
 /// owned by another thread's stream (ordered by events): lets tests tell them from products
-/// that fell back to Burn's kernels.
+/// that fell back to Burn's kernels. Products are queued: the second count is complete once
+/// a result has been read.
 pub fn products() -> (u64, u64) {
-    PRODUCTS.with(|c| c.get())
+    (
+        PRODUCTS.with(|c| c.get()),
+        CROSS.with(|c| c.load(Ordering::Relaxed)),
+    )
 }
 
-/// Whether products may go to cuBLAS (checked once): the library loads and the environment
-/// variable `EX_BURN_CUBLAS` is not `0` (which keeps every product on Burn's kernels).
+/// Whether products may go to cuBLAS: the library loads and the environment variable
+/// `EX_BURN_CUBLAS` is not `0` (which keeps every product on Burn's kernels), both checked
+/// once, and no queued product has failed.
 pub fn available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     *PRESENT.get_or_init(|| {
         // SAFETY: only tries to open the shared library.
         std::env::var("EX_BURN_CUBLAS").as_deref() != Ok("0") && unsafe { blas::is_culib_present() }
-    })
+    }) && queue::enabled()
 }
 
 fn check(status: blas::cublasStatus_t, what: &str) -> Result<()> {
@@ -100,10 +129,6 @@ fn check(status: blas::cublasStatus_t, what: &str) -> Result<()> {
             "cuBLAS {what} failed: {status:?}"
         )))
     }
-}
-
-fn driver<T>(r: std::result::Result<T, drv::DriverError>, what: &str) -> Result<T> {
-    r.map_err(|e| Error::Device(format!("CUDA {what} failed: {e:?}")))
 }
 
 impl Blas {
@@ -127,34 +152,6 @@ impl Blas {
         )?;
         Ok(Blas { handle, context })
     }
-}
-
-/// Makes `waiter` wait, on the GPU, for the work queued on `on` so far.
-///
-/// # Safety
-/// Both streams are live streams of the current context.
-unsafe fn wait_for(waiter: drv_sys::CUstream, on: drv_sys::CUstream) -> Result<()> {
-    let event = driver(
-        drv::event::create(drv_sys::CUevent_flags::CU_EVENT_DISABLE_TIMING),
-        "event creation",
-    )?;
-    // SAFETY: a live event and streams (the caller's guarantee); destroying an event whose
-    // recorded work is pending is allowed (its resources go when the work completes).
-    let r = unsafe {
-        driver(drv::event::record(event, on), "event record").and_then(|()| {
-            driver(
-                drv::stream::wait_event(
-                    waiter,
-                    event,
-                    drv_sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                ),
-                "stream wait",
-            )
-        })
-    };
-    // SAFETY: created above, not used afterwards.
-    let _ = unsafe { drv::event::destroy(event) };
-    r
 }
 
 /// The CUDA tensor behind a float primitive, when it is one.
@@ -207,6 +204,103 @@ fn layout(t: &CubeTensor<CudaRuntime>) -> Option<Layout> {
     })
 }
 
+/// One product as cuBLAS runs it: device, sizes, operand layouts and types.
+#[derive(Clone, Copy, Debug)]
+struct Gemm {
+    index: usize,
+    nb: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Layout,
+    b: Layout,
+    data_type: blas::cudaDataType,
+    compute: blas::cublasComputeType_t,
+    nan: Nan,
+}
+
+impl Gemm {
+    /// Queues the product on the result's stream (`Some(true)` when an operand's stream had to
+    /// be ordered by events, `None` when no cuBLAS handle could be made for the stream).
+    ///
+    /// # Safety
+    /// `a`, `b` and `c` are live buffers of the device holding the operands and the result in
+    /// the layouts of `self`, kept alive until this returns; the work queued on their streams
+    /// afterwards is what may reuse them.
+    unsafe fn run(
+        &self,
+        a: &GpuResource,
+        b: &GpuResource,
+        c: &GpuResource,
+    ) -> Result<Option<bool>> {
+        let stream = c.stream;
+        let op = |transposed: bool| {
+            if transposed {
+                blas::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                blas::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let (alpha, beta) = (1f32, 0f32);
+        let table = BLAS.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut table = table
+            .lock()
+            .map_err(|_| Error::Execution("the cuBLAS handle table is poisoned".into()))?;
+        let entry = table
+            .entry((self.index, stream as usize))
+            .or_insert_with(|| Blas::new(self.index, stream).ok());
+        let Some(h) = entry.as_ref() else {
+            return Ok(None);
+        };
+        let (la, lb) = (self.a, self.b);
+        // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS multiplies B^T (n x k) by A^T
+        // (k x m) into C^T (n x m, ld n). A row-major operand is, read column-major, already
+        // its transpose (no operation); a transposed view (columns contiguous) is read with
+        // `CUBLAS_OP_T`.
+        // SAFETY: the context is made current for this thread before cuBLAS runs; the pointers
+        // are live device buffers of the sizes given (the caller's guarantee). The GEMM is
+        // queued on `stream`, after the work queued so far on the operands' streams (events);
+        // memory those streams free afterwards is reused only by work queued after the GEMM
+        // (they wait for `stream`), and memory freed on `stream` is reused only by work queued
+        // after it there. alpha and beta are f32 as the compute type wants; the handle is used
+        // under the table's lock.
+        unsafe {
+            driver(drv::ctx::set_current(h.context), "context")?;
+            let others = queue::order_operands(stream, &[a, b])?;
+            check(
+                blas::cublasGemmStridedBatchedEx(
+                    h.handle,
+                    op(lb.transposed),
+                    op(la.transposed),
+                    self.n as i32,
+                    self.m as i32,
+                    self.k as i32,
+                    (&alpha as *const f32).cast(),
+                    b.ptr as *const std::ffi::c_void,
+                    self.data_type,
+                    lb.ld as i32,
+                    lb.batch as i64,
+                    a.ptr as *const std::ffi::c_void,
+                    self.data_type,
+                    la.ld as i32,
+                    la.batch as i64,
+                    (&beta as *const f32).cast(),
+                    c.ptr as *mut std::ffi::c_void,
+                    self.data_type,
+                    self.n as i32,
+                    (self.m * self.n) as i64,
+                    self.nb as i32,
+                    self.compute,
+                    blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                ),
+                "GEMM",
+            )?;
+            queue::release(stream, &others)?;
+            Ok(Some(!others.is_empty()))
+        }
+    }
+}
+
 /// `[nb, m, k] x [nb, k, n]` (batch broadcast where one side has `nb` 1) by cuBLAS, or `None`
 /// when it does not apply (see the module documentation).
 pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<Option<Tensor>> {
@@ -241,111 +335,89 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         return Ok(None);
     }
 
-    let index = ta.device.index;
+    let gemm = Gemm {
+        index: ta.device.index,
+        nb,
+        m,
+        n,
+        k,
+        a: la,
+        b: lb,
+        data_type,
+        compute: match (a3.dtype(), precision) {
+            (DType::F32, Precision::Default) => {
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+            }
+            _ => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        },
+        nan: match a3.dtype() {
+            DType::F32 => Nan::D32(0x7fc0_0000),
+            DType::F16 => Nan::D16(0x7e00),
+            _ => Nan::D16(0x7fc0),
+        },
+    };
     let client = ta.client.clone();
     let out_handle = client.empty(nb * m * n * elem);
-    let resource = |h| {
-        client
-            .get_resource(h)
-            .map_err(|e| Error::Device(format!("CUDA buffer lookup failed: {e:?}")))
-    };
-    let (ra, rb, rc) = (
-        resource(ta.handle.clone())?,
-        resource(tb.handle.clone())?,
-        resource(out_handle.clone())?,
-    );
-    // Queued on the result's stream (this thread's); operands owned by other streams are
-    // ordered by events.
-    let stream = rc.resource().stream;
-    let mut others: Vec<drv_sys::CUstream> = Vec::new();
-    for s in [ra.resource().stream, rb.resource().stream] {
-        if s != stream && !others.contains(&s) {
-            others.push(s);
-        }
-    }
-
-    let compute = match (a3.dtype(), precision) {
-        (DType::F32, Precision::Default) => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-        _ => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-    };
-    let op = |transposed: bool| {
-        if transposed {
-            blas::cublasOperation_t::CUBLAS_OP_T
-        } else {
-            blas::cublasOperation_t::CUBLAS_OP_N
-        }
-    };
-    let (alpha, beta) = (1f32, 0f32);
-    let table = BLAS.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut table = table
-        .lock()
-        .map_err(|_| Error::Execution("the cuBLAS handle table is poisoned".into()))?;
-    let entry = table
-        .entry((index, stream as usize))
-        .or_insert_with(|| Blas::new(index, stream).ok());
-    let Some(b) = entry.as_ref() else {
-        return Ok(None);
-    };
-    // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS multiplies B^T (n x k) by A^T
-    // (k x m) into C^T (n x m, ld n). A row-major operand is, read column-major, already its
-    // transpose (no operation); a transposed view (columns contiguous) is read with
-    // `CUBLAS_OP_T`.
-    // SAFETY: the context is current for this thread before cuBLAS runs; the pointers are
-    // live device buffers of the sizes given, which `ra`, `rb`, `rc` and the tensors keep
-    // until the call returns. The GEMM is queued on `stream`, after the work queued so far on
-    // the operands' streams (events); memory those streams free afterwards is reused only by
-    // work queued after the GEMM (they wait for `stream`), and memory freed on `stream` is
-    // reused only by work queued after it there. alpha and beta are f32 as the compute type
-    // wants.
-    unsafe {
-        driver(drv::ctx::set_current(b.context), "context")?;
-        for &other in &others {
-            wait_for(stream, other)?;
-        }
-        check(
-            blas::cublasGemmStridedBatchedEx(
-                b.handle,
-                op(lb.transposed),
-                op(la.transposed),
-                n as i32,
-                m as i32,
-                k as i32,
-                (&alpha as *const f32).cast(),
-                rb.resource().ptr as *const std::ffi::c_void,
-                data_type,
-                lb.ld as i32,
-                lb.batch as i64,
-                ra.resource().ptr as *const std::ffi::c_void,
-                data_type,
-                la.ld as i32,
-                la.batch as i64,
-                (&beta as *const f32).cast(),
-                rc.resource().ptr as *mut std::ffi::c_void,
-                data_type,
-                n as i32,
-                (m * n) as i64,
-                nb as i32,
-                compute,
-                blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            ),
-            "GEMM",
-        )?;
-        for &other in &others {
-            wait_for(other, stream)?;
-        }
-    }
-    drop((ra, rb, rc));
-    crate::program::profile::note(if others.is_empty() {
-        "cublas"
-    } else {
-        "cublas+events"
-    });
-    PRODUCTS.with(|c| {
-        let (all, cross) = c.get();
-        c.set((all + 1, cross + u64::from(!others.is_empty())));
-    });
-    let dtype: BurnDType = ta.dtype;
     let device = ta.device.clone();
+    if READY.with(|r| r.get() & device_bit(gemm.index) != 0) {
+        // Queued on CubeCL's device thread, in order with the kernels queued before and after
+        // it: this thread goes on at once.
+        let (ba, bb, bc) = (
+            ta.handle.clone().binding(),
+            tb.handle.clone().binding(),
+            out_handle.clone().binding(),
+        );
+        let cross = CROSS.with(Arc::clone);
+        let output = Output {
+            binding: 2,
+            count: nb * m * n,
+            nan: gemm.nan,
+        };
+        queue::submit(
+            ta,
+            vec![ba, bb, bc],
+            vec![output],
+            "a cuBLAS matrix product",
+            move |bufs, _| {
+                // SAFETY: the buffers are live, of the sizes the layouts give, held until the
+                // call returns (see `Gemm::run`).
+                match unsafe { gemm.run(bufs[0], bufs[1], bufs[2])? } {
+                    Some(true) => {
+                        cross.fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    }
+                    Some(false) => Ok(()),
+                    None => Err(Error::Device("no cuBLAS handle for the stream".into())),
+                }
+            },
+        );
+        crate::program::profile::note("cublas");
+    } else {
+        // The first product of this thread on this device waits for its buffers: a cuBLAS
+        // handle that cannot be created sends the product to Burn's kernels, before anything
+        // was queued.
+        let resource = |h| {
+            client
+                .get_resource(h)
+                .map_err(|e| Error::Device(format!("CUDA buffer lookup failed: {e:?}")))
+        };
+        let (ra, rb, rc) = (
+            resource(ta.handle.clone())?,
+            resource(tb.handle.clone())?,
+            resource(out_handle.clone())?,
+        );
+        // SAFETY: as above; `ra`, `rb`, `rc` hold the buffers until the call returns.
+        let Some(cross) = (unsafe { gemm.run(ra.resource(), rb.resource(), rc.resource())? })
+        else {
+            return Ok(None);
+        };
+        drop((ra, rb, rc));
+        CROSS.with(|c| c.fetch_add(u64::from(cross), Ordering::Relaxed));
+        READY.with(|r| r.set(r.get() | device_bit(gemm.index)));
+        crate::program::profile::note("cublas[first]");
+    }
+    PRODUCTS.with(|c| c.set(c.get() + 1));
+    let dtype: BurnDType = ta.dtype;
     let out = CubeTensor::new_contiguous(client, device, [nb, m, n].into(), out_handle, dtype);
     let prim = DispatchTensor {
         kind: DispatchTensorKind::Cuda(BackendTensor::Float(out)),

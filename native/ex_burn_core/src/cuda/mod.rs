@@ -2,8 +2,10 @@
 //! [`Error::Device`] before Burn's CUDA runtime would panic on first use.
 
 pub mod cache;
+pub mod elementwise;
 pub mod gemm;
 pub mod memory;
+pub mod queue;
 
 use crate::{Error, Result};
 use cudarc::driver::result as drv;

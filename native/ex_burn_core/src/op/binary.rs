@@ -7,6 +7,7 @@
 use super::util;
 use super::{Arith, Compare, Logical, Op};
 use crate::dtype::Kind;
+use crate::scalar::Scalar;
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
@@ -114,6 +115,54 @@ fn with_scalar(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Te
         (false, _, _) => B::int_mul_scalar(p, v),
     };
     Ok(Some(Tensor::same_shape_as(prim, big.kind(), big)))
+}
+
+/// `t op literal` (`literal op t` when `left`) for float `add`, `subtract`, `multiply` and
+/// `divide` (not a literal dividend), where the literal's value is known on the host (a
+/// program's constant, see `program::literal`): Burn's scalar kernel on `t`, with the value
+/// converted to the result type on the host as the device converts it (through the literal's
+/// own type: f64 and integers up to 2^53 exactly, f32 rounded to f32 first). `None` where that
+/// does not apply: other ops or types, the literal's type not one of those, or `t` not
+/// already of the result type.
+pub(crate) fn with_literal(
+    f: Arith,
+    out: Option<DType>,
+    t: &Tensor,
+    (value, dtype): (Scalar, DType),
+    left: bool,
+) -> Result<Option<Tensor>> {
+    let merged = DType::merge(t.dtype(), dtype);
+    let out = out.unwrap_or(match f {
+        Arith::Divide => merged.to_floating(),
+        _ => merged,
+    });
+    let supported = match f {
+        Arith::Add | Arith::Multiply | Arith::Subtract => true,
+        Arith::Divide => !left,
+        _ => false,
+    };
+    if !supported
+        || !out.is_float()
+        || t.dtype() != out
+        || t.rank() == 0
+        || t.numel() == 0
+        || t.kind() != Kind::Float
+    {
+        return Ok(None);
+    }
+    let Some(host) = value.stored_as(dtype) else {
+        return Ok(None);
+    };
+    let v = Scalar::F(host).burn_for(out);
+    let p = t.prim();
+    let prim = match (f, left) {
+        (Arith::Add, _) => B::float_add_scalar(p, v),
+        (Arith::Subtract, false) => B::float_sub_scalar(p, v),
+        (Arith::Subtract, true) => B::float_add_scalar(B::float_neg(p), v),
+        (Arith::Multiply, _) => B::float_mul_scalar(p, v),
+        _ => B::float_div_scalar(p, v),
+    };
+    Ok(Some(Tensor::same_shape_as(prim, Kind::Float, t)))
 }
 
 /// `x ** 2` and `x ** 3` of an f32 tensor on the CPU (exponent a scalar): the products

@@ -68,6 +68,28 @@ fn identity(red: ReduceKind, dtype: DType) -> Scalar {
     }
 }
 
+/// `shape` with each run of adjacent `axes` (sorted) merged into one axis, and the merged
+/// axes' positions.
+fn merge_adjacent(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let (mut merged, mut at) = (Vec::with_capacity(shape.len()), Vec::new());
+    let mut i = 0;
+    while i < shape.len() {
+        if axes.contains(&i) {
+            at.push(merged.len());
+            let mut n = 1;
+            while i < shape.len() && axes.contains(&i) {
+                n *= shape[i];
+                i += 1;
+            }
+            merged.push(n);
+        } else {
+            merged.push(shape[i]);
+            i += 1;
+        }
+    }
+    (merged, at)
+}
+
 fn reduce(
     red: ReduceKind,
     x: &Tensor,
@@ -112,6 +134,23 @@ fn reduce(
         };
         return Ok(Tensor::from_prim(p, kind, shape));
     }
+    // Adjacent reduced axes as one (a reshape, which only changes metadata on contiguous
+    // data): one kernel launch per run of adjacent axes instead of one per axis. Float sums
+    // and products then add in another order, so the CPU (whose f32 sums are f64 sums, and
+    // whose results the conformance suites pin) keeps reducing axis by axis.
+    let exact = !(kind == Kind::Float && matches!(red, ReduceKind::Sum | ReduceKind::Product));
+    let axes = if exact || !matches!(x.dispatch_device(), burn::DispatchDevice::Flex(_)) {
+        let (merged_shape, merged_axes) = merge_adjacent(t.shape(), &axes);
+        if merged_axes.len() < axes.len() {
+            p = match kind {
+                Kind::Float => B::float_reshape(p, merged_shape.into()),
+                _ => B::int_reshape(p, merged_shape.into()),
+            };
+        }
+        merged_axes
+    } else {
+        axes
+    };
     for &a in &axes {
         p = match (kind, red) {
             (Kind::Float, ReduceKind::Sum) => B::float_sum_dim(p, a),

@@ -7,8 +7,11 @@
 //! in cache instead of making one pass over memory per op. Chunks are spread over the host's
 //! cores. Runs over f32 whose instructions are all plain maps run as tight loops over chunk
 //! buffers ([`map32`]); others run the same op-table code on chunk tensors. Either way results
-//! are identical to the unfused program; GPU devices are left to Burn's own kernel fusion.
+//! are identical to the unfused program. On NVIDIA GPUs the same f32 plans run as one CUDA
+//! kernel per run (`gpu`); other GPUs run op by op.
 
+#[cfg(feature = "cuda")]
+mod gpu;
 mod map32;
 
 use super::Instr;
@@ -76,15 +79,18 @@ pub(super) struct Run<'a> {
 }
 
 /// Executes `run` in chunks when its operands allow it. `values` holds every value defined so
-/// far; `live_out` says which results of the run are read later. Returns the run's results
+/// far; `live_out` says which results of the run are read later; `literal(k)` is the tensor
+/// of the run's `k`-th instruction when that is a scalar literal. Returns the run's results
 /// (`None` where not live), or `Ok(None)` when the run must execute unfused.
 pub(super) fn execute(
     run: &Run,
     values: &[Option<Tensor>],
     live_out: &[bool],
     device: Device,
+    literal: &dyn Fn(usize) -> Result<Tensor>,
 ) -> Result<Option<Vec<Option<Tensor>>>> {
-    if device != Device::Cpu {
+    let gpu = cfg!(feature = "cuda") && matches!(device, Device::Cuda(_));
+    if device != Device::Cpu && !gpu {
         return Ok(None);
     }
     let external: Vec<(usize, Tensor)> = run
@@ -113,6 +119,14 @@ pub(super) fn execute(
         return Ok(None);
     };
     let n: usize = shape.iter().product();
+    #[cfg(feature = "cuda")]
+    if gpu {
+        // one kernel for the run, whatever its size (each kernel launch costs ~10 us)
+        return match map32::Plan::new(run, &external, &shape, live_out, device, literal)? {
+            Some(plan) => gpu::execute(&plan, n, live_out, &shape),
+            None => Ok(None),
+        };
+    }
     if n < MIN_ELEMENTS {
         return Ok(None);
     }
@@ -122,7 +136,7 @@ pub(super) fn execute(
             .unwrap_or(1)
             .min(chunks)
     };
-    if let Some(plan) = map32::Plan::new(run, &external, &shape, live_out, device)? {
+    if let Some(plan) = map32::Plan::new(run, &external, &shape, live_out, device, literal)? {
         if let Some(out) =
             plan.execute(n, workers_for(n.div_ceil(CHUNK)), live_out, &shape, device)?
         {

@@ -112,10 +112,10 @@ fn a_large_element_wise_run_matches_op_by_op_evaluation() {
 fn runs_with_a_broadcast_row_operand_match_op_by_op_evaluation() {
     let x = big(200_000);
     let y = f(&[1., 2., 3., 4.], &[4]);
-    let before = ex_burn_core::program::loop_runs();
+    let before = fused_so_far();
     let out = chain().run(vec![x.clone(), y.clone()], dev()).unwrap();
-    if dev() == Device::Cpu {
-        assert_eq!(ex_burn_core::program::loop_runs(), before + 1, "not fused");
+    if fuses() {
+        assert_eq!(fused_so_far(), before + 1, "not fused");
     }
     let (want, _) = eager_chain(&x, &y);
     assert_eq!(v(&out[0]), v(&want));
@@ -290,6 +290,25 @@ fn f32_chunk_loops_match_op_by_op_evaluation() {
     assert_eq!(bits(&out[2]), bits(&e10));
 }
 
+/// Runs fused on this thread so far: chunk loops on the CPU, kernels of ours on CUDA.
+fn fused_so_far() -> u64 {
+    #[cfg(feature = "cuda")]
+    let kernels = ex_burn_core::cuda::elementwise::launches();
+    #[cfg(not(feature = "cuda"))]
+    let kernels = 0;
+    ex_burn_core::program::loop_runs() + kernels
+}
+
+/// Whether the test device fuses element-wise runs (the CPU, and CUDA with NVRTC).
+fn fuses() -> bool {
+    match dev() {
+        Device::Cpu => true,
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => ex_burn_core::cuda::elementwise::available(),
+        _ => false,
+    }
+}
+
 /// Evaluates `prog`'s instructions one at a time (no fusion, no folding).
 fn op_by_op(prog: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
     let mut values: Vec<Tensor> = inputs.to_vec();
@@ -413,10 +432,10 @@ fn broadcast_operands_comparisons_and_select_match_op_by_op_evaluation() {
     )
     .unwrap();
     let inputs = [x, g, bias, column, mask];
-    let before = ex_burn_core::program::loop_runs();
+    let before = fused_so_far();
     let got = prog.run(inputs.to_vec(), dev()).unwrap();
-    if dev() == Device::Cpu {
-        assert_eq!(ex_burn_core::program::loop_runs(), before + 1, "not fused");
+    if fuses() {
+        assert_eq!(fused_so_far(), before + 1, "not fused");
     }
     let want = op_by_op(&prog, &inputs);
     for (k, (a, b)) in got.iter().zip(&want).enumerate() {
@@ -531,10 +550,10 @@ fn small_integer_powers_are_rounded_once_fused_or_not() {
         vec![2, 4, 7, 8],
     )
     .unwrap();
-    let before = ex_burn_core::program::loop_runs();
+    let before = fused_so_far();
     let got = prog.run(vec![x.clone()], dev()).unwrap();
     if dev() == Device::Cpu {
-        assert_eq!(ex_burn_core::program::loop_runs(), before + 1, "not fused");
+        assert_eq!(fused_so_far(), before + 1, "not fused");
         let cube: Vec<f64> = xv
             .iter()
             .map(|&a| {
@@ -715,9 +734,9 @@ fn generated_element_wise_programs_match_op_by_op_evaluation() {
         // every f32 result (a comparison read after the run goes to the op table by design)
         let outputs = full[2..].to_vec();
         let prog = Program::new(inputs.len(), instrs, outputs).unwrap();
-        let before = ex_burn_core::program::loop_runs();
+        let before = fused_so_far();
         let got = prog.run(inputs.clone(), dev()).unwrap();
-        fused += ex_burn_core::program::loop_runs() - before;
+        fused += fused_so_far() - before;
         let want = op_by_op(&prog, &inputs);
         for (k, (x, y)) in got.iter().zip(&want).enumerate() {
             assert_eq!(x.shape(), y.shape(), "case {case} output {k}");
@@ -732,5 +751,124 @@ fn generated_element_wise_programs_match_op_by_op_evaluation() {
     }
     if dev() == Device::Cpu {
         assert_eq!(fused, 24, "runs that took the chunk loops");
+    } else if fuses() {
+        // no size threshold on the GPU (the operand checks differ: computed scalars of
+        // other types than f32 stay op by op there)
+        println!(
+            "generated programs: {fused} runs were fused kernels on {:?}",
+            dev()
+        );
+        assert!(fused > 0, "no run was a fused kernel");
+    }
+}
+
+/// A run whose first steps only read broadcast operands (a layer norm's `mean = sum / n`, per
+/// row): the GPU kernel computes them for every element, the CPU runs them op by op; the
+/// values equal op-by-op evaluation either way, and a small step read after the run keeps
+/// the run op by op.
+#[test]
+fn runs_with_steps_on_broadcast_operands_only_match_op_by_op_evaluation() {
+    let (rows, cols) = (37, 301);
+    let x = f(&special(rows * cols, 3), &[rows, cols]);
+    let lit = |v: f64, dtype: DType| Op::Full {
+        shape: vec![],
+        dtype,
+        value: if dtype == DType::F32 {
+            Scalar::F(v)
+        } else {
+            Scalar::I(v as i64)
+        },
+    };
+    let bin = |op: Arith| Op::Binary {
+        op,
+        out: Some(DType::F32),
+    };
+    for mean_live in [false, true] {
+        let prog = Program::new(
+            1,
+            vec![
+                ins(
+                    Op::Reduce {
+                        kind: ReduceKind::Sum,
+                        axes: Some(vec![1]),
+                        keep_axes: true,
+                        out: None,
+                    },
+                    &[0],
+                ), // 1: [rows, 1]
+                ins(lit(cols as f64, DType::S32), &[]), // 2
+                ins(bin(Arith::Divide), &[1, 2]),       // 3: mean, [rows, 1]
+                ins(bin(Arith::Subtract), &[0, 3]),     // 4: centred
+                ins(bin(Arith::Multiply), &[4, 4]),     // 5
+                ins(lit(1.0e-5, DType::F32), &[]),      // 6
+                ins(bin(Arith::Add), &[3, 6]),          // 7: [rows, 1]
+                ins(Op::Unary(Unary::Rsqrt), &[7]),     // 8: [rows, 1]
+                ins(bin(Arith::Multiply), &[5, 8]),     // 9
+                ins(Op::Unary(Unary::Tanh), &[9]),      // 10
+            ],
+            if mean_live { vec![10, 3] } else { vec![10, 4] },
+        )
+        .unwrap();
+        let before = fused_so_far();
+        let got = prog.run(vec![x.clone()], dev()).unwrap();
+        let fused = fused_so_far() - before;
+        let want = op_by_op(&prog, std::slice::from_ref(&x));
+        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(a.shape(), b.shape(), "output {k}");
+            for (i, (p, q)) in v(a).iter().zip(v(b)).enumerate() {
+                assert!(
+                    p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
+                    "mean read after the run: {mean_live}: output {k} element {i}: {p} vs {q}"
+                );
+            }
+        }
+        #[cfg(feature = "cuda")]
+        if matches!(dev(), Device::Cuda(_)) && fuses() {
+            assert_eq!(
+                fused,
+                u64::from(!mean_live),
+                "fused kernels (mean live: {mean_live})"
+            );
+        }
+        if dev() == Device::Cpu {
+            assert_eq!(fused, 0, "the CPU keeps such runs op by op");
+        }
+    }
+}
+
+/// `rsqrt` in a fused run is `1 / sqrt(x)` with both roundings, as op by op.
+#[test]
+fn rsqrt_in_a_fused_run_matches_op_by_op_evaluation() {
+    let x = f(&special(200_000, 7), &[400, 500]);
+    let prog = Program::new(
+        1,
+        vec![
+            ins(Op::Unary(Unary::Abs), &[0]),   // 1
+            ins(Op::Unary(Unary::Rsqrt), &[1]), // 2
+            ins(Op::Unary(Unary::Rsqrt), &[0]), // 3: NaN below zero
+            ins(
+                Op::Binary {
+                    op: Arith::Add,
+                    out: None,
+                },
+                &[2, 3],
+            ), // 4
+        ],
+        vec![4, 2],
+    )
+    .unwrap();
+    let before = fused_so_far();
+    let got = prog.run(vec![x.clone()], dev()).unwrap();
+    if fuses() {
+        assert_eq!(fused_so_far(), before + 1, "not fused");
+    }
+    let want = op_by_op(&prog, &[x]);
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        for (i, (p, q)) in v(a).iter().zip(v(b)).enumerate() {
+            assert!(
+                p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
+                "output {k} element {i}: {p} vs {q}"
+            );
+        }
     }
 }

@@ -14,6 +14,7 @@ mod fusion;
 mod hostile;
 mod index;
 mod linalg;
+mod literal;
 mod nn;
 mod program;
 mod reduce;

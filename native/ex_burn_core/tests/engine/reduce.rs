@@ -349,3 +349,96 @@ fn f32_sums_are_the_f64_sum_rounded_once_in_every_layout() {
     let all = xs.iter().sum::<f64>() as f32 as f64;
     assert_eq!(v(&ev(sum(None, false), &[&first])), vec![all]);
 }
+
+/// Reductions over several axes, adjacent ones merged into one (a single kernel each run of
+/// them), on contiguous and transposed inputs: every kind against a host reduction of the
+/// same elements (exact: integer-valued floats and integers, max and min).
+#[test]
+fn reductions_over_runs_of_adjacent_axes_match_the_host() {
+    let shape = [2usize, 3, 4, 5];
+    let n: usize = shape.iter().product();
+    // small integers (exact sums), some negative, in no particular order
+    let vals: Vec<f64> = (0..n).map(|i| ((i * 7919) % 23) as f64 - 11.0).collect();
+    let axes_sets: [&[usize]; 6] = [
+        &[0, 1],
+        &[1, 2],
+        &[2, 3],
+        &[0, 1, 3],
+        &[1, 2, 3],
+        &[0, 2, 3],
+    ];
+    let kinds = [
+        ReduceKind::Sum,
+        ReduceKind::Max,
+        ReduceKind::Min,
+        ReduceKind::Product,
+    ];
+    for dtype in [DType::F32, DType::S64] {
+        let x = t(&vals, &shape, dtype);
+        // the same values, stored transposed: a permuted view of a [5, 4, 3, 2] tensor
+        let mut tvals = vec![0.0; n];
+        for (i, &v) in vals.iter().enumerate() {
+            let (a, b, c, d) = (i / 60, i / 20 % 3, i / 5 % 4, i % 5);
+            tvals[((d * 4 + c) * 3 + b) * 2 + a] = v;
+        }
+        let xt = ev(
+            Op::Transpose {
+                axes: Some(vec![3, 2, 1, 0]),
+            },
+            &[&t(&tvals, &[5, 4, 3, 2], dtype)],
+        );
+        for input in [&x, &xt] {
+            for &axes in &axes_sets {
+                for kind in kinds {
+                    // products of at most 12 factors of magnitude <= 11 (no s64 overflow)
+                    let count: usize = axes.iter().map(|&a| shape[a]).product();
+                    if kind == ReduceKind::Product && count > 12 {
+                        continue;
+                    }
+                    for keep in [false, true] {
+                        let out_shape: Vec<usize> = (0..4)
+                            .filter_map(|a| match (axes.contains(&a), keep) {
+                                (true, true) => Some(1),
+                                (true, false) => None,
+                                _ => Some(shape[a]),
+                            })
+                            .collect();
+                        let m: usize = out_shape.iter().product();
+                        let mut want: Vec<Option<f64>> = vec![None; m];
+                        for (i, &v) in vals.iter().enumerate() {
+                            let idx = [i / 60, i / 20 % 3, i / 5 % 4, i % 5];
+                            let o = (0..4)
+                                .filter(|a| !axes.contains(a))
+                                .fold(0, |o, a| o * shape[a] + idx[a]);
+                            want[o] = Some(match (want[o], kind) {
+                                (None, _) => v,
+                                (Some(w), ReduceKind::Sum) => w + v,
+                                (Some(w), ReduceKind::Max) => w.max(v),
+                                (Some(w), ReduceKind::Min) => w.min(v),
+                                (Some(w), _) => w * v,
+                            });
+                        }
+                        let want: Vec<f64> = want.into_iter().map(Option::unwrap).collect();
+                        let op = Op::Reduce {
+                            kind,
+                            axes: Some(axes.to_vec()),
+                            keep_axes: keep,
+                            out: None,
+                        };
+                        let got = ev(op, &[input]);
+                        assert_eq!(got.shape(), &out_shape[..], "{kind:?} {axes:?} {dtype:?}");
+                        let g = v(&got);
+                        if kind == ReduceKind::Product && dtype == DType::F32 {
+                            // f32 products of up to 20 factors round: compare relatively
+                            for (a, b) in g.iter().zip(&want) {
+                                assert!((a - b).abs() <= 1e-5 * b.abs(), "{kind:?} {axes:?}");
+                            }
+                        } else {
+                            assert_eq!(g, want, "{kind:?} {axes:?} {dtype:?} keep {keep}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -23,7 +23,7 @@ use std::mem::MaybeUninit;
 
 /// Where an operand of a step comes from.
 #[derive(Clone, Copy, Debug)]
-enum Src {
+pub(super) enum Src {
     /// The result of an earlier step of the run.
     Stage(usize),
     /// An external tensor (index into the plan's external operands).
@@ -34,7 +34,7 @@ enum Src {
 
 /// How element `i` of the run's (row-major) output reads an external operand.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Layout {
+pub(super) enum Layout {
     /// The operand has the run's shape: element `i`.
     Full,
     /// The operand's shape is a trailing part of the run's (a bias row): element `i % len`.
@@ -64,14 +64,16 @@ impl Layout {
 }
 
 /// An external operand: its values (row-major) and how the run reads them.
-struct Ext {
-    tensor: Tensor,
-    layout: Layout,
+pub(super) struct Ext {
+    /// The operand.
+    pub(super) tensor: Tensor,
+    /// How the run reads it.
+    pub(super) layout: Layout,
 }
 
 /// The per-element function of a step.
 #[derive(Clone, Copy, Debug)]
-enum Map {
+pub(super) enum Map {
     Add,
     Sub,
     Mul,
@@ -89,6 +91,8 @@ enum Map {
     Neg,
     Abs,
     Sqrt,
+    /// `1 / sqrt(x)`, each rounded (the op table's `recip(sqrt(x))`).
+    Rsqrt,
     Exp,
     Log,
     Sin,
@@ -124,6 +128,7 @@ impl Map {
                 Unary::Neg => Map::Neg,
                 Unary::Abs => Map::Abs,
                 Unary::Sqrt => Map::Sqrt,
+                Unary::Rsqrt => Map::Rsqrt,
                 Unary::Exp => Map::Exp,
                 Unary::Log => Map::Log,
                 Unary::Sin => Map::Sin,
@@ -152,7 +157,7 @@ impl Map {
 
 /// One instruction of the run: its map and operands (a constant instruction has no map).
 #[derive(Clone, Copy, Debug)]
-enum Stage {
+pub(super) enum Stage {
     Const(f32),
     Unary(Map, Src),
     Binary(Map, Src, Src),
@@ -162,11 +167,12 @@ enum Stage {
 
 /// A run compiled to f32 loops.
 pub(super) struct Plan {
-    steps: Vec<Stage>,
+    /// The instructions.
+    pub(super) steps: Vec<Stage>,
     /// The scalar tensors of constant steps (`None` for other steps), returned when live.
-    consts: Vec<Option<Tensor>>,
+    pub(super) consts: Vec<Option<Tensor>>,
     /// External tensor operands, f32.
-    ext: Vec<Ext>,
+    pub(super) ext: Vec<Ext>,
 }
 
 /// A scalar operand as the op table uses it in an f32 computation: cast to f32 as `prepare`
@@ -228,6 +234,7 @@ impl Plan {
         full: &[usize],
         live_out: &[bool],
         device: Device,
+        literal: &dyn Fn(usize) -> Result<Tensor>,
     ) -> Result<Option<Plan>> {
         let mut ext: Vec<Ext> = Vec::new();
         let mut ext_ids: Vec<usize> = Vec::new();
@@ -239,15 +246,35 @@ impl Plan {
             let Some(op) = ins.op.as_op() else {
                 return Ok(None);
             };
-            if let Op::Full { shape, dtype, .. } = op {
+            if let Op::Full {
+                shape,
+                dtype,
+                value,
+            } = op
+            {
                 if !shape.is_empty() {
                     return Ok(None);
                 }
-                let t = op::eval(op, &[], device)?
-                    .pop()
-                    .ok_or_else(|| Error::Execution("no result".into()))?;
-                steps.push(Stage::Const(scalar_f32(&t)?));
-                consts.push(Some(t));
+                let k = steps.len();
+                let make = || literal(k);
+                if device == Device::Cpu {
+                    let t = make()?;
+                    steps.push(Stage::Const(scalar_f32(&t)?));
+                    consts.push(Some(t));
+                } else {
+                    // off the CPU the value is converted on the host (a device read would
+                    // wait for the GPU); the tensor (the program's kept literal) is only
+                    // fetched when read after the run
+                    let Some(v) = value.stored_as(*dtype) else {
+                        return Ok(None);
+                    };
+                    steps.push(Stage::Const(v as f32));
+                    consts.push(if live_out[steps.len() - 1] {
+                        Some(make()?)
+                    } else {
+                        None
+                    });
+                }
                 kinds.push((Ty::Const(*dtype), false));
                 continue;
             }
@@ -275,9 +302,12 @@ impl Plan {
                         .iter()
                         .find(|(v, _)| *v == a)
                         .ok_or_else(|| Error::Execution(format!("value {a} missing")))?;
-                    if t.rank() == 0 {
+                    if t.rank() == 0 && device == Device::Cpu {
                         tys.push(Ty::Const(t.dtype()));
                         Src::Const(scalar_f32(t)?)
+                    } else if t.rank() == 0 && (t.kind(), t.dtype()) != (Kind::Float, DType::F32) {
+                        // off the CPU a computed scalar is read by the kernel, as f32 only
+                        return Ok(None);
                     } else {
                         let ty = match (t.kind(), t.dtype()) {
                             (Kind::Bool, _) => Ty::Mask,
@@ -308,9 +338,11 @@ impl Plan {
                 };
                 srcs.push(src);
             }
-            // A step without an operand of the run's shape would compute a smaller (or
-            // scalar) tensor, which the loops cannot represent.
-            if !full_operand {
+            // A step without an operand of the run's shape computes a smaller (or scalar)
+            // tensor. The GPU kernel computes it for every element it is broadcast to (a
+            // layer norm's `mean = sum / n` per row, say), which only a result read after the
+            // run cannot represent; the CPU loops keep such runs op by op.
+            if !full_operand && (device == Device::Cpu || live_out[steps.len()]) {
                 return Ok(None);
             }
             let out = declared_out(op);
@@ -333,7 +365,7 @@ impl Plan {
             }
             steps.push(step);
             consts.push(None);
-            kinds.push((ty, true));
+            kinds.push((ty, full_operand));
         }
         Ok(Some(Plan { steps, consts, ext }))
     }
@@ -535,6 +567,7 @@ fn unary(m: Map, a: Arg, out: &mut [f32]) {
         Map::Neg => map1(a, out, |x| -x),
         Map::Abs => map1(a, out, f32::abs),
         Map::Sqrt => map1(a, out, f32::sqrt),
+        Map::Rsqrt => map1(a, out, |x| 1.0 / x.sqrt()),
         Map::Exp => map1(a, out, f32::exp),
         Map::Log => map1(a, out, f32::ln),
         Map::Exact(fun) => match a {

@@ -1,0 +1,218 @@
+//! Element-wise kernels of ExBurn's own on NVIDIA GPUs: CUDA C source compiled at run time
+//! with NVRTC (as Burn's kernels are), run on the buffers of Burn's CUDA tensors.
+//!
+//! A fused run of a program (`program::fuse`) becomes one kernel that reads each operand
+//! once and writes each live result once, where Burn launches one kernel per op and makes
+//! a pass over memory for each. Kernels are compiled once per source and device and kept
+//! for the process; they are compiled without contracting products and sums into fused
+//! multiply-adds (`--fmad=false`), so each op rounds as Burn's kernel for it does.
+
+use super::queue::{self, driver, Nan, Output};
+use crate::tensor::Prim;
+use crate::{DType, Error, Result, Tensor};
+use burn_cubecl::tensor::CubeTensor;
+use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
+use cubecl_cuda::CudaRuntime;
+use cudarc::driver::{result as drv, sys as drv_sys};
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The name of the kernel function every source defines.
+pub const ENTRY: &str = "exburn_fused";
+
+/// Threads per block.
+const BLOCK: u32 = 256;
+
+/// Blocks at most (the kernels loop over the elements with a grid stride).
+const MAX_BLOCKS: usize = 65_535;
+
+/// A compiled kernel in the primary context of one device.
+struct Kernel {
+    func: drv_sys::CUfunction,
+    context: drv_sys::CUcontext,
+}
+
+// SAFETY: a function and context handle of the driver, usable from any thread once the
+// context is made current there (which every use does first).
+unsafe impl Send for Kernel {}
+unsafe impl Sync for Kernel {}
+
+/// Kernels by device index and source (`None`: it did not compile or load; not retried).
+type Kernels = HashMap<(usize, String), Option<Arc<Kernel>>>;
+
+static KERNELS: OnceLock<Mutex<Kernels>> = OnceLock::new();
+
+thread_local! {
+    /// Kernels this thread queued (see [`launches`]).
+    static LAUNCHES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many fused kernels this thread queued: lets tests tell a fused run from one that fell
+/// back to Burn's kernels.
+pub fn launches() -> u64 {
+    LAUNCHES.with(|c| c.get())
+}
+
+/// Whether fused kernels may be used: `EX_BURN_CUDA_FUSION` is not `0` (checked once) and no
+/// queued work has failed.
+pub fn available() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("EX_BURN_CUDA_FUSION").as_deref() != Ok("0"))
+        && queue::enabled()
+}
+
+/// Compiles and loads `source` for device `index` (once).
+fn kernel(index: usize, source: &str) -> Result<Option<Arc<Kernel>>> {
+    let table = KERNELS.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut table = table
+        .lock()
+        .map_err(|_| Error::Execution("the fused kernel table is poisoned".into()))?;
+    if let Some(k) = table.get(&(index, source.to_string())) {
+        return Ok(k.clone());
+    }
+    let made = compile(index, source).ok().map(Arc::new);
+    table.insert((index, source.to_string()), made.clone());
+    Ok(made)
+}
+
+fn compile(index: usize, source: &str) -> Result<Kernel> {
+    let opts = cudarc::nvrtc::CompileOptions {
+        fmad: Some(false),
+        ..Default::default()
+    };
+    let ptx = crate::guard(|| {
+        cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+            .map_err(|e| Error::Device(format!("NVRTC failed on a fused kernel: {e:?}")))
+    })?;
+    let image = CString::new(ptx.to_src())
+        .map_err(|_| Error::Device("NVRTC returned PTX with a NUL byte".into()))?;
+    let device = driver(drv::device::get(index as i32), "device lookup")?;
+    // SAFETY: `device` is a valid device; CubeCL uses the same primary context.
+    let context = driver(unsafe { drv::primary_ctx::retain(device) }, "context")?;
+    // SAFETY: a valid context; the image is a NUL-terminated PTX text that outlives the call;
+    // the name is NUL-terminated.
+    let func = unsafe {
+        driver(drv::ctx::set_current(context), "context")?;
+        let module = driver(drv::module::load_data(image.as_ptr().cast()), "module load")?;
+        driver(
+            drv::module::get_function(module, CString::new(ENTRY).unwrap_or_default()),
+            "function lookup",
+        )?
+    };
+    Ok(Kernel { func, context })
+}
+
+/// The CUDA tensor behind an f32 tensor.
+fn f32_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
+    match &prim.kind {
+        DispatchTensorKind::Cuda(BackendTensor::Float(t))
+            if t.dtype == burn::tensor::DType::F32 =>
+        {
+            Some(t)
+        }
+        _ => None,
+    }
+}
+
+/// The strides (in elements) of an f32 CUDA tensor's buffer, axis by axis (CubeCL pads the
+/// rows of some tensors, and views are strided); `None` for other tensors.
+pub fn strides(t: &Tensor) -> Option<Vec<usize>> {
+    f32_cube(&t.prim()).map(|c| c.meta.strides().to_vec())
+}
+
+/// Runs kernel `source` (defining [`ENTRY`] with parameters `(const float* inputs...,
+/// float* outputs..., unsigned long long n)`, reading each input with the [`strides`] it has)
+/// over `n` elements: `outputs` f32 results of `shape`, contiguous. `None` (nothing queued)
+/// where it does not apply: an input not an f32 CUDA tensor, or the source did not compile.
+pub fn launch(
+    source: &str,
+    inputs: &[&Tensor],
+    outputs: usize,
+    n: usize,
+    shape: &[usize],
+) -> Result<Option<Vec<Tensor>>> {
+    if n == 0 || outputs == 0 || !available() {
+        return Ok(None);
+    }
+    let prims: Vec<Prim> = inputs.iter().map(|t| t.prim()).collect();
+    let Some(cubes) = prims.iter().map(f32_cube).collect::<Option<Vec<_>>>() else {
+        return Ok(None);
+    };
+    let Some(first) = cubes.first().copied() else {
+        return Ok(None);
+    };
+    if cubes.iter().any(|c| c.device != first.device) {
+        return Ok(None);
+    }
+    let Some(kernel) = kernel(first.device.index, source)? else {
+        return Ok(None);
+    };
+    let client = first.client.clone();
+    let handles: Vec<_> = (0..outputs).map(|_| client.empty(n * 4)).collect();
+    let mut bindings: Vec<_> = handles.iter().map(|h| h.clone().binding()).collect();
+    bindings.extend(cubes.iter().map(|c| c.handle.clone().binding()));
+    let outs: Vec<Output> = (0..outputs)
+        .map(|binding| Output {
+            binding,
+            count: n,
+            nan: Nan::D32(0x7fc0_0000),
+        })
+        .collect();
+    let blocks = n.div_ceil(BLOCK as usize).min(MAX_BLOCKS) as u32;
+    queue::submit(
+        first,
+        bindings,
+        outs,
+        "a fused element-wise kernel",
+        move |bufs, stream| {
+            let (outs, ins) = bufs.split_at(outputs);
+            let mut ptrs: Vec<u64> = ins.iter().chain(outs).map(|r| r.ptr).collect();
+            let mut count = n as u64;
+            let mut params: Vec<*mut c_void> =
+                ptrs.iter_mut().map(|p| (p as *mut u64).cast()).collect();
+            params.push((&mut count as *mut u64).cast());
+            // SAFETY: the kernel's parameters are the input and output device pointers (live
+            // buffers of at least the elements it reads and `n` it writes, held until this
+            // returns) and `n`, in the order of its signature; it is queued on the outputs'
+            // stream after the work queued on the inputs' streams (events), in its context.
+            unsafe {
+                driver(drv::ctx::set_current(kernel.context), "context")?;
+                let others = queue::order_operands(stream, ins)?;
+                driver(
+                    drv::launch_kernel(
+                        kernel.func,
+                        (blocks, 1, 1),
+                        (BLOCK, 1, 1),
+                        0,
+                        stream,
+                        &mut params,
+                    ),
+                    "fused kernel launch",
+                )?;
+                queue::release(stream, &others)
+            }
+        },
+    );
+    LAUNCHES.with(|c| c.set(c.get() + 1));
+    let checkpointing = prims[0].checkpointing;
+    Ok(Some(
+        handles
+            .into_iter()
+            .map(|h| {
+                let t = CubeTensor::new_contiguous(
+                    client.clone(),
+                    first.device.clone(),
+                    crate::tensor::prim_shape(shape),
+                    h,
+                    DType::F32.burn(),
+                );
+                let prim = DispatchTensor {
+                    kind: DispatchTensorKind::Cuda(BackendTensor::Float(t)),
+                    checkpointing,
+                };
+                Tensor::from_prim(prim, crate::dtype::Kind::Float, shape.to_vec())
+            })
+            .collect(),
+    ))
+}
