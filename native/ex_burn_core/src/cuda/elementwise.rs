@@ -121,6 +121,29 @@ pub fn strides(t: &Tensor) -> Option<Vec<usize>> {
     f32_cube(&t.prim()).map(|c| c.meta.strides().to_vec())
 }
 
+/// A boolean tensor as f32 0.0/1.0 for a fused kernel. A broadcast view (axes of stride 0,
+/// as a causal mask broadcast over batch and heads) is cast before it is broadcast, as a view
+/// again: one small cast instead of a full-size tensor written and read back.
+pub fn mask_f32(t: &Tensor) -> Result<Tensor> {
+    let strides = match &t.prim().kind {
+        DispatchTensorKind::Cuda(BackendTensor::Bool(c)) => c.meta.strides().to_vec(),
+        _ => return t.cast(DType::F32),
+    };
+    let shape = t.shape();
+    let broadcast = |(&d, &s): (&usize, &usize)| d > 1 && s == 0;
+    if strides.len() != shape.len() || !shape.iter().zip(&strides).any(broadcast) {
+        return t.cast(DType::F32);
+    }
+    let lens: Vec<usize> = shape
+        .iter()
+        .zip(&strides)
+        .map(|(&d, &s)| if s == 0 { 1 } else { d })
+        .collect();
+    let rank = shape.len();
+    let small = crate::op::shape::slice_static(t, &vec![0; rank], &lens, &vec![1; rank])?;
+    crate::op::util::broadcast_to(&small.cast(DType::F32)?, shape)
+}
+
 /// Runs kernel `source` (defining [`ENTRY`] with parameters `(const float* inputs...,
 /// float* outputs..., unsigned long long n)`, reading each input with the [`strides`] it has)
 /// over `n` elements: `outputs` f32 results of `shape`, contiguous. `None` (nothing queued)

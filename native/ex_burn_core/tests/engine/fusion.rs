@@ -872,3 +872,69 @@ fn rsqrt_in_a_fused_run_matches_op_by_op_evaluation() {
         }
     }
 }
+
+/// Masks in arithmetic (Nx's `grad * (x == max)`), and a boolean mask broadcast over leading
+/// axes (a causal mask over batch and heads) read by `select`: fused, the same values as op by
+/// op.
+#[test]
+fn masks_in_arithmetic_and_broadcast_masks_match_op_by_op_evaluation() {
+    let (b, rows, cols) = (4, 130, 257);
+    let n = b * rows * cols;
+    let x = f(&special(n, 11), &[b, rows, cols]);
+    let y = f(&special(n, 12), &[b, rows, cols]);
+    let causal = t(
+        &(0..rows * cols)
+            .map(|i| f64::from(u8::from(i / cols >= i % cols)))
+            .collect::<Vec<_>>(),
+        &[rows, cols],
+        DType::U8,
+    );
+    let causal = ev(
+        Op::Compare(Compare::NotEqual),
+        &[&causal, &t(&[0.], &[], DType::U8)],
+    );
+    let bin = |op: Arith| Op::Binary { op, out: None };
+    let prog = Program::new(
+        3,
+        vec![
+            ins(
+                Op::Broadcast {
+                    shape: vec![b, rows, cols],
+                    axes: Some(vec![1, 2]),
+                },
+                &[2],
+            ), // 3: broadcast view of the mask
+            ins(Op::Compare(Compare::Equal), &[0, 1]), // 4: mask
+            ins(bin(Arith::Multiply), &[4, 0]),        // 5: mask * x
+            ins(
+                Op::Full {
+                    shape: vec![],
+                    dtype: DType::F32,
+                    value: Scalar::F(-1.0e9),
+                },
+                &[],
+            ), // 6
+            ins(Op::Select { out: None }, &[3, 5, 6]), // 7
+            ins(bin(Arith::Add), &[7, 4]),             // 8: + mask
+        ],
+        vec![8, 5],
+    )
+    .unwrap();
+    let inputs = [x, y, causal];
+    let before = fused_so_far();
+    let got = prog.run(inputs.to_vec(), dev()).unwrap();
+    if fuses() {
+        assert_eq!(fused_so_far(), before + 1, "not fused");
+    }
+    let want = op_by_op(&prog, &inputs);
+    for (k, (a, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.shape(), w.shape(), "output {k}");
+        assert_eq!(a.dtype(), w.dtype(), "output {k}");
+        for (i, (p, q)) in v(a).iter().zip(v(w)).enumerate() {
+            assert!(
+                p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
+                "output {k} element {i}: {p} vs {q}"
+            );
+        }
+    }
+}

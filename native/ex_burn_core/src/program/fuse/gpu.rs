@@ -14,7 +14,8 @@ use std::fmt::Write;
 
 /// How element `i` of the run (of shape `full`) reads an operand of shape `shape` stored with
 /// `strides`: the layout's index where the operand is contiguous, else the sum over its
-/// axes (right-aligned with `full`, unit axes skipped) of the coordinate times the stride.
+/// axes (right-aligned with `full`; unit and broadcast axes, of stride 0, skipped) of the
+/// coordinate times the stride.
 fn index(layout: Layout, shape: &[usize], strides: &[usize], full: &[usize]) -> String {
     let mut want = 1;
     let contiguous = shape.iter().zip(strides).rev().all(|(&d, &s)| {
@@ -32,7 +33,7 @@ fn index(layout: Layout, shape: &[usize], strides: &[usize], full: &[usize]) -> 
     let offset = full.len() - shape.len();
     let mut terms = Vec::new();
     for (a, (&d, &st)) in shape.iter().zip(strides).enumerate() {
-        if d == 1 {
+        if d == 1 || st == 0 {
             continue;
         }
         let k = a + offset;

@@ -182,7 +182,8 @@ fn scalar_f32(t: &Tensor) -> Result<f32> {
 }
 
 /// What an operand or step holds: f32 values, a mask (1.0/0.0, from a comparison or a
-/// boolean tensor; read only by `select` and never a result), or a scalar of the given type.
+/// boolean tensor; read by `select`, comparisons and f32 arithmetic, never a result), or a
+/// scalar of the given type.
 #[derive(Clone, Copy, PartialEq)]
 enum Ty {
     F32,
@@ -191,12 +192,13 @@ enum Ty {
 }
 
 impl Ty {
-    /// The Nx type of a value operand (`None`: a mask).
-    fn dtype(self) -> Option<DType> {
+    /// The Nx type of a value operand: a mask is Nx's `u8` (0 or 1), which arithmetic with
+    /// f32 reads as 0.0 or 1.0, as its cast to f32 gives.
+    fn dtype(self) -> DType {
         match self {
-            Ty::F32 => Some(DType::F32),
-            Ty::Mask => None,
-            Ty::Const(d) => Some(d),
+            Ty::F32 => DType::F32,
+            Ty::Mask => DType::U8,
+            Ty::Const(d) => d,
         }
     }
 }
@@ -206,7 +208,7 @@ impl Ty {
 fn computes_in_f32(out: Option<DType>, tys: &[Ty]) -> bool {
     let mut merged = None;
     for t in tys {
-        let Some(d) = t.dtype() else { return false };
+        let d = t.dtype();
         merged = Some(merged.map_or(d, |m| DType::merge(m, d)));
     }
     match out {
@@ -324,10 +326,13 @@ impl Plan {
                             None => {
                                 ext_ids.push(a);
                                 // masks are read as 1.0/0.0
-                                let tensor = if ty == Ty::Mask {
-                                    t.cast(DType::F32)?
-                                } else {
-                                    t.clone()
+                                let tensor = match ty {
+                                    #[cfg(feature = "cuda")]
+                                    Ty::Mask if matches!(device, Device::Cuda(_)) => {
+                                        crate::cuda::elementwise::mask_f32(t)?
+                                    }
+                                    Ty::Mask => t.cast(DType::F32)?,
+                                    _ => t.clone(),
                                 };
                                 ext.push(Ext { tensor, layout });
                                 ext.len() - 1
