@@ -30,7 +30,7 @@ for v in ${VARIANTS:-fusion nofusion}; do
     case $step in
       engine)
         echo "== engine tests on cuda ($v)"
-        EX_BURN_TEST_DEVICE=cuda timeout "${ENGINE_TIMEOUT:-180}" /tmp/exb/engine --nocapture --test-threads=${ENGINE_THREADS:-4} > "$OUT/${v}_engine.log" 2>&1
+        EX_BURN_TEST_DEVICE=cuda timeout "${ENGINE_TIMEOUT:-420}" /tmp/exb/engine --nocapture --test-threads=${ENGINE_THREADS:-4} > "$OUT/${v}_engine.log" 2>&1
         grep -E 'agreement|precision|test result|FAILED' "$OUT/${v}_engine.log" | grep -v '^agreement' | head -30
         grep -E '^agreement' "$OUT/${v}_engine.log" | awk '$NF+0 > 1e-4 || /e-[0-3]$/' | head -10
         echo "== missing CUDA headers ($v)"
