@@ -11,7 +11,7 @@ use super::queue::{self, driver, Nan, Output};
 use crate::tensor::Prim;
 use crate::{DType, Error, Result, Tensor};
 use burn_cubecl::tensor::CubeTensor;
-use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
+use burn_dispatch::{BackendTensor, DispatchTensorKind};
 use cubecl_cuda::CudaRuntime;
 use cudarc::driver::{result as drv, sys as drv_sys};
 use std::collections::HashMap;
@@ -38,8 +38,9 @@ struct Kernel {
 unsafe impl Send for Kernel {}
 unsafe impl Sync for Kernel {}
 
-/// Kernels by device index and source (`None`: it did not compile or load; not retried).
-type Kernels = HashMap<(usize, String), Option<Arc<Kernel>>>;
+/// Kernels by device index, then source (`None`: it did not compile or load; not retried).
+/// Looked up by `&str` on every run, without copying the source.
+type Kernels = HashMap<usize, HashMap<String, Option<Arc<Kernel>>>>;
 
 static KERNELS: OnceLock<Mutex<Kernels>> = OnceLock::new();
 
@@ -68,11 +69,12 @@ fn kernel(index: usize, source: &str) -> Result<Option<Arc<Kernel>>> {
     let mut table = table
         .lock()
         .map_err(|_| Error::Execution("the fused kernel table is poisoned".into()))?;
-    if let Some(k) = table.get(&(index, source.to_string())) {
+    let device = table.entry(index).or_default();
+    if let Some(k) = device.get(source) {
         return Ok(k.clone());
     }
     let made = compile(index, source).ok().map(Arc::new);
-    table.insert((index, source.to_string()), made.clone());
+    device.insert(source.to_string(), made.clone());
     Ok(made)
 }
 
@@ -105,14 +107,7 @@ fn compile(index: usize, source: &str) -> Result<Kernel> {
 
 /// The CUDA tensor behind an f32 tensor.
 fn f32_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
-    match &prim.kind {
-        DispatchTensorKind::Cuda(BackendTensor::Float(t))
-            if t.dtype == burn::tensor::DType::F32 =>
-        {
-            Some(t)
-        }
-        _ => None,
-    }
+    queue::cube(prim).filter(|t| t.dtype == burn::tensor::DType::F32)
 }
 
 /// The strides (in elements) of an f32 CUDA tensor's buffer, axis by axis (CubeCL pads the
@@ -179,7 +174,7 @@ pub fn launch(
         .map(|binding| Output {
             binding,
             count: n,
-            nan: Nan::D32(0x7fc0_0000),
+            nan: Nan::of(DType::F32),
         })
         .collect();
     let blocks = n.div_ceil(BLOCK as usize).min(MAX_BLOCKS) as u32;
@@ -222,20 +217,7 @@ pub fn launch(
     Ok(Some(
         handles
             .into_iter()
-            .map(|h| {
-                let t = CubeTensor::new_contiguous(
-                    client.clone(),
-                    first.device.clone(),
-                    crate::tensor::prim_shape(shape),
-                    h,
-                    DType::F32.burn(),
-                );
-                let prim = DispatchTensor {
-                    kind: DispatchTensorKind::Cuda(BackendTensor::Float(t)),
-                    checkpointing,
-                };
-                Tensor::from_prim(prim, crate::dtype::Kind::Float, shape.to_vec())
-            })
+            .map(|h| queue::output(first, h, shape, DType::F32, checkpointing))
             .collect(),
     ))
 }

@@ -28,11 +28,8 @@
 use super::queue::{self, driver, GpuResource, Nan, Output};
 use crate::dtype::Kind;
 use crate::op::Precision;
-use crate::tensor::Prim;
 use crate::{DType, Error, Result, Tensor};
-use burn::tensor::DType as BurnDType;
 use burn_cubecl::tensor::CubeTensor;
-use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
 use cubecl_cuda::CudaRuntime;
 use cudarc::cublas::sys as blas;
 use cudarc::driver::{result as drv, sys as drv_sys};
@@ -151,14 +148,6 @@ impl Blas {
             "stream setting",
         )?;
         Ok(Blas { handle, context })
-    }
-}
-
-/// The CUDA tensor behind a float primitive, when it is one.
-fn cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
-    match &prim.kind {
-        DispatchTensorKind::Cuda(BackendTensor::Float(t)) => Some(t),
-        _ => None,
     }
 }
 
@@ -325,7 +314,7 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         return Ok(None);
     }
     let (pa, pb) = (a3.prim(), b3.prim());
-    let (Some(ta), Some(tb)) = (cube(&pa), cube(&pb)) else {
+    let (Some(ta), Some(tb)) = (queue::cube(&pa), queue::cube(&pb)) else {
         return Ok(None);
     };
     let (Some(la), Some(lb)) = (layout(ta), layout(tb)) else {
@@ -350,15 +339,10 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
             }
             _ => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
         },
-        nan: match a3.dtype() {
-            DType::F32 => Nan::D32(0x7fc0_0000),
-            DType::F16 => Nan::D16(0x7e00),
-            _ => Nan::D16(0x7fc0),
-        },
+        nan: Nan::of(a3.dtype()),
     };
     let client = ta.client.clone();
     let out_handle = client.empty(nb * m * n * elem);
-    let device = ta.device.clone();
     if READY.with(|r| r.get() & device_bit(gemm.index) != 0) {
         // Queued on CubeCL's device thread, in order with the kernels queued before and after
         // it: this thread goes on at once.
@@ -417,11 +401,11 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         crate::program::profile::note("cublas[first]");
     }
     PRODUCTS.with(|c| c.set(c.get() + 1));
-    let dtype: BurnDType = ta.dtype;
-    let out = CubeTensor::new_contiguous(client, device, [nb, m, n].into(), out_handle, dtype);
-    let prim = DispatchTensor {
-        kind: DispatchTensorKind::Cuda(BackendTensor::Float(out)),
-        checkpointing: pa.checkpointing,
-    };
-    Ok(Some(Tensor::from_prim(prim, Kind::Float, vec![nb, m, n])))
+    Ok(Some(queue::output(
+        ta,
+        out_handle,
+        &[nb, m, n],
+        a3.dtype(),
+        pa.checkpointing,
+    )))
 }

@@ -13,14 +13,16 @@
 //! (`enabled`), and the next read of any tensor to the host returns the error
 //! ([`check_failures`]).
 
-use crate::{Error, Result};
+use crate::tensor::Prim;
+use crate::{DType, Error, Result, Tensor};
 use burn_cubecl::tensor::CubeTensor;
+use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
 use cubecl_common::device::Device as _;
 use cubecl_common::device_handle::DeviceHandle;
 use cubecl_common::stream_id::StreamId;
 use cubecl_cuda::CudaRuntime;
 use cubecl_runtime::runtime::Runtime;
-use cubecl_runtime::server::{Binding, ComputeServer};
+use cubecl_runtime::server::{Binding, ComputeServer, Handle};
 use cubecl_runtime::storage::ComputeStorage;
 use cudarc::driver::{result as drv, sys as drv_sys};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +41,48 @@ pub(crate) enum Nan {
     D32(u32),
     /// 16-bit pattern (f16, bf16).
     D16(u16),
+}
+
+impl Nan {
+    /// The quiet NaN of a float type (f64 is not an output type of queued work).
+    pub(crate) fn of(dtype: DType) -> Nan {
+        match dtype {
+            DType::F16 => Nan::D16(0x7e00),
+            DType::BF16 => Nan::D16(0x7fc0),
+            _ => Nan::D32(0x7fc0_0000),
+        }
+    }
+}
+
+/// The CUDA tensor behind a float primitive, when it is one.
+pub(crate) fn cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
+    match &prim.kind {
+        DispatchTensorKind::Cuda(BackendTensor::Float(t)) => Some(t),
+        _ => None,
+    }
+}
+
+/// The float tensor of `shape` (contiguous) in buffer `handle`, an output of queued work on
+/// the device of `like`.
+pub(crate) fn output(
+    like: &CubeTensor<CudaRuntime>,
+    handle: Handle,
+    shape: &[usize],
+    dtype: DType,
+    checkpointing: burn_dispatch::CheckpointingStrategy,
+) -> Tensor {
+    let t = CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        crate::tensor::prim_shape(shape),
+        handle,
+        dtype.burn(),
+    );
+    let prim = DispatchTensor {
+        kind: DispatchTensorKind::Cuda(BackendTensor::Float(t)),
+        checkpointing,
+    };
+    Tensor::from_prim(prim, crate::dtype::Kind::Float, shape.to_vec())
 }
 
 /// An output of queued work: which binding, how many elements and their NaN.
@@ -133,10 +177,12 @@ pub(crate) fn submit<W>(
             Some(rs) => {
                 let buffers: Vec<&GpuResource> = rs.iter().map(|r| r.resource()).collect();
                 match outputs.first().and_then(|o| buffers.get(o.binding)) {
-                    Some(out) => {
-                        let stream = out.stream;
-                        work(&buffers, stream)
-                    }
+                    // a panic here would end CubeCL's device thread, and every later GPU call
+                    // would wait for it forever: it is a failure like any other
+                    Some(out) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        work(&buffers, out.stream)
+                    }))
+                    .unwrap_or_else(|_| Err(Error::Execution(format!("{what} panicked")))),
                     None => Err(Error::Execution("queued work without an output".into())),
                 }
             }

@@ -14,14 +14,7 @@ use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 
 pub(super) fn eval(op: &Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     match op {
-        Op::Binary { op: f, out } => {
-            let merged = DType::merge(a.dtype(), b.dtype());
-            let default = match f {
-                Arith::Divide | Arith::Atan2 => merged.to_floating(),
-                _ => merged,
-            };
-            binary(*f, a, b, out.unwrap_or(default))
-        }
+        Op::Binary { op: f, out } => binary(*f, a, b, result_type(*f, *out, a.dtype(), b.dtype())),
         Op::Compare(c) => compare(*c, a, b),
         Op::Logical(l) => logical(*l, a, b),
         other => Err(Error::Unsupported(format!(
@@ -29,6 +22,34 @@ pub(super) fn eval(op: &Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             other.name()
         ))),
     }
+}
+
+/// The type `f` computes in on operands of types `a` and `b`: `out` when given, else Nx's
+/// merge of the two (a float for `divide` and `atan2`).
+fn result_type(f: Arith, out: Option<DType>, a: DType, b: DType) -> DType {
+    let merged = DType::merge(a, b);
+    out.unwrap_or(match f {
+        Arith::Divide | Arith::Atan2 => merged.to_floating(),
+        _ => merged,
+    })
+}
+
+/// `f` of tensor `t` (of the result type) and scalar `v` (`v f t` when `left`) by Burn's
+/// scalar kernels. `f` is `add`, `subtract`, `multiply` or `divide`; the callers rule out a
+/// scalar dividend and, for integers, a scalar minuend and division.
+fn scalar_kernel(f: Arith, t: &Tensor, v: burn::tensor::Scalar, left: bool) -> Tensor {
+    let p = t.prim();
+    let prim = match (t.kind() == Kind::Float, f, left) {
+        (true, Arith::Add, _) => B::float_add_scalar(p, v),
+        (true, Arith::Subtract, false) => B::float_sub_scalar(p, v),
+        (true, Arith::Subtract, true) => B::float_add_scalar(B::float_neg(p), v),
+        (true, Arith::Multiply, _) => B::float_mul_scalar(p, v),
+        (true, _, _) => B::float_div_scalar(p, v),
+        (false, Arith::Add, _) => B::int_add_scalar(p, v),
+        (false, Arith::Subtract, _) => B::int_sub_scalar(p, v),
+        (false, _, _) => B::int_mul_scalar(p, v),
+    };
+    Tensor::same_shape_as(prim, t.kind(), t)
 }
 
 /// Broadcasts two tensors to a common shape after casting both to `dtype`.
@@ -103,18 +124,7 @@ fn with_scalar(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Te
         return Ok(None);
     }
     let v = util::read_scalar(&small.cast(out)?)?.burn_for(out);
-    let p = big.prim();
-    let prim = match (float, f, left) {
-        (true, Arith::Add, _) => B::float_add_scalar(p, v),
-        (true, Arith::Subtract, false) => B::float_sub_scalar(p, v),
-        (true, Arith::Subtract, true) => B::float_add_scalar(B::float_neg(p), v),
-        (true, Arith::Multiply, _) => B::float_mul_scalar(p, v),
-        (true, _, _) => B::float_div_scalar(p, v),
-        (false, Arith::Add, _) => B::int_add_scalar(p, v),
-        (false, Arith::Subtract, _) => B::int_sub_scalar(p, v),
-        (false, _, _) => B::int_mul_scalar(p, v),
-    };
-    Ok(Some(Tensor::same_shape_as(prim, big.kind(), big)))
+    Ok(Some(scalar_kernel(f, big, v, left)))
 }
 
 /// `t op literal` (`literal op t` when `left`) for float `add`, `subtract`, `multiply` and
@@ -131,11 +141,7 @@ pub(crate) fn with_literal(
     (value, dtype): (Scalar, DType),
     left: bool,
 ) -> Result<Option<Tensor>> {
-    let merged = DType::merge(t.dtype(), dtype);
-    let out = out.unwrap_or(match f {
-        Arith::Divide => merged.to_floating(),
-        _ => merged,
-    });
+    let out = result_type(f, out, t.dtype(), dtype);
     let supported = match f {
         Arith::Add | Arith::Multiply | Arith::Subtract => true,
         Arith::Divide => !left,
@@ -153,16 +159,12 @@ pub(crate) fn with_literal(
     let Some(host) = value.stored_as(dtype) else {
         return Ok(None);
     };
-    let v = Scalar::F(host).burn_for(out);
-    let p = t.prim();
-    let prim = match (f, left) {
-        (Arith::Add, _) => B::float_add_scalar(p, v),
-        (Arith::Subtract, false) => B::float_sub_scalar(p, v),
-        (Arith::Subtract, true) => B::float_add_scalar(B::float_neg(p), v),
-        (Arith::Multiply, _) => B::float_mul_scalar(p, v),
-        _ => B::float_div_scalar(p, v),
-    };
-    Ok(Some(Tensor::same_shape_as(prim, Kind::Float, t)))
+    Ok(Some(scalar_kernel(
+        f,
+        t,
+        Scalar::F(host).burn_for(out),
+        left,
+    )))
 }
 
 /// `x ** 2` and `x ** 3` of an f32 tensor on the CPU (exponent a scalar): the products

@@ -153,9 +153,7 @@ pub(super) fn execute(
     live_out: &[bool],
     shape: &[usize],
 ) -> Result<Option<Vec<Option<Tensor>>>> {
-    let live: Vec<usize> = (0..plan.steps.len())
-        .filter(|&k| live_out[k] && plan.consts[k].is_none())
-        .collect();
+    let live = plan.written(live_out);
     let Some(strides) = plan
         .ext
         .iter()
@@ -172,14 +170,5 @@ pub(super) fn execute(
     else {
         return Ok(None);
     };
-    let mut results = results.into_iter();
-    let mut out = Vec::with_capacity(plan.steps.len());
-    for (k, &l) in live_out.iter().enumerate() {
-        out.push(match (l, &plan.consts[k]) {
-            (false, _) => None,
-            (true, Some(c)) => Some(c.clone()),
-            (true, None) => results.next(),
-        });
-    }
-    Ok(Some(out))
+    plan.results(live_out, results).map(Some)
 }

@@ -170,7 +170,7 @@ pub(super) struct Plan {
     /// The instructions.
     pub(super) steps: Vec<Stage>,
     /// The scalar tensors of constant steps (`None` for other steps), returned when live.
-    pub(super) consts: Vec<Option<Tensor>>,
+    consts: Vec<Option<Tensor>>,
     /// External tensor operands, f32.
     pub(super) ext: Vec<Ext>,
 }
@@ -375,6 +375,36 @@ impl Plan {
         Ok(Some(Plan { steps, consts, ext }))
     }
 
+    /// The steps whose values the loops or kernel write out: those read after the run, but
+    /// constants (returned as the tensors they are).
+    pub(super) fn written(&self, live_out: &[bool]) -> Vec<usize> {
+        (0..self.steps.len())
+            .filter(|&k| live_out[k] && self.consts[k].is_none())
+            .collect()
+    }
+
+    /// The run's results in instruction order (`None` where not read after the run): live
+    /// constants, and the `computed` tensors of the [`Plan::written`] steps in their order.
+    pub(super) fn results(
+        &self,
+        live_out: &[bool],
+        computed: Vec<Tensor>,
+    ) -> Result<Vec<Option<Tensor>>> {
+        let mut computed = computed.into_iter();
+        live_out
+            .iter()
+            .zip(&self.consts)
+            .map(|(&live, c)| match (live, c) {
+                (false, _) => Ok(None),
+                (true, Some(c)) => Ok(Some(c.clone())),
+                (true, None) => computed
+                    .next()
+                    .map(Some)
+                    .ok_or_else(|| Error::Execution("missing output".into())),
+            })
+            .collect()
+    }
+
     /// Runs the plan over `n` elements in `chunks` on `workers` threads; returns the live
     /// results (shaped `shape`) in instruction order.
     pub(super) fn execute(
@@ -396,9 +426,7 @@ impl Plan {
             })
             .collect::<Result<_>>()?;
         // live constants are returned as they are; the loops write the other live results
-        let live: Vec<usize> = (0..self.steps.len())
-            .filter(|&k| live_out[k] && self.consts[k].is_none())
-            .collect();
+        let live = self.written(live_out);
         // Outputs are written once, by the workers (no zeroing pass on this thread first).
         let mut outs: Vec<Vec<f32>> = live.iter().map(|_| Vec::with_capacity(n)).collect();
         let n_chunks = n.div_ceil(CHUNK);
@@ -419,29 +447,14 @@ impl Plan {
             // full by `run_chunks` (the chunks cover `0..n` exactly once).
             unsafe { buf.set_len(n) };
         }
-        let mut bufs = outs.into_iter();
-        let mut out = Vec::with_capacity(self.steps.len());
-        for (k, &l) in live_out.iter().enumerate() {
-            if !l {
-                out.push(None);
-                continue;
-            }
-            if let Some(c) = &self.consts[k] {
-                out.push(Some(c.clone()));
-                continue;
-            }
-            let buf = bufs
-                .next()
-                .ok_or_else(|| Error::Execution("missing output".into()))?;
-            let data = TensorData::new(buf, shape.to_vec());
-            out.push(Some(Tensor::from_data(
-                data,
-                DType::F32,
-                shape.to_vec(),
-                device,
-            )?));
-        }
-        Ok(Some(out))
+        let computed = outs
+            .into_iter()
+            .map(|buf| {
+                let data = TensorData::new(buf, shape.to_vec());
+                Tensor::from_data(data, DType::F32, shape.to_vec(), device)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.results(live_out, computed).map(Some)
     }
 
     /// Computes the chunks of one worker.
