@@ -83,8 +83,18 @@ params = %{
 
 x = elem(Nx.Random.normal(Nx.Random.fold_in(key, 9), shape: {8, 512, d}), 0)
 
-# Every result leaf read back (one element each): the work is done when the reads return.
-sync = fn out -> [out] |> Nx.Defn.Composite.flatten_list() |> Enum.each(&Nx.to_binary(&1, limit: 1)) end
+# The work is done when the device has finished everything queued (as the peers'
+# `synchronize`); reading one element of every result leaf instead (EX_BURN_BENCH_SYNC=read)
+# adds one device round trip per leaf (13 for the gradients).
+sync =
+  case System.get_env("EX_BURN_BENCH_SYNC", "device") do
+    "read" ->
+      fn out -> [out] |> Nx.Defn.Composite.flatten_list() |> Enum.each(&Nx.to_binary(&1, limit: 1)) end
+
+    _ ->
+      fn _out -> ExBurn.Device.synchronize(device) end
+  end
+
 fwd = Nx.Defn.jit(&Bench.Gpt2Layer.layer/2, compiler: ExBurn.Compiler)
 fwd_bwd = Nx.Defn.jit(&Bench.Gpt2Layer.loss_and_grad/2, compiler: ExBurn.Compiler)
 
@@ -194,8 +204,8 @@ Bench.write(
   "GPT-2-small layer (b8 x s512, d768, 12 heads, MLP 3072), f32, on #{inspect(device)}",
   "Machine: #{Bench.machine()}. Device: #{ExBurn.Native.call(:device_info, [device]).name}. " <>
     "Run: `EX_BURN_BENCH_DEVICE=... mix run bench/gpt2_layer.exs` (#{Date.utc_today()}). " <>
-    "Medians of #{rounds} calls after 3 warm-up calls; ExBurn reads back one element of every " <>
-    "result, the peers synchronise the device. Ratio = best peer time / ExBurn time (> 1: ExBurn faster).\n\n" <>
+    "Medians of #{rounds} calls after 3 warm-up calls; each call ends when the device has " <>
+    "finished (ExBurn: `ExBurn.Device.synchronize/1`#{if System.get_env("EX_BURN_BENCH_SYNC") == "read", do: " replaced by reading one element of every result", else: ""}; the peers: their synchronize). Ratio = best peer time / ExBurn time (> 1: ExBurn faster).\n\n" <>
     "First call (tracing, compilation, kernel compilation, autotuning): forward #{Float.round(first_fwd, 1)} s, " <>
     "forward + backward #{Float.round(first_bwd, 1)} s. Host time until the call returns (work queued, " <>
     "results not read; medians): forward #{Float.round(host["fwd"], 3)} ms, forward + backward " <>

@@ -81,10 +81,11 @@ for v in ${VARIANTS:-fusion nofusion}; do
           EX_BURN_CACHE_DIR=/tmp/exb_cold_$level CUBECL_AUTOTUNE_LEVEL=$level run_gpt2 "cold_$level"
         done ;;
       profile)
-        # The GPT-2 layer (no peers, 10 rounds) with EX_BURN_PROFILE=1: host time by program
-        # step (native/ex_burn_core/src/program/profile.rs), the last table of the run.
+        # The GPT-2 layer (no peers, 10 rounds) with EX_BURN_PROFILE=$PROFILE_MODE (default 1: host
+        # time by program step; sync: device time by step; native/ex_burn_core/src/program/profile.rs),
+        # the last table of the run.
         elixir118 || continue
-        EX_BURN_PROFILE=1 EX_BURN_BENCH_DEVICE=cuda EX_BURN_BENCH_PEERS= EX_BURN_BENCH_ROUNDS=10 MIX_ENV=test \
+        EX_BURN_PROFILE=${PROFILE_MODE:-1} EX_BURN_BENCH_DEVICE=cuda EX_BURN_BENCH_PEERS= EX_BURN_BENCH_ROUNDS=10 MIX_ENV=test \
           MIX_BUILD_PATH=/tmp/exb_build_118 timeout 300 mix do compile --no-prune-code-paths + run bench/gpt2_layer.exs \
           > "$OUT/${v}_profile.log" 2>&1
         awk '/ex_burn profile, runs/ {buf=""} {buf=buf $0 "\n"} END {printf "%s", buf}' "$OUT/${v}_profile.log" | grep -E '^ex_burn|^  ' | head -40

@@ -100,12 +100,20 @@ if Code.ensure_loaded?(Nx) do
       Cache.fetch({:defn, Cache.key({key, signature}), device}, fn ->
         lowered = build(fun.(vars), length(Composite.flatten_list(vars)))
 
+        # What a call reads back from the cache (copied out of ETS on every call): the
+        # engine programs and what running them needs, not the program terms they came from.
         stages =
           Enum.map(lowered.stages, fn stage ->
-            Map.put(stage, :engine, engine_program(stage.program, device))
+            stage
+            |> Map.put(:engine, engine_program(stage.program, device))
+            |> Map.update!(:program, &Map.take(&1, [:hooks, :used]))
           end)
 
-        Map.merge(lowered, %{program: engine_program(lowered, device), stages: stages})
+        used = MapSet.new(Enum.flat_map([lowered | lowered.stages], &used(&1)))
+
+        lowered
+        |> Map.drop([:term, :constants])
+        |> Map.merge(%{program: engine_program(lowered, device), stages: stages, used_args: used})
       end)
     end
 
@@ -122,13 +130,13 @@ if Code.ensure_loaded?(Nx) do
 
     defp run(compiled, args, device, hooks) do
       # Arguments the programs never read are not materialised (templates, lazy containers).
-      used = MapSet.new(Enum.flat_map([compiled | compiled.stages], &used(&1)))
-
       refs =
         args
         |> Enum.with_index()
         |> Enum.map(fn {arg, i} ->
-          if i in used, do: to_device(materialize(arg), device).ref, else: placeholder(device)
+          if i in compiled.used_args,
+            do: to_device(materialize(arg), device).ref,
+            else: placeholder(device)
         end)
 
       refs = Enum.reduce(compiled.stages, refs, &(&2 ++ runtime_call(&1, &2, device, hooks)))
@@ -171,8 +179,9 @@ if Code.ensure_loaded?(Nx) do
     defp used(%{program: %{used: used}}), do: used
     defp used(%{used: used}), do: used
 
-    # What stands for an argument no program reads.
-    defp placeholder(device), do: Tensor.new(0.0, device: device).ref
+    # What stands for an argument no program reads (one per device, kept).
+    defp placeholder(device),
+      do: Cache.fetch({:placeholder, device}, fn -> Tensor.new(0.0, device: device).ref end)
 
     defp materialize(fun) when is_function(fun, 0), do: fun.()
     defp materialize(tensor), do: tensor

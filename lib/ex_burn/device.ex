@@ -42,4 +42,20 @@ defmodule ExBurn.Device do
       {family, _} -> family
     end
   end
+
+  @doc """
+  Waits until the work queued on `device` has finished, as `torch.cuda.synchronize()` does.
+
+  Operations on a GPU return as soon as their work is queued; reading a tensor waits for the
+  work that computes it. This waits for all of it at once (for timing, or before handing the
+  device to other code). Queued GPU work that failed is reported here as `ExBurn.Error` (as it
+  is at the next read otherwise). Returns `:ok`.
+
+  ## Examples
+
+      iex> ExBurn.Device.synchronize(:cpu)
+      :ok
+  """
+  @spec synchronize(t()) :: :ok
+  def synchronize(device), do: ExBurn.Native.call(:device_sync, [normalize!(device)])
 end

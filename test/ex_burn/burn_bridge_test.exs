@@ -9,6 +9,11 @@ defmodule ExBurn.BurnBridgeTest do
   alias ExBurn.{BurnBridge, Tensor}
   import Tensor, only: [to_list: 1]
 
+  test "synchronize waits for a device and validates it" do
+    assert ExBurn.Device.synchronize(:cpu) == :ok
+    assert_raise ExBurn.Error, ~r/unknown device/, fn -> ExBurn.Device.synchronize(:tpu) end
+  end
+
   test "creation" do
     assert to_list(BurnBridge.zeros({2}, :s8)) == [0, 0]
     assert to_list(BurnBridge.full({2}, 2.5, :f16)) == [2.5, 2.5]

@@ -32,6 +32,10 @@ defmodule ExBurn.Defn.Cache do
 
   if Code.ensure_loaded?(Nx) do
     defp project(%Nx.Tensor{data: %Nx.Defn.Expr{id: id}} = t), do: {:expr, id, t.type, t.shape}
+
+    # argument templates, on every call of a jitted function: their fields directly
+    defp project(%Nx.Tensor{data: %Nx.TemplateBackend{}} = t),
+      do: {:template, t.type, t.shape, t.names, t.vectorized_axes}
   end
 
   defp project(fun) when is_function(fun) do

@@ -127,11 +127,15 @@ impl Device {
         }
     }
 
-    /// Waits until all queued work on the device is done.
+    /// Waits until all queued work on the device is done; reports queued work of ExBurn's own
+    /// that failed (see `cuda::queue`).
     pub fn sync(&self) -> Result<()> {
         use burn::tensor::backend::Backend;
         let d = self.to_dispatch()?;
-        burn::Dispatch::sync(&d).map_err(|e| Error::Execution(format!("{e:?}")))
+        burn::Dispatch::sync(&d).map_err(|e| Error::Execution(format!("{e:?}")))?;
+        #[cfg(feature = "cuda")]
+        crate::cuda::queue::check_failures()?;
+        Ok(())
     }
 }
 

@@ -16,6 +16,8 @@ mod reduce_fn;
 mod step;
 
 pub use fuse::loop_runs;
+#[cfg(feature = "cuda")]
+pub use fuse::row_regions;
 pub use literal::literal_steps;
 pub use step::{eval, names, Step};
 
@@ -92,16 +94,23 @@ pub struct Program {
     /// For each value, the index of the instruction that uses it last (computed on validation).
     #[serde(skip)]
     last_use: Vec<usize>,
-    /// For each instruction starting a run of element-wise instructions, where the run ends.
+    /// For each instruction of a run of element-wise instructions, where the run ends.
     #[serde(skip)]
     runs: Vec<Option<usize>>,
+    /// For each instruction that may start a row region (see `fuse`), where the instructions
+    /// that may belong to one end.
+    #[serde(skip)]
+    row_spans: Vec<Option<usize>>,
     /// For each `dot` whose only use is a matrix transpose, that transpose (see `fold`).
     #[serde(skip)]
     folds: Vec<Option<usize>>,
     /// For each value, the scalar literal that defines it, if one does (see `literal`).
     #[serde(skip)]
     literals: Vec<Option<literal::Literal>>,
-    /// The literals made so far, by device, kept across runs.
+    /// For each instruction, whether its value depends on no input (see `literal`).
+    #[serde(skip)]
+    input_free: Vec<bool>,
+    /// The literals and other input-free values made so far, by device, kept across runs.
     #[serde(skip)]
     made: literal::Made,
 }
@@ -141,8 +150,10 @@ impl Program {
             constants: Constants::default(),
             last_use: vec![],
             runs: vec![],
+            row_spans: vec![],
             folds: vec![],
             literals: vec![],
+            input_free: vec![],
             made: literal::Made::default(),
         };
         p.validate()?;
@@ -159,6 +170,8 @@ impl Program {
             )));
         }
         self.constants = Constants(Arc::new(constants));
+        // values kept from other constants (a clone's) do not hold for these
+        self.made = literal::Made::default();
         self.validate()?;
         Ok(self)
     }
@@ -203,8 +216,10 @@ impl Program {
         }
         self.last_use = last;
         self.runs = element_wise_runs(&self.instrs);
+        self.row_spans = row_spans(&self.instrs);
         self.folds = fold::plan(&self.instrs, self.inputs + self.consts, &self.outputs);
         self.literals = literal::plan(&self.instrs, self.inputs + self.consts);
+        self.input_free = literal::input_free(&self.instrs, self.inputs, self.consts);
         Ok(())
     }
 
@@ -238,6 +253,7 @@ impl Program {
                 self.consts
             )));
         }
+        profile::on_device(device);
         let whole = profile::start();
         let t = profile::start();
         let mut values: Vec<Option<Tensor>> = inputs.into_iter().map(Some).collect();
@@ -247,36 +263,50 @@ impl Program {
         profile::record(t, || "(constants to device)".into());
         // transposes already computed by the dot that feeds them
         let mut folded: Vec<bool> = Vec::new();
+        // no row region starts before this instruction
+        let mut rows_from = if fuse::rows_on(device) { 0 } else { usize::MAX };
+        // no element-wise run is tried before this instruction
+        let mut runs_from = 0;
         let mut i = 0;
         while i < self.instrs.len() {
-            if let Some(end) = self.runs.get(i).copied().flatten() {
+            if let Some(end) = span_at(&self.row_spans, i, rows_from) {
+                let t = profile::start();
+                match self.run_rows(i, end, &mut values, device)? {
+                    Ok(end) => {
+                        profile::record(t, || "(row region)".into());
+                        i = end;
+                        continue;
+                    }
+                    Err(skip) => rows_from = i.saturating_add(skip),
+                }
+            }
+            if let Some(end) = span_at(&self.runs, i, runs_from) {
                 let t = profile::start();
                 if self.run_fused(i, end, &mut values, device)? {
                     profile::record(t, || "(fused run)".into());
                     i = end;
                     continue;
                 }
+                // one attempt per run (a row region may end inside it: the rest is one)
+                runs_from = end;
             }
             let ins = &self.instrs[i];
-            if self.literals.get(values.len()).copied().flatten().is_some() {
-                if let Some(op) = ins.op.as_op() {
-                    let t = profile::start();
-                    values.push(Some(self.made.get(i, op, device)?));
-                    profile::record(t, || "full (kept)".into());
-                    self.free_last_uses(i..i + 1, &mut values);
-                    i += 1;
-                    continue;
-                }
+            if self.input_free.get(i) == Some(&true) {
+                let t = profile::start();
+                let kept = self.made.get_with(i, device, || {
+                    eval(&ins.op, &operands(ins, &values)?, device)?
+                        .pop()
+                        .ok_or_else(|| {
+                            Error::Execution(format!("{} gave no result", ins.op.name()))
+                        })
+                })?;
+                values.push(Some(kept));
+                profile::record(t, || format!("{} (kept)", ins.op.name()));
+                self.free_last_uses(i..i + 1, &mut values);
+                i += 1;
+                continue;
             }
-            let args = ins
-                .args
-                .iter()
-                .map(|&a| {
-                    values[a]
-                        .clone()
-                        .ok_or_else(|| Error::Execution(format!("value {a} was freed")))
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let args = operands(ins, &values)?;
             let out = if folded.get(i) == Some(&true) {
                 // the dot that fed this transpose computed it already
                 args
@@ -342,23 +372,13 @@ impl Program {
         device: Device,
     ) -> Result<bool> {
         let first = values.len();
-        let live: Vec<bool> = (0..end - start)
-            .map(|k| {
-                let last = self.last_use[first + k];
-                last != usize::MAX && last >= end
-            })
-            .collect();
+        let live = self.live_after(first, end - start, end);
         let run = fuse::Run {
             instrs: &self.instrs[start..end],
             first,
+            literals: &self.literals,
         };
-        let literal = |k: usize| -> Result<Tensor> {
-            let op = self.instrs[start + k]
-                .op
-                .as_op()
-                .ok_or_else(|| Error::Execution("a literal is not an op".into()))?;
-            self.made.get(start + k, op, device)
-        };
+        let literal = |k: usize| self.literal_of(start + k, device);
         match fuse::execute(&run, values, &live, device, &literal)? {
             Some(outs) => {
                 values.extend(outs);
@@ -367,6 +387,55 @@ impl Program {
             }
             None => Ok(false),
         }
+    }
+
+    /// Runs the row region that starts at instruction `start` (within `start..span`) as one
+    /// kernel when one fits there: `Ok(end)`, the instruction after it, or `Err(n)`: no
+    /// region starts at the next `n` instructions.
+    fn run_rows(
+        &self,
+        start: usize,
+        span: usize,
+        values: &mut Vec<Option<Tensor>>,
+        device: Device,
+    ) -> Result<std::result::Result<usize, usize>> {
+        let first = values.len();
+        let live = |len: usize| self.live_after(first, len, start + len);
+        let literal = |k: usize| self.literal_of(start + k, device);
+        let run = fuse::Run {
+            instrs: &self.instrs[start..span],
+            first,
+            literals: &self.literals,
+        };
+        Ok(match fuse::rows(&run, values, &live, &literal)? {
+            Ok(outs) => {
+                let end = start + outs.len();
+                values.extend(outs);
+                self.free_last_uses(start..end, values);
+                Ok(end)
+            }
+            Err(skip) => Err(skip),
+        })
+    }
+
+    /// For the `len` values from number `first`, whether an instruction from `end` on (or the
+    /// outputs) reads them.
+    fn live_after(&self, first: usize, len: usize, end: usize) -> Vec<bool> {
+        (0..len)
+            .map(|k| {
+                let last = self.last_use[first + k];
+                last != usize::MAX && last >= end
+            })
+            .collect()
+    }
+
+    /// The kept tensor of literal instruction `i` on `device`.
+    fn literal_of(&self, i: usize, device: Device) -> Result<Tensor> {
+        let op = self.instrs[i]
+            .op
+            .as_op()
+            .ok_or_else(|| Error::Execution("a literal is not an op".into()))?;
+        self.made.get(i, op, device)
     }
 
     /// Drops the values whose last use is one of the instructions in `range`.
@@ -381,22 +450,56 @@ impl Program {
     }
 }
 
-/// For each instruction that starts a run of two or more element-wise instructions (or of one
-/// that the op table computes in several passes), the end of the run.
+/// The operands of `ins` among `values`.
+fn operands(ins: &Instr, values: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    ins.args
+        .iter()
+        .map(|&a| {
+            values[a]
+                .clone()
+                .ok_or_else(|| Error::Execution(format!("value {a} was freed")))
+        })
+        .collect()
+}
+
+/// The end of the span starting at `i` in `table` (see `runs`, `row_spans`), where `i` is not
+/// before `from`.
+fn span_at(table: &[Option<usize>], i: usize, from: usize) -> Option<usize> {
+    table.get(i).copied().flatten().filter(|_| i >= from)
+}
+
+/// For each element-wise instruction from which two or more element-wise instructions follow
+/// (or one that the op table computes in several passes), where they end. The run's first
+/// instruction starts it; a later one does when a row region ends inside the run.
 fn element_wise_runs(instrs: &[Instr]) -> Vec<Option<usize>> {
     let mut runs = vec![None; instrs.len()];
-    let mut i = 0;
-    while i < instrs.len() {
-        let mut end = i;
-        while end < instrs.len() && fuse::elementwise(&instrs[end].op) {
-            end += 1;
-        }
-        if end - i >= 2 || (end - i == 1 && fuse::worth_alone(&instrs[i].op)) {
+    let mut end = instrs.len();
+    for i in (0..instrs.len()).rev() {
+        if !fuse::elementwise(&instrs[i].op) {
+            end = i;
+        } else if end - i >= 2 || fuse::worth_alone(&instrs[i].op) {
             runs[i] = Some(end);
         }
-        i = end.max(i + 1);
     }
     runs
+}
+
+/// For each instruction of a stretch of instructions that row regions may hold, where the
+/// stretch ends, if a reduction follows it in the stretch.
+fn row_spans(instrs: &[Instr]) -> Vec<Option<usize>> {
+    let mut spans = vec![None; instrs.len()];
+    let (mut end, mut reduces) = (instrs.len(), false);
+    for i in (0..instrs.len()).rev() {
+        if !fuse::row_capable(&instrs[i].op) {
+            (end, reduces) = (i, false);
+            continue;
+        }
+        reduces |= fuse::reduces(&instrs[i].op);
+        if reduces {
+            spans[i] = Some(end);
+        }
+    }
+    spans
 }
 
 /// Validates the sub-programs of a control-flow instruction against their shape.

@@ -302,6 +302,10 @@ impl Tensor {
                 shape
             )));
         }
+        #[cfg(feature = "cuda")]
+        if let Some(t) = crate::cuda::views::reshape(self, &shape)? {
+            return Ok(t);
+        }
         Ok(Tensor::from_prim(self.prim.clone(), self.kind, shape))
     }
 

@@ -106,7 +106,7 @@ fn compile(index: usize, source: &str) -> Result<Kernel> {
 }
 
 /// The CUDA tensor behind an f32 tensor.
-fn f32_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
+pub(crate) fn f32_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
     queue::cube(prim).filter(|t| t.dtype == burn::tensor::DType::F32)
 }
 
@@ -114,6 +114,28 @@ fn f32_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
 /// rows of some tensors, and views are strided); `None` for other tensors.
 pub fn strides(t: &Tensor) -> Option<Vec<usize>> {
     f32_cube(&t.prim()).map(|c| c.meta.strides().to_vec())
+}
+
+/// The CUDA C expression of the offset at which element `i` of a (row-major) result of shape
+/// `full` reads an operand of shape `shape` stored with `strides`: the sum over the operand's
+/// axes (right-aligned with `full`; unit and broadcast axes, of stride 0, skipped) of the
+/// coordinate times the stride.
+pub fn strided_index(shape: &[usize], strides: &[usize], full: &[usize]) -> String {
+    let offset = full.len() - shape.len();
+    let mut terms = Vec::new();
+    for (a, (&d, &st)) in shape.iter().zip(strides).enumerate() {
+        if d == 1 || st == 0 {
+            continue;
+        }
+        let k = a + offset;
+        let inner: usize = full[k + 1..].iter().product();
+        terms.push(format!("(i / {inner}ULL % {}ULL) * {st}ULL", full[k]));
+    }
+    if terms.is_empty() {
+        "0".to_string()
+    } else {
+        terms.join(" + ")
+    }
 }
 
 /// A boolean tensor as f32 0.0/1.0 for a fused kernel. A broadcast view (axes of stride 0,
@@ -150,6 +172,47 @@ pub fn launch(
     n: usize,
     shape: &[usize],
 ) -> Result<Option<Vec<Tensor>>> {
+    let shapes = vec![shape.to_vec(); outputs];
+    let out = submit(source, inputs, &shapes, grid(n), n)?;
+    if out.is_some() {
+        LAUNCHES.with(|c| c.set(c.get() + 1));
+    }
+    Ok(out)
+}
+
+/// A grid-stride launch over `n` elements: blocks and threads per block.
+pub(crate) fn grid(n: usize) -> (u32, u32) {
+    (n.div_ceil(BLOCK as usize).min(MAX_BLOCKS) as u32, BLOCK)
+}
+
+/// Runs a row kernel `source` (parameters as for [`launch`], `n` the number of rows; see
+/// `program::fuse::rows`) with one block of `block` threads per row (a grid-stride loop over
+/// rows beyond the grid): f32 results of `shapes`, contiguous; `None` as for [`launch`].
+pub fn launch_rows(
+    source: &str,
+    inputs: &[&Tensor],
+    shapes: &[Vec<usize>],
+    rows: usize,
+    block: usize,
+) -> Result<Option<Vec<Tensor>>> {
+    let blocks = rows.min(MAX_BLOCKS) as u32;
+    let out = submit(source, inputs, shapes, (blocks, block as u32), rows)?;
+    if out.is_some() {
+        LAUNCHES.with(|c| c.set(c.get() + 1));
+    }
+    Ok(out)
+}
+
+/// Queues `source` on `(blocks, threads)` with parameter `n`: outputs of `shapes` (`None`:
+/// nothing queued, as for [`launch`]). Not counted in [`launches`].
+pub(crate) fn submit(
+    source: &str,
+    inputs: &[&Tensor],
+    shapes: &[Vec<usize>],
+    (blocks, threads): (u32, u32),
+    n: usize,
+) -> Result<Option<Vec<Tensor>>> {
+    let outputs = shapes.len();
     if n == 0 || outputs == 0 || !available() {
         return Ok(None);
     }
@@ -167,17 +230,19 @@ pub fn launch(
         return Ok(None);
     };
     let client = first.client.clone();
-    let handles: Vec<_> = (0..outputs).map(|_| client.empty(n * 4)).collect();
+    let counts: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+    let handles: Vec<_> = counts.iter().map(|&c| client.empty(c * 4)).collect();
     let mut bindings: Vec<_> = handles.iter().map(|h| h.clone().binding()).collect();
     bindings.extend(cubes.iter().map(|c| c.handle.clone().binding()));
-    let outs: Vec<Output> = (0..outputs)
-        .map(|binding| Output {
+    let outs: Vec<Output> = counts
+        .iter()
+        .enumerate()
+        .map(|(binding, &count)| Output {
             binding,
-            count: n,
+            count,
             nan: Nan::of(DType::F32),
         })
         .collect();
-    let blocks = n.div_ceil(BLOCK as usize).min(MAX_BLOCKS) as u32;
     queue::submit(
         first,
         bindings,
@@ -191,8 +256,8 @@ pub fn launch(
                 ptrs.iter_mut().map(|p| (p as *mut u64).cast()).collect();
             params.push((&mut count as *mut u64).cast());
             // SAFETY: the kernel's parameters are the input and output device pointers (live
-            // buffers of at least the elements it reads and `n` it writes, held until this
-            // returns) and `n`, in the order of its signature; it is queued on the outputs'
+            // buffers of at least the elements it reads and of the elements of `shapes` it
+            // writes, held until this returns) and `n`, in the order of its signature; it is queued on the outputs'
             // stream after the work queued on the inputs' streams (events), in its context.
             unsafe {
                 driver(drv::ctx::set_current(kernel.context), "context")?;
@@ -201,7 +266,7 @@ pub fn launch(
                     drv::launch_kernel(
                         kernel.func,
                         (blocks, 1, 1),
-                        (BLOCK, 1, 1),
+                        (threads, 1, 1),
                         0,
                         stream,
                         &mut params,
@@ -212,12 +277,12 @@ pub fn launch(
             }
         },
     );
-    LAUNCHES.with(|c| c.set(c.get() + 1));
     let checkpointing = prims[0].checkpointing;
     Ok(Some(
         handles
             .into_iter()
-            .map(|h| queue::output(first, h, shape, DType::F32, checkpointing))
+            .zip(shapes)
+            .map(|(h, shape)| queue::output(first, h, shape, DType::F32, checkpointing))
             .collect(),
     ))
 }

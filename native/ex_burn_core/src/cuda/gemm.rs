@@ -376,6 +376,10 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
             },
         );
         crate::program::profile::note("cublas");
+        crate::program::profile::note_detail(|| {
+            let op = |l: Layout| if l.transposed { 'T' } else { 'N' };
+            format!("cublas {nb}x{m}x{n}x{k} {}{}", op(la), op(lb))
+        });
     } else {
         // The first product of this thread on this device waits for its buffers: a cuBLAS
         // handle that cannot be created sends the product to Burn's kernels, before anything

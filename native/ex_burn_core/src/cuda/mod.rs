@@ -6,6 +6,7 @@ pub mod elementwise;
 pub mod gemm;
 pub mod memory;
 pub mod queue;
+pub mod views;
 
 use crate::{Error, Result};
 use cudarc::driver::result as drv;

@@ -119,6 +119,13 @@ fn reduce(
         }
         return Ok(util::bool_tensor(p, shape));
     }
+    #[cfg(feature = "cuda")]
+    if red == ReduceKind::Sum && out == DType::F32 && axes == (0..axes.len()).collect::<Vec<_>>() {
+        // over leading axes (a bias gradient): a kernel of ours where it applies
+        if let Some(t) = crate::cuda::views::leading_sum(x, axes.len())? {
+            return t.reshape(shape);
+        }
+    }
     if red == ReduceKind::Sum && super::sum32::applies(x, out) {
         return super::sum32::sum(x, &axes, shape);
     }

@@ -8,11 +8,18 @@
 //! cores. Runs over f32 whose instructions are all plain maps run as tight loops over chunk
 //! buffers ([`map32`]); others run the same op-table code on chunk tensors. Either way results
 //! are identical to the unfused program. On NVIDIA GPUs the same f32 plans run as one CUDA
-//! kernel per run (`gpu`); other GPUs run op by op.
+//! kernel per run (`gpu`), and element-wise instructions together with reductions over the
+//! same trailing axes (softmax, layer norm, their gradients) as one kernel per region
+//! (`rows`); other GPUs run op by op.
 
 #[cfg(feature = "cuda")]
 mod gpu;
 mod map32;
+#[cfg(feature = "cuda")]
+mod rows;
+
+#[cfg(feature = "cuda")]
+pub use rows::row_regions;
 
 use super::Instr;
 use super::Step;
@@ -65,6 +72,66 @@ pub(super) fn worth_alone(step: &Step) -> bool {
     )
 }
 
+/// Whether `step` may belong to a row region: element-wise, a reduction that row regions
+/// fold (sum, max, min), a reshape or a broadcast.
+pub(super) fn row_capable(step: &Step) -> bool {
+    elementwise(step)
+        || reduces(step)
+        || matches!(
+            step.as_op(),
+            Some(Op::Reshape { .. } | Op::Broadcast { .. })
+        )
+}
+
+/// Whether `step` is a reduction that row regions fold.
+pub(super) fn reduces(step: &Step) -> bool {
+    use crate::op::ReduceKind;
+    matches!(
+        step.as_op(),
+        Some(Op::Reduce {
+            kind: ReduceKind::Sum | ReduceKind::Max | ReduceKind::Min,
+            ..
+        })
+    )
+}
+
+/// Whether programs on `device` run row regions as kernels of ours (NVIDIA GPUs with fused
+/// kernels available).
+pub(super) fn rows_on(device: Device) -> bool {
+    #[cfg(feature = "cuda")]
+    if matches!(device, Device::Cuda(_)) {
+        return crate::cuda::elementwise::available();
+    }
+    let _ = device;
+    false
+}
+
+/// Runs the longest row region at the start of `run` (instructions that may form one) as one
+/// kernel: `Ok(results)` for its instructions (`None` where `live_out(len)` says a result is
+/// not read after them), or `Err(n)`: no region starts at the next `n` instructions.
+pub(super) fn rows(
+    run: &Run,
+    values: &[Option<Tensor>],
+    live_out: &dyn Fn(usize) -> Vec<bool>,
+    literal: &dyn Fn(usize) -> Result<Tensor>,
+) -> Result<std::result::Result<Vec<Option<Tensor>>, usize>> {
+    #[cfg(feature = "cuda")]
+    {
+        match rows::plan(run, values)? {
+            rows::Attempt::Skip(n) => Ok(Err(n)),
+            rows::Attempt::Region(plan, len) => match plan.execute(&live_out(len), literal)? {
+                Some(out) => Ok(Ok(out)),
+                None => Ok(Err(1)),
+            },
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (run, values, live_out, literal);
+        Ok(Err(usize::MAX))
+    }
+}
+
 /// Unary and binary maps of the op table (not reductions, shapes or indexing).
 fn is_map(op: &Op) -> bool {
     op.is_unary_map() || op.is_binary()
@@ -76,6 +143,17 @@ pub(super) struct Run<'a> {
     pub instrs: &'a [Instr],
     /// The value number of the first instruction's result.
     pub first: usize,
+    /// The program's literals by value number (see `literal`).
+    pub literals: &'a [Option<super::literal::Literal>],
+}
+
+impl Run<'_> {
+    /// The f32 value and type of value `a` when it is one of the program's literals (known on
+    /// the host, so a kernel takes it as a constant instead of reading a tensor).
+    fn literal(&self, a: usize) -> Option<(f32, crate::DType)> {
+        let (value, dtype) = self.literals.get(a).copied().flatten()?;
+        Some((value.stored_as(dtype)? as f32, dtype))
+    }
 }
 
 /// Executes `run` in chunks when its operands allow it. `values` holds every value defined so

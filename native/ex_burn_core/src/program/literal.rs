@@ -52,9 +52,37 @@ pub(super) fn plan(instrs: &[Instr], first: usize) -> Vec<Option<Literal>> {
     out
 }
 
-/// Literals made on a device, by instruction, kept across runs (a program's clones share
-/// them; tensors are immutable, and a kept one is never the only reference that would let an
-/// op overwrite it in place).
+/// Largest value (in elements) kept across runs besides literals: a causal mask or an index
+/// table of a few megabytes, not a broadcast of it to a whole batch.
+const KEEP_MAX: usize = 1 << 22;
+
+/// For each instruction, whether its value depends on no input of the program: literals, other
+/// creation ops (`iota`, `eye`, `full`; not the random ones) and deterministic single-result
+/// ops of such values or of the program's constants (a causal mask built from two `iota`s).
+/// Such values are made once per device and kept (see [`Made::get_with`]).
+pub(super) fn input_free(instrs: &[Instr], inputs: usize, consts: usize) -> Vec<bool> {
+    let mut free = vec![false; inputs];
+    free.resize(inputs + consts, true);
+    let mut out = Vec::with_capacity(instrs.len());
+    for ins in instrs {
+        let n = ins.op.results();
+        let ok = n == 1
+            && ins
+                .args
+                .iter()
+                .all(|&a| free.get(a).copied().unwrap_or(false))
+            && ins.op.as_op().is_some_and(|op| {
+                !matches!(op, Op::RandomUniform { .. } | Op::RandomNormal { .. })
+            });
+        out.push(ok);
+        free.extend(std::iter::repeat_n(ok, n));
+    }
+    out
+}
+
+/// Values made on a device, by instruction, kept across runs: literals and other input-free
+/// values (see [`input_free`]). A program's clones share them; tensors are immutable, and a
+/// kept one is never the only reference that would let an op overwrite it in place.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Made(Arc<Mutex<HashMap<(usize, Device), Tensor>>>);
 
@@ -79,6 +107,29 @@ impl Made {
             .pop()
             .ok_or_else(|| Error::Execution("full gave no result".into()))?;
         made.insert((i, device), t.clone());
+        Ok(t)
+    }
+
+    /// The value of input-free instruction `i` on `device`: the kept one, else `make`'s, kept
+    /// when at most [`KEEP_MAX`] elements (larger ones are made again on each run).
+    pub(super) fn get_with(
+        &self,
+        i: usize,
+        device: Device,
+        make: impl FnOnce() -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let lock = || {
+            self.0
+                .lock()
+                .map_err(|_| Error::Execution("a program's kept values are poisoned".into()))
+        };
+        if let Some(t) = lock()?.get(&(i, device)) {
+            return Ok(t.clone());
+        }
+        let t = make()?;
+        if t.numel() <= KEEP_MAX {
+            lock()?.insert((i, device), t.clone());
+        }
         Ok(t)
     }
 }

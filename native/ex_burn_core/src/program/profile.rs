@@ -1,9 +1,11 @@
-//! Host time of program runs by step, for finding where a compiled program's time goes
-//! (`EX_BURN_PROFILE=1`; when off, each step reads a flag that is set once).
+//! Time of program runs by step, for finding where a compiled program's time goes
+//! (`EX_BURN_PROFILE=1` or `sync`; when off, each step reads a flag that is set once).
 //!
-//! The time is the host's: how long each step took to return. On a GPU that is the cost of
-//! issuing the work (Burn's dispatch, kernel launches, allocations), not of running it, unless
-//! the step waited for the device. Every 16 runs (sub-program runs of loops and branches
+//! With `1` the time is the host's: how long each step took to return. On a GPU that is the
+//! cost of issuing the work (Burn's dispatch, kernel launches, allocations), not of running
+//! it, unless the step waited for the device. With `sync` each step also waits for the device
+//! to finish its work before its time is taken: the device time of each step (plus one
+//! launch and one synchronisation each; the whole run is slower). Every 16 runs (sub-program runs of loops and branches
 //! included) the table of those 16 runs (steps by total time, with counts) goes to standard
 //! error and starts again, so that later tables show warm runs only.
 
@@ -12,9 +14,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// `EX_BURN_PROFILE`: off, host time (`1`) or device time (`sync`).
+fn mode() -> u8 {
+    static MODE: OnceLock<u8> = OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("EX_BURN_PROFILE").as_deref() {
+        Ok("1") => 1,
+        Ok("sync") => 2,
+        _ => 0,
+    })
+}
+
 fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EX_BURN_PROFILE").as_deref() == Ok("1"))
+    mode() != 0
 }
 
 fn table() -> &'static Mutex<HashMap<String, (u64, Duration)>> {
@@ -25,6 +36,15 @@ fn table() -> &'static Mutex<HashMap<String, (u64, Duration)>> {
 thread_local! {
     /// A label the op just run left for its profile entry (see [`note`]).
     static NOTE: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+    /// The device of the program running on this thread (waited for in `sync` mode).
+    static DEVICE: std::cell::Cell<Option<crate::Device>> = const { std::cell::Cell::new(None) };
+}
+
+/// Notes the device the program starting on this thread runs on.
+pub(crate) fn on_device(device: crate::Device) {
+    if mode() == 2 {
+        DEVICE.with(|d| d.set(Some(device)));
+    }
 }
 
 /// Labels the profile entry of the op running on this thread (`dot[cublas]`), so that the
@@ -36,6 +56,35 @@ pub(crate) fn note(label: &'static str) {
     }
 }
 
+/// Labels the profile entry of the op running on this thread with a computed name (the
+/// shapes of a product, say) when steps are timed on the device (`sync`); nothing otherwise.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn note_detail(label: impl FnOnce() -> String) {
+    if mode() == 2 {
+        static NAMES: OnceLock<Mutex<std::collections::HashSet<&'static str>>> = OnceLock::new();
+        let name = label();
+        let Ok(mut names) = NAMES.get_or_init(Default::default).lock() else {
+            return;
+        };
+        // each distinct label is kept for the process (a program has a few)
+        let name: &'static str = match names.get(name.as_str()) {
+            Some(&n) => n,
+            None => {
+                let n: &'static str = Box::leak(name.into_boxed_str());
+                names.insert(n);
+                n
+            }
+        };
+        NOTE.with(|n| n.set(Some(name)));
+    }
+}
+
+/// A started measurement of a part of a step, taken only when steps are timed on the device
+/// (`sync`), where the parts' device times tell where a step's time goes.
+pub(crate) fn start_detail() -> Option<Instant> {
+    (mode() == 2).then(Instant::now)
+}
+
 /// A started measurement (`None` when profiling is off).
 pub(crate) fn start() -> Option<Instant> {
     enabled().then(Instant::now)
@@ -44,6 +93,10 @@ pub(crate) fn start() -> Option<Instant> {
 /// Adds the time since `started` to the step `name`.
 pub(crate) fn record(started: Option<Instant>, name: impl FnOnce() -> String) {
     if let Some(t0) = started {
+        if let Some(device) = DEVICE.with(|d| d.get()) {
+            // a failed wait shows in the step's time; the program's own reads report errors
+            let _ = device.sync();
+        }
         let dt = t0.elapsed();
         let name = match NOTE.with(|n| n.take()) {
             Some(label) => format!("{}[{label}]", name()),
@@ -71,8 +124,9 @@ pub(crate) fn run_finished(started: Option<Instant>) {
             let mut rows: Vec<_> = t.iter().collect();
             rows.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
             let mut out = format!(
-                "ex_burn profile, runs {} to {n} (host time by step):\n",
-                n - 15
+                "ex_burn profile, runs {} to {n} ({} time by step):\n",
+                n - 15,
+                if mode() == 2 { "device" } else { "host" }
             );
             for (name, (count, total)) in rows {
                 out += &format!(

@@ -153,3 +153,14 @@ pub fn spread(n: usize, seed: u64, binades: u64, lowest: i32) -> Vec<f64> {
         })
         .collect()
 }
+
+/// Evaluates `prog`'s instructions one at a time (no fusion, no folding).
+pub fn op_by_op(prog: &ex_burn_core::Program, inputs: &[Tensor]) -> Vec<Tensor> {
+    let mut values: Vec<Tensor> = inputs.to_vec();
+    for i in &prog.instrs {
+        let args: Vec<&Tensor> = i.args.iter().map(|&a| &values[a]).collect();
+        let r = ev(i.op.clone(), &args);
+        values.push(r);
+    }
+    prog.outputs.iter().map(|&o| values[o].clone()).collect()
+}

@@ -18,6 +18,7 @@ mod literal;
 mod nn;
 mod program;
 mod reduce;
+mod rows;
 mod scatter;
 mod shape;
 mod sort;

@@ -118,3 +118,47 @@ fn inputs_on_different_devices_are_refused() {
         assert_eq!(e.kind(), "device");
     }
 }
+
+/// Values that depend on no input (a causal mask from two `iota`s) are made once per device
+/// and kept; what depends on an input is computed on every run.
+#[test]
+fn input_free_values_are_kept_and_inputs_are_read_on_every_run() {
+    let ins = |op: Op, args: &[usize]| Instr {
+        op: Step::Op(op),
+        args: args.to_vec(),
+    };
+    let iota = |shape: Vec<usize>| Op::Iota {
+        shape,
+        dtype: DType::S32,
+        axis: None,
+    };
+    let p = Program::new(
+        1,
+        vec![
+            ins(iota(vec![4, 1]), &[]),                       // 1
+            ins(iota(vec![1, 4]), &[]),                       // 2
+            ins(Op::Compare(Compare::GreaterEqual), &[1, 2]), // 3: causal mask
+            ins(
+                Op::Full {
+                    shape: vec![],
+                    dtype: DType::F32,
+                    value: ex_burn_core::Scalar::F(0.0),
+                },
+                &[],
+            ), // 4
+            ins(Op::Select { out: None }, &[3, 0, 4]),        // 5
+        ],
+        vec![5, 3],
+    )
+    .unwrap();
+    let causal = [
+        1., 0., 0., 0., 1., 1., 0., 0., 1., 1., 1., 0., 1., 1., 1., 1.,
+    ];
+    for run in 0..3 {
+        let x: Vec<f64> = (0..16).map(|i| (i + run * 100) as f64).collect();
+        let out = p.run(vec![f(&x, &[4, 4])], dev()).unwrap();
+        let want: Vec<f64> = x.iter().zip(causal).map(|(v, m)| v * m).collect();
+        check(&out[0], &[4, 4], DType::F32, &want);
+        check(&out[1], &[4, 4], DType::U8, &causal);
+    }
+}

@@ -442,3 +442,37 @@ fn reductions_over_runs_of_adjacent_axes_match_the_host() {
         }
     }
 }
+
+/// Sums over leading axes of large f32 tensors (bias gradients; on CUDA two kernels of
+/// ExBurn's: partial sums of row blocks, then their sums), contiguous and transposed, against
+/// host sums (exact: small integers).
+#[test]
+fn large_sums_over_leading_axes_match_the_host() {
+    let (a, b, c) = (64usize, 33usize, 301usize);
+    let n = a * b * c;
+    let vals: Vec<f64> = (0..n).map(|i| ((i * 7919) % 17) as f64 - 8.0).collect();
+    let mut want = vec![0.0; c];
+    for (i, &v) in vals.iter().enumerate() {
+        want[i % c] += v;
+    }
+    let x = f(&vals, &[a, b, c]);
+    // the same values stored as [c, a, b], read through a transpose
+    let mut tvals = vec![0.0; n];
+    for (i, &v) in vals.iter().enumerate() {
+        let (p, q, r) = (i / (b * c), i / c % b, i % c);
+        tvals[(r * a + p) * b + q] = v;
+    }
+    let xt = ev(
+        Op::Transpose {
+            axes: Some(vec![1, 2, 0]),
+        },
+        &[&f(&tvals, &[c, a, b])],
+    );
+    for input in [&x, &xt] {
+        for keep in [false, true] {
+            let got = ev(sum(Some(vec![0, 1]), keep), &[input]);
+            let shape: &[usize] = if keep { &[1, 1, 301] } else { &[301] };
+            check(&got, shape, DType::F32, &want);
+        }
+    }
+}

@@ -58,6 +58,86 @@ fn transpose_reshape_squeeze() {
     );
 }
 
+/// Reshapes of transposed and sliced views read the elements in row-major order of the view
+/// (on CUDA such layouts are copied by a kernel of ExBurn's before the reshape).
+#[test]
+fn reshapes_of_permuted_and_sliced_views() {
+    let n = 2 * 3 * 40 * 50;
+    let y = f(
+        &(0..n).map(|i| i as f64).collect::<Vec<_>>(),
+        &[2, 3, 40, 50],
+    );
+    for perm in [vec![0, 2, 1, 3], vec![3, 1, 0, 2], vec![0, 1, 3, 2]] {
+        let p = ev(
+            Op::Transpose {
+                axes: Some(perm.clone()),
+            },
+            &[&y],
+        );
+        let shape: Vec<usize> = perm.iter().map(|&a| [2, 3, 40, 50][a]).collect();
+        let want: Vec<f64> = (0..n)
+            .map(|i| {
+                // the view's coordinates, in the original's axes
+                let mut rest = i;
+                let mut at = [0usize; 4];
+                for k in (0..4).rev() {
+                    at[perm[k]] = rest % shape[k];
+                    rest /= shape[k];
+                }
+                (((at[0] * 3 + at[1]) * 40 + at[2]) * 50 + at[3]) as f64
+            })
+            .collect();
+        let merged = vec![shape[0] * shape[1], shape[2] * shape[3]];
+        check(
+            &ev(
+                Op::Reshape {
+                    shape: merged.clone(),
+                },
+                &[&p],
+            ),
+            &merged,
+            DType::F32,
+            &want,
+        );
+        check(
+            &ev(Op::Reshape { shape: vec![n] }, &[&p]),
+            &[n],
+            DType::F32,
+            &want,
+        );
+    }
+    // a slice of the last axis, flattened
+    let s = ev(
+        Op::Slice {
+            starts: vec![0, 0, 0, 10],
+            lengths: vec![2, 3, 40, 20],
+            strides: None,
+            dynamic: vec![],
+        },
+        &[&y],
+    );
+    let want: Vec<f64> = (0..n / 50 * 20)
+        .map(|i| ((i / 20) * 50 + 10 + i % 20) as f64)
+        .collect();
+    check(
+        &ev(
+            Op::Reshape {
+                shape: vec![240, 20],
+            },
+            &[&s],
+        ),
+        &[240, 20],
+        DType::F32,
+        &want,
+    );
+    check(
+        &ev(Op::Reshape { shape: vec![4800] }, &[&s]),
+        &[4800],
+        DType::F32,
+        &want,
+    );
+}
+
 #[test]
 fn broadcast_with_axes() {
     let v3 = f(&[1., 2., 3.], &[3]);

@@ -7,6 +7,7 @@
 //! are the literals' f32 values, written bit-exactly.
 
 use super::map32::{Layout, Map, Plan, Src, Stage};
+use super::rows;
 use crate::op::exact32::Fun;
 use crate::op::Compare;
 use crate::{Result, Tensor};
@@ -16,35 +17,67 @@ use std::fmt::Write;
 /// `strides`: the layout's index where the operand is contiguous, else the sum over its
 /// axes (right-aligned with `full`; unit and broadcast axes, of stride 0, skipped) of the
 /// coordinate times the stride.
-fn index(layout: Layout, shape: &[usize], strides: &[usize], full: &[usize]) -> String {
+fn index(layout: Option<Layout>, shape: &[usize], strides: &[usize], full: &[usize]) -> String {
     let mut want = 1;
     let contiguous = shape.iter().zip(strides).rev().all(|(&d, &s)| {
         let ok = d == 1 || s == want;
         want *= d;
         ok
     });
-    if contiguous {
+    if let (true, Some(layout)) = (contiguous, layout) {
         return match layout {
             Layout::Full => "i".to_string(),
             Layout::Rows(m) => format!("i % {m}ULL"),
             Layout::Columns(inner) => format!("i / {inner}ULL"),
         };
     }
-    let offset = full.len() - shape.len();
-    let mut terms = Vec::new();
-    for (a, (&d, &st)) in shape.iter().zip(strides).enumerate() {
-        if d == 1 || st == 0 {
-            continue;
-        }
-        let k = a + offset;
-        let inner: usize = full[k + 1..].iter().product();
-        terms.push(format!("(i / {inner}ULL % {}ULL) * {st}ULL", full[k]));
+    crate::cuda::elementwise::strided_index(shape, strides, full)
+}
+
+/// The opening of a kernel (qualifiers `before` its name): `inputs` f32 operands `e0..`,
+/// `outputs` f32 results `o0..` and the count `n`.
+fn header(before: &str, inputs: usize, outputs: usize) -> String {
+    let mut s = format!(
+        "extern \"C\" __global__ void {before}{}(",
+        crate::cuda::elementwise::ENTRY
+    );
+    for j in 0..inputs {
+        let _ = write!(s, "const float* __restrict__ e{j}, ");
     }
-    if terms.is_empty() {
-        "0".to_string()
-    } else {
-        terms.join(" + ")
+    for q in 0..outputs {
+        let _ = write!(s, "float* __restrict__ o{q}, ");
     }
+    s.push_str("unsigned long long n) {\n");
+    s
+}
+
+/// How element `i` of a result of shape `full` reads operand `t` stored with `strides` (see
+/// [`index`]); `None` where its axes do not fit `full`.
+fn operand_index(
+    t: &Tensor,
+    strides: &[usize],
+    full: &[usize],
+    layout: Option<Layout>,
+) -> Option<String> {
+    // a scalar's buffer has one axis of one element
+    let shape = match t.shape() {
+        [] => &[1][..],
+        s => s,
+    };
+    if shape.len() != strides.len() || shape.len() > full.len().max(1) {
+        return None;
+    }
+    Some(index(layout, shape, strides, full))
+}
+
+/// The strides of every operand (see `cuda::elementwise::strides`), `None` if one has none.
+pub(super) fn operand_strides<'a>(
+    tensors: impl IntoIterator<Item = &'a Tensor>,
+) -> Option<Vec<Vec<usize>>> {
+    tensors
+        .into_iter()
+        .map(crate::cuda::elementwise::strides)
+        .collect()
 }
 
 /// The CUDA C source of `plan` over a run of shape `full` for outputs `live` (step indices,
@@ -55,30 +88,13 @@ pub(super) fn source(
     full: &[usize],
     strides: &[Vec<usize>],
 ) -> Option<String> {
-    let mut s = String::from("extern \"C\" __global__ void ");
-    s.push_str(crate::cuda::elementwise::ENTRY);
-    s.push('(');
-    for j in 0..plan.ext.len() {
-        let _ = write!(s, "const float* __restrict__ e{j}, ");
-    }
-    for q in 0..live.len() {
-        let _ = write!(s, "float* __restrict__ o{q}, ");
-    }
-    s.push_str("unsigned long long n) {\n");
+    let mut s = header("", plan.ext.len(), live.len());
     s.push_str(
         "  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; \
          i < n; i += (unsigned long long)gridDim.x * blockDim.x) {\n",
     );
     for (j, (e, st)) in plan.ext.iter().zip(strides).enumerate() {
-        // a scalar's buffer has one axis of one element
-        let shape = match e.tensor.shape() {
-            [] => &[1][..],
-            s => s,
-        };
-        if shape.len() != st.len() || shape.len() > full.len().max(1) {
-            return None;
-        }
-        let index = index(e.layout, shape, st, full);
+        let index = operand_index(&e.tensor, st, full, Some(e.layout))?;
         let _ = writeln!(s, "    float x{j} = e{j}[{index}];");
     }
     let src = |v: Src| match v {
@@ -87,16 +103,147 @@ pub(super) fn source(
         Src::Const(c) => constant(c),
     };
     for (k, step) in plan.steps.iter().enumerate() {
-        let expr = match *step {
-            Stage::Const(c) => constant(c),
-            Stage::Unary(m, a) => unary(m, &src(a))?,
-            Stage::Binary(m, a, b) => binary(m, &src(a), &src(b))?,
-            Stage::Select(p, t, f) => format!("({} != 0.0f) ? {} : {}", src(p), src(t), src(f)),
-        };
+        let expr = expression(*step, &src)?;
         let _ = writeln!(s, "    float s{k} = {expr};");
     }
     for (q, &k) in live.iter().enumerate() {
         let _ = writeln!(s, "    o{q}[i] = s{k};");
+    }
+    s.push_str("  }\n}\n");
+    Some(s)
+}
+
+/// The CUDA C expression of a stage whose operands read as `src` gives.
+fn expression(step: Stage, src: &dyn Fn(Src) -> String) -> Option<String> {
+    Some(match step {
+        Stage::Const(c) => constant(c),
+        Stage::Unary(m, a) => unary(m, &src(a))?,
+        Stage::Binary(m, a, b) => binary(m, &src(a), &src(b))?,
+        Stage::Select(p, t, f) => format!("({} != 0.0f) ? {} : {}", src(p), src(t), src(f)),
+    })
+}
+
+/// Folds across a block (a multiple of 32 threads) for row regions: within each warp by
+/// shuffles, then across the warps' results in shared memory; every thread gets the result.
+const BLOCK_FOLDS: &str = r#"
+__device__ __forceinline__ float f_sum(float a, float b) { return a + b; }
+__device__ __forceinline__ float f_max(float a, float b) { return (a > b || isnan(a)) ? a : b; }
+__device__ __forceinline__ float f_min(float a, float b) { return (a < b || isnan(a)) ? a : b; }
+#define BLOCK_FOLD(NAME, OP, IDENT) \
+__device__ float NAME(float v, float* sh) { \
+  for (int o = 16; o > 0; o >>= 1) v = OP(v, __shfl_xor_sync(0xffffffffu, v, o)); \
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v; \
+  __syncthreads(); \
+  if (threadIdx.x < 32) { \
+    v = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : (IDENT); \
+    for (int o = 16; o > 0; o >>= 1) v = OP(v, __shfl_xor_sync(0xffffffffu, v, o)); \
+    if (threadIdx.x == 0) sh[32] = v; \
+  } \
+  __syncthreads(); \
+  v = sh[32]; \
+  __syncthreads(); \
+  return v; \
+}
+BLOCK_FOLD(fold_sum, f_sum, 0.0f)
+BLOCK_FOLD(fold_max, f_max, __int_as_float(0xff800000))
+BLOCK_FOLD(fold_min, f_min, __int_as_float(0x7f800000))
+"#;
+
+/// The CUDA C source of a row region (see [`rows`]): a grid-stride loop over rows, one block
+/// per row, each thread computing `per` elements of the row (`c = threadIdx.x + q * block`)
+/// in registers; per-row values are computed by every thread; the [`rows::Plan::block`]
+/// geometry. Writes the steps `written` (full-size ones per element, per-row ones by thread
+/// 0); `None` when a step has no CUDA form.
+pub(super) fn row_source(
+    plan: &rows::Plan,
+    written: &[usize],
+    strides: &[Vec<usize>],
+) -> Option<String> {
+    let (block, per) = plan.block();
+    let (cols, full) = (plan.cols, &plan.full);
+    let mut s = String::from(BLOCK_FOLDS);
+    s.push_str(&header(
+        &format!("__launch_bounds__({block}) "),
+        plan.ext.len(),
+        written.len(),
+    ));
+    s.push_str("  __shared__ float sh[33];\n");
+    s.push_str("  for (unsigned long long r = blockIdx.x; r < n; r += gridDim.x) {\n");
+    let each = |body: &str| {
+        format!(
+            "    for (int q = 0; q < {per}; q++) {{ unsigned long long c = threadIdx.x + q * {block}ULL; {body} }}\n"
+        )
+    };
+    for (j, (e, st)) in plan.ext.iter().zip(strides).enumerate() {
+        let layout = Layout::of(e.tensor.shape(), full);
+        let index = operand_index(&e.tensor, st, full, layout)?;
+        match e.level {
+            rows::Level::Full => {
+                let _ = writeln!(s, "    float x{j}[{per}];");
+                s.push_str(&each(&format!(
+                    "unsigned long long i = r * {cols}ULL + c; x{j}[q] = c < {cols}ULL ? e{j}[{index}] : 0.0f;"
+                )));
+            }
+            _ => {
+                let _ = writeln!(
+                    s,
+                    "    float x{j}; {{ unsigned long long i = r * {cols}ULL; x{j} = e{j}[{index}]; }}"
+                );
+            }
+        }
+    }
+    let full_level = |v: Src| match v {
+        Src::Stage(k) => plan.levels[k] == rows::Level::Full,
+        Src::Ext(j) => plan.ext[j].level == rows::Level::Full,
+        Src::Const(_) => false,
+    };
+    // an operand inside the per-element loop, and outside it
+    let element = |v: Src| match v {
+        Src::Stage(k) if full_level(v) => format!("s{k}[q]"),
+        Src::Ext(j) if full_level(v) => format!("x{j}[q]"),
+        Src::Stage(k) => format!("s{k}"),
+        Src::Ext(j) => format!("x{j}"),
+        Src::Const(c) => constant(c),
+    };
+    for (k, step) in plan.steps.iter().enumerate() {
+        let full_step = plan.levels[k] == rows::Level::Full;
+        let expr = match *step {
+            rows::Step::Map(stage) => expression(stage, &element)?,
+            rows::Step::Same(v) => element(v),
+            rows::Step::Fold(fold, v) => {
+                let (name, ident) = match fold {
+                    rows::Fold::Sum => ("sum", "0.0f"),
+                    rows::Fold::Max => ("max", "__int_as_float(0xff800000)"),
+                    rows::Fold::Min => ("min", "__int_as_float(0x7f800000)"),
+                };
+                let _ = writeln!(s, "    float s{k}; {{ float a = {ident};");
+                s.push_str(&each(&format!(
+                    "if (c < {cols}ULL) a = f_{name}(a, {});",
+                    element(v)
+                )));
+                let _ = writeln!(s, "    s{k} = fold_{name}(a, sh); }}");
+                continue;
+            }
+        };
+        if full_step {
+            let _ = writeln!(s, "    float s{k}[{per}];");
+            s.push_str(&each(&format!("s{k}[q] = {expr};")));
+        } else {
+            let _ = writeln!(s, "    float s{k} = {expr};");
+        }
+    }
+    for (o, &k) in written.iter().enumerate() {
+        let numel: usize = plan.shapes[k].iter().product();
+        let value = element(Src::Stage(k));
+        if numel == plan.rows * cols {
+            s.push_str(&each(&format!(
+                "if (c < {cols}ULL) o{o}[r * {cols}ULL + c] = {value};"
+            )));
+        } else if plan.levels[k] == rows::Level::Row && numel == plan.rows {
+            let _ = writeln!(s, "    if (threadIdx.x == 0) o{o}[r] = s{k};");
+        } else {
+            return None;
+        }
     }
     s.push_str("  }\n}\n");
     Some(s)
@@ -154,12 +301,7 @@ pub(super) fn execute(
     shape: &[usize],
 ) -> Result<Option<Vec<Option<Tensor>>>> {
     let live = plan.written(live_out);
-    let Some(strides) = plan
-        .ext
-        .iter()
-        .map(|e| crate::cuda::elementwise::strides(&e.tensor))
-        .collect::<Option<Vec<_>>>()
-    else {
+    let Some(strides) = operand_strides(plan.ext.iter().map(|e| &e.tensor)) else {
         return Ok(None);
     };
     let Some(code) = source(plan, &live, shape, &strides) else {

@@ -46,7 +46,7 @@ pub(super) enum Layout {
 
 impl Layout {
     /// How an operand of shape `s` broadcasts to `full` (`None`: not one of the layouts).
-    fn of(s: &[usize], full: &[usize]) -> Option<Layout> {
+    pub(super) fn of(s: &[usize], full: &[usize]) -> Option<Layout> {
         if s == full {
             return Some(Layout::Full);
         }
@@ -185,10 +185,14 @@ fn scalar_f32(t: &Tensor) -> Result<f32> {
 /// boolean tensor; read by `select`, comparisons and f32 arithmetic, never a result), or a
 /// scalar of the given type.
 #[derive(Clone, Copy, PartialEq)]
-enum Ty {
+pub(super) enum Ty {
     F32,
     Mask,
     Const(DType),
+    /// Whole numbers of an integer type small enough to be exact in f32 (a count of mask
+    /// elements), computed in f32 (only row regions make them, on CUDA).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    Count(DType),
 }
 
 impl Ty {
@@ -198,7 +202,29 @@ impl Ty {
         match self {
             Ty::F32 => DType::F32,
             Ty::Mask => DType::U8,
-            Ty::Const(d) => d,
+            Ty::Const(d) | Ty::Count(d) => d,
+        }
+    }
+
+    /// How a kernel reads a tensor operand: f32 values or a boolean mask (`None`: neither).
+    pub(super) fn of_operand(t: &Tensor) -> Option<Ty> {
+        match (t.kind(), t.dtype()) {
+            (Kind::Bool, _) => Some(Ty::Mask),
+            (_, DType::F32) => Some(Ty::F32),
+            _ => None,
+        }
+    }
+
+    /// The tensor a kernel reads for an operand of this type: masks as f32 1.0/0.0.
+    pub(super) fn operand(self, t: &Tensor, device: Device) -> Result<Tensor> {
+        match self {
+            #[cfg(feature = "cuda")]
+            Ty::Mask if matches!(device, Device::Cuda(_)) => crate::cuda::elementwise::mask_f32(t),
+            Ty::Mask => t.cast(DType::F32),
+            _ => {
+                let _ = device;
+                Ok(t.clone())
+            }
         }
     }
 }
@@ -223,6 +249,30 @@ fn declared_out(op: &Op) -> Option<DType> {
         Op::Binary { out, .. } | Op::Select { out } => *out,
         _ => None,
     }
+}
+
+/// The stage an element-wise op (a map, comparison or `select`) makes of operands `srcs` of
+/// types `tys`, and the type of its value: `None` where it has no f32 form (another result
+/// type, an operand of another type).
+pub(super) fn stage(op: &Op, srcs: &[Src], tys: &[Ty]) -> Option<(Stage, Ty)> {
+    let map = match op {
+        Op::Select { .. } => None,
+        op => Some(Map::of(op)?),
+    };
+    let out = declared_out(op);
+    Some(match (map, srcs, tys) {
+        (None, &[p, t, f], &[_, tt, tf]) if computes_in_f32(out, &[tt, tf]) => {
+            (Stage::Select(p, t, f), Ty::F32)
+        }
+        (Some(m @ Map::Cmp(_)), &[a, b], &[ta, tb]) if computes_in_f32(None, &[ta, tb]) => {
+            (Stage::Binary(m, a, b), Ty::Mask)
+        }
+        (Some(m), &[a, b], &[ta, tb]) if m.binary() && computes_in_f32(out, &[ta, tb]) => {
+            (Stage::Binary(m, a, b), Ty::F32)
+        }
+        (Some(m), &[a], &[Ty::F32]) if !m.binary() => (Stage::Unary(m, a), Ty::F32),
+        _ => return None,
+    })
 }
 
 impl Plan {
@@ -280,13 +330,9 @@ impl Plan {
                 kinds.push((Ty::Const(*dtype), false));
                 continue;
             }
-            let map = match op {
-                Op::Select { .. } => None,
-                op => match Map::of(op) {
-                    Some(m) => Some(m),
-                    None => return Ok(None),
-                },
-            };
+            if !matches!(op, Op::Select { .. }) && Map::of(op).is_none() {
+                return Ok(None);
+            }
             let mut srcs = Vec::with_capacity(3);
             let mut tys = Vec::with_capacity(3);
             let mut full_operand = false;
@@ -307,14 +353,17 @@ impl Plan {
                     if t.rank() == 0 && device == Device::Cpu {
                         tys.push(Ty::Const(t.dtype()));
                         Src::Const(scalar_f32(t)?)
+                    } else if let Some((v, dtype)) = run.literal(a) {
+                        // off the CPU a literal's value is converted on the host, as for
+                        // literals inside the run
+                        tys.push(Ty::Const(dtype));
+                        Src::Const(v)
                     } else if t.rank() == 0 && (t.kind(), t.dtype()) != (Kind::Float, DType::F32) {
                         // off the CPU a computed scalar is read by the kernel, as f32 only
                         return Ok(None);
                     } else {
-                        let ty = match (t.kind(), t.dtype()) {
-                            (Kind::Bool, _) => Ty::Mask,
-                            (_, DType::F32) => Ty::F32,
-                            _ => return Ok(None),
+                        let Some(ty) = Ty::of_operand(t) else {
+                            return Ok(None);
                         };
                         tys.push(ty);
                         let Some(layout) = Layout::of(t.shape(), full) else {
@@ -325,15 +374,7 @@ impl Plan {
                             Some(j) => j,
                             None => {
                                 ext_ids.push(a);
-                                // masks are read as 1.0/0.0
-                                let tensor = match ty {
-                                    #[cfg(feature = "cuda")]
-                                    Ty::Mask if matches!(device, Device::Cuda(_)) => {
-                                        crate::cuda::elementwise::mask_f32(t)?
-                                    }
-                                    Ty::Mask => t.cast(DType::F32)?,
-                                    _ => t.clone(),
-                                };
+                                let tensor = ty.operand(t, device)?;
                                 ext.push(Ext { tensor, layout });
                                 ext.len() - 1
                             }
@@ -350,19 +391,8 @@ impl Plan {
             if !full_operand && (device == Device::Cpu || live_out[steps.len()]) {
                 return Ok(None);
             }
-            let out = declared_out(op);
-            let (step, ty) = match (map, srcs.as_slice(), tys.as_slice()) {
-                (None, &[p, t, f], &[_, tt, tf]) if computes_in_f32(out, &[tt, tf]) => {
-                    (Stage::Select(p, t, f), Ty::F32)
-                }
-                (Some(m @ Map::Cmp(_)), &[a, b], &[ta, tb]) if computes_in_f32(None, &[ta, tb]) => {
-                    (Stage::Binary(m, a, b), Ty::Mask)
-                }
-                (Some(m), &[a, b], &[ta, tb]) if m.binary() && computes_in_f32(out, &[ta, tb]) => {
-                    (Stage::Binary(m, a, b), Ty::F32)
-                }
-                (Some(m), &[a], &[Ty::F32]) if !m.binary() => (Stage::Unary(m, a), Ty::F32),
-                _ => return Ok(None),
+            let Some((step, ty)) = stage(op, &srcs, &tys) else {
+                return Ok(None);
             };
             if ty == Ty::Mask && live_out[steps.len()] {
                 // a boolean result read after the run: the op table makes its tensor

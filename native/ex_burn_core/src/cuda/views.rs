@@ -1,0 +1,217 @@
+//! Reshapes of strided f32 CUDA tensors (transposed, sliced or permuted views) without Burn's
+//! general copy kernel.
+//!
+//! Burn 0.21 copies a strided tensor before most reshapes (CubeCL's `CopyKernelPack`, ~200 us
+//! for a transposed [8, 12, 512, 512] on an H200), even where the new shape can be read from
+//! the same buffer with other strides. Here such a reshape is a view with computed strides
+//! (cuBLAS then reads a transposed operand as it is stored), and one that cannot be a view is
+//! one copy by an element-wise kernel of ours.
+
+use super::elementwise::{self, f32_cube, grid, strided_index, submit, ENTRY};
+use crate::dtype::Kind;
+use crate::{Result, Tensor};
+use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
+
+/// The strides that read a tensor of `shape` stored with `strides` as `new` (same elements in
+/// row-major order) from the same buffer: each run of axes merged or split must be evenly
+/// strided; `None` where no strides can.
+pub(crate) fn view_strides(
+    shape: &[usize],
+    strides: &[usize],
+    new: &[usize],
+) -> Option<Vec<usize>> {
+    if shape.iter().product::<usize>() == 0 {
+        return None;
+    }
+    let old: Vec<(usize, usize)> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(&d, _)| d != 1)
+        .map(|(&d, &s)| (d, s))
+        .collect();
+    let wide: Vec<usize> = (0..new.len()).filter(|&j| new[j] != 1).collect();
+    let mut out = vec![0; new.len()];
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() && j < wide.len() {
+        let (i0, j0) = (i, j);
+        let (mut have, mut want) = (old[i].0, new[wide[j]]);
+        (i, j) = (i + 1, j + 1);
+        while have != want {
+            if have < want && i < old.len() {
+                have *= old[i].0;
+                i += 1;
+            } else if want < have && j < wide.len() {
+                want *= new[wide[j]];
+                j += 1;
+            } else {
+                return None;
+            }
+        }
+        if (i0..i - 1).any(|k| old[k].1 != old[k + 1].1 * old[k + 1].0) {
+            return None;
+        }
+        // the new axes of this run, innermost first, from the run's innermost stride
+        let mut s = old[i - 1].1;
+        for &w in wide[j0..j].iter().rev() {
+            out[w] = s;
+            s *= new[w];
+        }
+    }
+    if i != old.len() || j != wide.len() {
+        return None;
+    }
+    for k in (0..new.len()).rev() {
+        if new[k] == 1 {
+            out[k] = out.get(k + 1).map_or(1, |&s| s * new[k + 1]);
+        }
+    }
+    Some(out)
+}
+
+/// Whether `strides` are the row-major strides of `shape` (unit axes aside).
+fn contiguous(shape: &[usize], strides: &[usize]) -> bool {
+    let mut want = 1;
+    shape.iter().zip(strides).rev().all(|(&d, &s)| {
+        let ok = d == 1 || s == want;
+        want *= d;
+        ok
+    })
+}
+
+/// `t` (an f32 CUDA tensor stored with strides other than row-major) as `shape`: a view of
+/// its buffer where strides can express it, else its elements copied into a row-major buffer
+/// by one kernel. `None` where Burn's reshape only changes metadata (a row-major tensor) or
+/// this does not apply (another type or device).
+pub fn reshape(t: &Tensor, shape: &[usize]) -> Result<Option<Tensor>> {
+    let prim = t.prim();
+    let Some(cube) = f32_cube(&prim) else {
+        return Ok(None);
+    };
+    let strides = cube.meta.strides().to_vec();
+    let have = t.shape();
+    if strides.len() != have.len() || contiguous(have, &strides) {
+        return Ok(None);
+    }
+    let dims = crate::tensor::prim_shape(shape);
+    if let Some(view_strides) = view_strides(have, &strides, &dims) {
+        let mut view = cube.clone();
+        *view.meta.shape_mut() = dims;
+        *view.meta.strides_mut() = view_strides.into_iter().collect();
+        let prim = DispatchTensor {
+            kind: DispatchTensorKind::Cuda(BackendTensor::Float(view)),
+            checkpointing: prim.checkpointing,
+        };
+        return Ok(Some(Tensor::from_prim(prim, Kind::Float, shape.to_vec())));
+    }
+    if !elementwise::available() {
+        return Ok(None);
+    }
+    let index = strided_index(have, &strides, have);
+    let source = format!(
+        "extern \"C\" __global__ void {ENTRY}(const float* __restrict__ e0, float* __restrict__ o0, \
+         unsigned long long n) {{\n  for (unsigned long long i = (unsigned long long)blockIdx.x * \
+         blockDim.x + threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x) \
+         o0[i] = e0[{index}];\n}}\n"
+    );
+    let n = t.numel();
+    let copy = submit(&source, &[t], &[have.to_vec()], grid(n), n)?.and_then(|mut o| o.pop());
+    copy.map(|c| c.reshape(shape.to_vec())).transpose()
+}
+
+/// The sum of an f32 CUDA tensor over its first `lead` axes (a bias gradient: over batch and
+/// positions), as two kernels of ours: partial sums of column blocks of rows, then their sums.
+/// Burn's reduction kernel walks such (strided) reductions several times slower (60-90 us for
+/// [4096, 3072] on an H200). The result has the remaining axes; `None` where this does not
+/// apply (another type or device, nothing to sum).
+pub fn leading_sum(t: &Tensor, lead: usize) -> Result<Option<Tensor>> {
+    let Some(strides) = elementwise::strides(t) else {
+        return Ok(None);
+    };
+    let shape = t.shape();
+    if lead == 0 || lead >= shape.len() || strides.len() != shape.len() || !elementwise::available()
+    {
+        return Ok(None);
+    }
+    let rows: usize = shape[..lead].iter().product();
+    let cols: usize = shape[lead..].iter().product();
+    if rows == 0 || cols == 0 {
+        return Ok(None);
+    }
+    // enough partial sums to fill the GPU (~64k threads), each over at least 16 rows
+    let splits = (65_536 / cols).clamp(1, (rows / 16).max(1));
+    let chunk = rows.div_ceil(splits);
+    let index = strided_index(shape, &strides, shape);
+    let partial = format!(
+        "extern \"C\" __global__ void {ENTRY}(const float* __restrict__ e0, float* __restrict__ o0, \
+         unsigned long long n) {{\n  for (unsigned long long t = (unsigned long long)blockIdx.x * \
+         blockDim.x + threadIdx.x; t < n; t += (unsigned long long)gridDim.x * blockDim.x) {{\n    \
+         unsigned long long c = t % {cols}ULL, r0 = t / {cols}ULL * {chunk}ULL;\n    \
+         unsigned long long r1 = r0 + {chunk}ULL < {rows}ULL ? r0 + {chunk}ULL : {rows}ULL;\n    \
+         float a = 0.0f;\n    for (unsigned long long r = r0; r < r1; r++) {{ unsigned long long \
+         i = r * {cols}ULL + c; a += e0[{index}]; }}\n    o0[t] = a;\n  }}\n}}\n"
+    );
+    let n = splits * cols;
+    let Some(part) =
+        submit(&partial, &[t], &[vec![splits, cols]], grid(n), n)?.and_then(|mut o| o.pop())
+    else {
+        return Ok(None);
+    };
+    let total = format!(
+        "extern \"C\" __global__ void {ENTRY}(const float* __restrict__ e0, float* __restrict__ o0, \
+         unsigned long long n) {{\n  for (unsigned long long c = (unsigned long long)blockIdx.x * \
+         blockDim.x + threadIdx.x; c < n; c += (unsigned long long)gridDim.x * blockDim.x) {{\n    \
+         float a = 0.0f;\n    for (unsigned long long s = 0; s < {splits}ULL; s++) a += e0[s * \
+         {cols}ULL + c];\n    o0[c] = a;\n  }}\n}}\n"
+    );
+    let out = submit(
+        &total,
+        &[&part],
+        &[shape[lead..].to_vec()],
+        grid(cols),
+        cols,
+    )?;
+    Ok(out.and_then(|mut o| o.pop()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::view_strides;
+
+    #[test]
+    fn views_exist_where_merged_axes_are_evenly_strided() {
+        // row-major [2, 3, 4]: any reshape
+        assert_eq!(
+            view_strides(&[2, 3, 4], &[12, 4, 1], &[6, 4]),
+            Some(vec![4, 1])
+        );
+        assert_eq!(view_strides(&[2, 3, 4], &[12, 4, 1], &[24]), Some(vec![1]));
+        assert_eq!(
+            view_strides(&[2, 3, 4], &[12, 4, 1], &[2, 1, 12]),
+            Some(vec![12, 12, 1])
+        );
+        // [2, 3, 4] transposed to [4, 2, 3] (strides [1, 12, 4]): the last two merge, not the first
+        assert_eq!(
+            view_strides(&[4, 2, 3], &[1, 12, 4], &[4, 6]),
+            Some(vec![1, 4])
+        );
+        assert_eq!(view_strides(&[4, 2, 3], &[1, 12, 4], &[8, 3]), None);
+        assert_eq!(view_strides(&[4, 2, 3], &[1, 12, 4], &[24]), None);
+        // splitting an axis of any stride is a view
+        assert_eq!(
+            view_strides(&[4, 6], &[1, 4], &[4, 2, 3]),
+            Some(vec![1, 12, 4])
+        );
+        // rows of a slice (padded to 8) cannot be flattened, only split or given unit axes
+        assert_eq!(view_strides(&[3, 5], &[8, 1], &[15]), None);
+        assert_eq!(
+            view_strides(&[3, 5], &[8, 1], &[3, 1, 5]),
+            Some(vec![8, 5, 1])
+        );
+        // attention's transposed scores [8, 12, 512, 512] -> [96, 512, 512]
+        let s = [12 * 512 * 512, 512 * 512, 1, 512];
+        assert_eq!(
+            view_strides(&[8, 12, 512, 512], &s, &[96, 512, 512]),
+            Some(vec![512 * 512, 1, 512])
+        );
+    }
+}
