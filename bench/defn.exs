@@ -63,6 +63,11 @@ defmodule Bench.Defn do
 end
 
 sync = fn t -> Nx.to_binary(t, limit: 1) end
+# A chain call's work is done when the device has finished it (`ExBurn.Device.synchronize/1`,
+# as `torch.cuda.synchronize()`); EX_BURN_BENCH_SYNC=read reads one element of the result instead
+# (one more kernel and a device round trip per call, on both paths).
+read_back? = System.get_env("EX_BURN_BENCH_SYNC") == "read"
+done = if read_back?, do: sync, else: fn _t -> ExBurn.Device.synchronize(device) end
 # Timings on shared machines drift by tens of percent between runs: many short interleaved rounds.
 rounds = 15
 n = 16 * 1024 * 1024
@@ -72,7 +77,7 @@ compare = fn fun ->
   compiled = Nx.Defn.jit(fun, compiler: ExBurn.Compiler, device: device)
 
   [eager_us, compiled_us] =
-    Bench.interleaved_median_us([fn -> sync.(fun.(x)) end, fn -> sync.(compiled.(x)) end], rounds)
+    Bench.interleaved_median_us([fn -> done.(fun.(x)) end, fn -> done.(compiled.(x)) end], rounds)
 
   diff = Nx.subtract(fun.(x), compiled.(x)) |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
   {eager_us, compiled_us, diff}
@@ -190,7 +195,7 @@ path = Path.join([__DIR__, "results", "defn_#{ExBurn.Device.family(device)}.md"]
 
 intro = """
 Machine: #{machine}. Device: #{inspect(device)}.
-Run: `#{if device == :cpu, do: "", else: "EX_BURN_BENCH_DEVICE=#{ExBurn.Device.family(device)} "}mix run bench/defn.exs` (#{date}). Medians of #{rounds} rounds, each timing eager then compiled.
+Run: `#{if device == :cpu, do: "", else: "EX_BURN_BENCH_DEVICE=#{ExBurn.Device.family(device)} "}mix run bench/defn.exs` (#{date}). Medians of #{rounds} rounds, each timing eager then compiled; each chain call ends #{if read_back?, do: "when one element of its result has been read", else: "at `ExBurn.Device.synchronize/1`"}.
 
 ## 10-op element-wise chain over 16M f32 (goal: compiled >= 3x eager on CPU, >= 10x on GPU)
 
