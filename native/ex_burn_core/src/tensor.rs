@@ -280,6 +280,12 @@ impl Tensor {
         self.prim.clone()
     }
 
+    /// The Burn tensor, borrowed (for looking at its layout without a clone).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn as_prim(&self) -> &Prim {
+        &self.prim
+    }
+
     /// The first `len` elements of a rank-1 tensor (`len` at most its length).
     fn prefix(&self, len: usize) -> Result<Tensor> {
         let s = [burn::tensor::Slice::new(0, Some(len as isize), 1)];

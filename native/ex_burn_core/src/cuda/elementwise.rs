@@ -113,7 +113,7 @@ pub(crate) fn f32_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
 /// The strides (in elements) of an f32 CUDA tensor's buffer, axis by axis (CubeCL pads the
 /// rows of some tensors, and views are strided); `None` for other tensors.
 pub fn strides(t: &Tensor) -> Option<Vec<usize>> {
-    f32_cube(&t.prim()).map(|c| c.meta.strides().to_vec())
+    f32_cube(t.as_prim()).map(|c| c.meta.strides().to_vec())
 }
 
 /// The CUDA C expression of the offset at which element `i` of a (row-major) result of shape
@@ -173,7 +173,11 @@ pub fn launch(
     shape: &[usize],
 ) -> Result<Option<Vec<Tensor>>> {
     let shapes = vec![shape.to_vec(); outputs];
-    let out = submit(source, inputs, &shapes, grid(n), n)?;
+    counted(submit(source, inputs, &shapes, grid(n), n)?)
+}
+
+/// Counts a queued kernel of a fused run or region (see [`launches`]).
+fn counted(out: Option<Vec<Tensor>>) -> Result<Option<Vec<Tensor>>> {
     if out.is_some() {
         LAUNCHES.with(|c| c.set(c.get() + 1));
     }
@@ -196,11 +200,13 @@ pub fn launch_rows(
     block: usize,
 ) -> Result<Option<Vec<Tensor>>> {
     let blocks = rows.min(MAX_BLOCKS) as u32;
-    let out = submit(source, inputs, shapes, (blocks, block as u32), rows)?;
-    if out.is_some() {
-        LAUNCHES.with(|c| c.set(c.get() + 1));
-    }
-    Ok(out)
+    counted(submit(
+        source,
+        inputs,
+        shapes,
+        (blocks, block as u32),
+        rows,
+    )?)
 }
 
 /// Queues `source` on `(blocks, threads)` with parameter `n`: outputs of `shapes` (`None`:

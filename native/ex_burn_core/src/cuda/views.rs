@@ -69,7 +69,7 @@ pub(crate) fn view_strides(
 }
 
 /// Whether `strides` are the row-major strides of `shape` (unit axes aside).
-fn contiguous(shape: &[usize], strides: &[usize]) -> bool {
+pub(crate) fn contiguous(shape: &[usize], strides: &[usize]) -> bool {
     let mut want = 1;
     shape.iter().zip(strides).rev().all(|(&d, &s)| {
         let ok = d == 1 || s == want;
@@ -83,8 +83,8 @@ fn contiguous(shape: &[usize], strides: &[usize]) -> bool {
 /// by one kernel. `None` where Burn's reshape only changes metadata (a row-major tensor) or
 /// this does not apply (another type or device).
 pub fn reshape(t: &Tensor, shape: &[usize]) -> Result<Option<Tensor>> {
-    let prim = t.prim();
-    let Some(cube) = f32_cube(&prim) else {
+    let prim = t.as_prim();
+    let Some(cube) = f32_cube(prim) else {
         return Ok(None);
     };
     let strides = cube.meta.strides().to_vec();

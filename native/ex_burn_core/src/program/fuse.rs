@@ -152,8 +152,14 @@ impl Run<'_> {
     /// the host, so a kernel takes it as a constant instead of reading a tensor).
     fn literal(&self, a: usize) -> Option<(f32, crate::DType)> {
         let (value, dtype) = self.literals.get(a).copied().flatten()?;
-        Some((value.stored_as(dtype)? as f32, dtype))
+        Some((literal_f32(value, dtype)?, dtype))
     }
+}
+
+/// A literal's value as an f32 operand of a kernel: stored as `dtype` stores it, then rounded
+/// to f32 (`None` where the host cannot know it exactly; see `Scalar::stored_as`).
+fn literal_f32(value: crate::Scalar, dtype: crate::DType) -> Option<f32> {
+    Some(value.stored_as(dtype)? as f32)
 }
 
 /// Executes `run` in chunks when its operands allow it. `values` holds every value defined so

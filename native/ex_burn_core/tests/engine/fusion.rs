@@ -309,6 +309,22 @@ fn fuses() -> bool {
     }
 }
 
+/// Asserts that `got` equals `want` output by output: shapes, types, and every element bit for
+/// bit or NaN in both (NaN payloads may differ).
+fn same_bits_or_nan(got: &[Tensor], want: &[Tensor], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: outputs");
+    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        assert_eq!(a.shape(), b.shape(), "{what}: output {k}");
+        assert_eq!(a.dtype(), b.dtype(), "{what}: output {k}");
+        for (i, (p, q)) in v(a).iter().zip(v(b)).enumerate() {
+            assert!(
+                p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
+                "{what}: output {k} element {i}: {p} vs {q}"
+            );
+        }
+    }
+}
+
 fn bits(t: &Tensor) -> Vec<u64> {
     v(t).iter().map(|a| a.to_bits()).collect()
 }
@@ -727,16 +743,7 @@ fn generated_element_wise_programs_match_op_by_op_evaluation() {
         let got = prog.run(inputs.clone(), dev()).unwrap();
         fused += fused_so_far() - before;
         let want = op_by_op(&prog, &inputs);
-        for (k, (x, y)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(x.shape(), y.shape(), "case {case} output {k}");
-            assert_eq!(x.dtype(), y.dtype(), "case {case} output {k}");
-            for (i, (p, q)) in v(x).iter().zip(v(y)).enumerate() {
-                assert!(
-                    p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
-                    "case {case} output {k} element {i}: {p} vs {q}\n{prog:?}"
-                );
-            }
-        }
+        same_bits_or_nan(&got, &want, &format!("case {case} ({prog:?})"));
     }
     if dev() == Device::Cpu {
         assert_eq!(fused, 24, "runs that took the chunk loops");
@@ -804,15 +811,11 @@ fn runs_with_steps_on_broadcast_operands_only_match_op_by_op_evaluation() {
         let got = prog.run(vec![x.clone(), sums.clone()], dev()).unwrap();
         let fused = fused_so_far() - before;
         let want = op_by_op(&prog, &[x.clone(), sums.clone()]);
-        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(a.shape(), b.shape(), "output {k}");
-            for (i, (p, q)) in v(a).iter().zip(v(b)).enumerate() {
-                assert!(
-                    p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
-                    "mean read after the run: {mean_live}: output {k} element {i}: {p} vs {q}"
-                );
-            }
-        }
+        same_bits_or_nan(
+            &got,
+            &want,
+            &format!("mean read after the run: {mean_live}"),
+        );
         #[cfg(feature = "cuda")]
         if matches!(dev(), Device::Cuda(_)) && fuses() {
             assert_eq!(
@@ -854,14 +857,7 @@ fn rsqrt_in_a_fused_run_matches_op_by_op_evaluation() {
         assert_eq!(fused_so_far(), before + 1, "not fused");
     }
     let want = op_by_op(&prog, &[x]);
-    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-        for (i, (p, q)) in v(a).iter().zip(v(b)).enumerate() {
-            assert!(
-                p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
-                "output {k} element {i}: {p} vs {q}"
-            );
-        }
-    }
+    same_bits_or_nan(&got, &want, "rsqrt");
 }
 
 /// Masks in arithmetic (Nx's `grad * (x == max)`), and a boolean mask broadcast over leading
@@ -918,14 +914,5 @@ fn masks_in_arithmetic_and_broadcast_masks_match_op_by_op_evaluation() {
         assert_eq!(fused_so_far(), before + 1, "not fused");
     }
     let want = op_by_op(&prog, &inputs);
-    for (k, (a, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(a.shape(), w.shape(), "output {k}");
-        assert_eq!(a.dtype(), w.dtype(), "output {k}");
-        for (i, (p, q)) in v(a).iter().zip(v(w)).enumerate() {
-            assert!(
-                p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
-                "output {k} element {i}: {p} vs {q}"
-            );
-        }
-    }
+    same_bits_or_nan(&got, &want, "masks");
 }

@@ -18,12 +18,7 @@ use std::fmt::Write;
 /// axes (right-aligned with `full`; unit and broadcast axes, of stride 0, skipped) of the
 /// coordinate times the stride.
 fn index(layout: Option<Layout>, shape: &[usize], strides: &[usize], full: &[usize]) -> String {
-    let mut want = 1;
-    let contiguous = shape.iter().zip(strides).rev().all(|(&d, &s)| {
-        let ok = d == 1 || s == want;
-        want *= d;
-        ok
-    });
+    let contiguous = crate::cuda::views::contiguous(shape, strides);
     if let (true, Some(layout)) = (contiguous, layout) {
         return match layout {
             Layout::Full => "i".to_string(),

@@ -317,10 +317,10 @@ impl Plan {
                     // off the CPU the value is converted on the host (a device read would
                     // wait for the GPU); the tensor (the program's kept literal) is only
                     // fetched when read after the run
-                    let Some(v) = value.stored_as(*dtype) else {
+                    let Some(v) = super::literal_f32(*value, *dtype) else {
                         return Ok(None);
                     };
-                    steps.push(Stage::Const(v as f32));
+                    steps.push(Stage::Const(v));
                     consts.push(if live_out[steps.len() - 1] {
                         Some(make()?)
                     } else {

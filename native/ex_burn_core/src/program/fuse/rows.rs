@@ -310,13 +310,8 @@ impl Plan {
         values: &[Option<Tensor>],
     ) -> Result<Option<(Step, Level, Ty)>> {
         if let Op::Full { dtype, value, .. } = op {
-            return Ok(value.stored_as(*dtype).map(|v| {
-                (
-                    Step::Map(Stage::Const(v as f32)),
-                    Level::Scalar,
-                    Ty::Const(*dtype),
-                )
-            }));
+            return Ok(super::literal_f32(*value, *dtype)
+                .map(|v| (Step::Map(Stage::Const(v)), Level::Scalar, Ty::Const(*dtype))));
         }
         // operands: source, level, type, shape
         let mut ops: Vec<(Src, Level, Ty, Vec<usize>)> = Vec::with_capacity(args.len());
@@ -347,10 +342,7 @@ impl Plan {
                 None => {
                     ext_ids.push(a);
                     // masks are read as 1.0/0.0
-                    let tensor = match ty {
-                        Ty::Mask => crate::cuda::elementwise::mask_f32(t)?,
-                        _ => t.clone(),
-                    };
+                    let tensor = ty.operand(t, t.device())?;
                     self.ext.push(External { tensor, level });
                     self.ext.len() - 1
                 }
