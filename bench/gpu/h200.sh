@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the device machine (bench/gpu/bundle.sh made .device/): unpacks the runtime and, for
 # each build variant in $VARIANTS (default: fusion nofusion), runs the steps in
-# $EX_BURN_GPU_STEPS (default: engine core training classifier; also nx, defn, gpt2, gpt2mem, profile, nsys, launch, kernels). Logs and results go to $OUT,
+# $EX_BURN_GPU_STEPS (default: engine core training classifier; also nx, defn, gpt2, gpt2mem, profile, nsys, launch, kernels;
+# ENGINE_FILTER: test-name filters for the engine step). Logs and results go to $OUT,
 # prefixed by the variant.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,7 +31,7 @@ for v in ${VARIANTS:-fusion nofusion}; do
     case $step in
       engine)
         echo "== engine tests on cuda ($v)"
-        EX_BURN_TEST_DEVICE=cuda timeout "${ENGINE_TIMEOUT:-420}" /tmp/exb/engine --nocapture --test-threads=${ENGINE_THREADS:-4} > "$OUT/${v}_engine.log" 2>&1
+        EX_BURN_TEST_DEVICE=cuda timeout "${ENGINE_TIMEOUT:-420}" /tmp/exb/engine ${ENGINE_FILTER:-} --nocapture --test-threads=${ENGINE_THREADS:-4} > "$OUT/${v}_engine.log" 2>&1
         grep -E 'agreement|precision|test result|FAILED' "$OUT/${v}_engine.log" | grep -v '^agreement' | head -30
         grep -E '^agreement' "$OUT/${v}_engine.log" | awk '$NF+0 > 1e-4 || /e-[0-3]$/' | head -10
         echo "== missing CUDA headers ($v)"

@@ -50,6 +50,7 @@ defmodule ExBurn.PackageTest do
     "native/ex_burn_core/src/cuda/queue.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
     "native/ex_burn_core/src/cuda/elementwise.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
     "native/ex_burn_core/src/cuda/views.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
+    "native/ex_burn_core/src/cuda/events.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
     "native/ex_burn_core/src/program/fuse/gpu.rs" =>
       {"cuda", "native/ex_burn_core/src/program/fuse.rs", true},
     "native/ex_burn_core/src/program/fuse/rows.rs" =>

@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod elementwise;
+pub(crate) mod events;
 pub mod gemm;
 pub mod memory;
 pub mod queue;

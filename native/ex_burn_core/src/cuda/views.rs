@@ -5,7 +5,8 @@
 //! for a transposed [8, 12, 512, 512] on an H200), even where the new shape can be read from
 //! the same buffer with other strides. Here such a reshape is a view with computed strides
 //! (cuBLAS then reads a transposed operand as it is stored), and one that cannot be a view is
-//! one copy by an element-wise kernel of ours.
+//! one copy by an element-wise kernel of ours. Two more of Burn's strided paths are kernels of
+//! ours here: `put_slice` (one pass writing the result) and f32 sums over leading axes.
 
 use super::elementwise::{self, f32_cube, grid, strided_index, submit, ENTRY};
 use crate::dtype::Kind;
@@ -118,6 +119,68 @@ pub fn reshape(t: &Tensor, shape: &[usize]) -> Result<Option<Tensor>> {
     copy.map(|c| c.reshape(shape.to_vec())).transpose()
 }
 
+/// `update` written into a copy of `t` at `starts` (clamped already; Nx's `put_slice`), both
+/// f32 CUDA tensors read through their strides, as one kernel of ours that writes every
+/// element once. Burn copies `t` into a new buffer and then writes the window: for the
+/// gradient of a slice (the update put into a broadcast zero of the projection's size, three
+/// times per attention layer) that was ~100 us for [8, 512, 2304] on an H200. `None` where
+/// this does not apply (another type or device).
+pub fn put_slice(t: &Tensor, update: &Tensor, starts: &[usize]) -> Result<Option<Tensor>> {
+    let (Some(ts), Some(us)) = (elementwise::strides(t), elementwise::strides(update)) else {
+        return Ok(None);
+    };
+    let (full, lens) = (t.shape(), update.shape());
+    let rank = full.len();
+    if ts.len() != rank
+        || us.len() != rank
+        || lens.len() != rank
+        || starts.len() != rank
+        || t.numel() == 0
+        || !elementwise::available()
+    {
+        return Ok(None);
+    }
+    let (mut inside, mut at) = (Vec::new(), Vec::new());
+    let total = t.numel();
+    for a in 0..rank {
+        let inner: usize = full[a + 1..].iter().product();
+        let c = format!(
+            "(unsigned long long){}",
+            elementwise::coordinate(inner, full[a], total)
+        );
+        let s = starts[a];
+        if lens[a] != full[a] {
+            // unsigned: c - s < len exactly when s <= c < s + len
+            inside.push(format!("{c} - {s}ULL < {}ULL", lens[a]));
+        }
+        if lens[a] != 1 && us[a] != 0 {
+            at.push(format!("({c} - {s}ULL) * {}ULL", us[a]));
+        }
+    }
+    let inside = if inside.is_empty() {
+        "true".to_string()
+    } else {
+        inside.join(" && ")
+    };
+    let at = if at.is_empty() {
+        "0".to_string()
+    } else {
+        at.join(" + ")
+    };
+    let index = strided_index(full, &ts, full);
+    let source = format!(
+        "extern \"C\" __global__ void {ENTRY}(const float* __restrict__ e0, const float* \
+         __restrict__ e1, float* __restrict__ o0, unsigned long long n) {{\n  for (unsigned long \
+         long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += \
+         (unsigned long long)gridDim.x * blockDim.x) o0[i] = ({inside}) ? e1[{at}] : \
+         e0[{index}];\n}}\n"
+    );
+    let n = t.numel();
+    let out = submit(&source, &[t, update], &[full.to_vec()], grid(n), n)?;
+    crate::program::profile::note("kernel");
+    Ok(out.and_then(|mut o| o.pop()))
+}
+
 /// The sum of an f32 CUDA tensor over its first `lead` axes (a bias gradient: over batch and
 /// positions), as two kernels of ours: partial sums of column blocks of rows, then their sums.
 /// Burn's reduction kernel walks such (strided) reductions several times slower (60-90 us for
@@ -170,6 +233,7 @@ pub fn leading_sum(t: &Tensor, lead: usize) -> Result<Option<Tensor>> {
         grid(cols),
         cols,
     )?;
+    crate::program::profile::note_detail(|| format!("leading {rows}x{cols}"));
     Ok(out.and_then(|mut o| o.pop()))
 }
 

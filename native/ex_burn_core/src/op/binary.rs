@@ -167,18 +167,19 @@ pub(crate) fn with_literal(
     )))
 }
 
-/// `x ** 2` and `x ** 3` of an f32 tensor on the CPU (exponent a scalar): the products
-/// rounded once, as Nx's BinaryBackend computes them (an f64 power rounded to f32), instead of
-/// `powf` per element (several times slower, and `powf(x, 3)` is not always the correctly
-/// rounded cube). `x * x` is exact in f64, so its f32 rounding is the correctly rounded square;
-/// the cube is `x * x * x` in f64 (one rounding there) rounded to f32.
+/// `x ** 2` and `x ** 3` of an f32 tensor on the CPU or a CUDA GPU (exponent a scalar): the
+/// products rounded once, as Nx's BinaryBackend computes them (an f64 power rounded to f32),
+/// instead of `powf` per element (several times slower, and `powf(x, 3)` is not always the
+/// correctly rounded cube). `x * x` is exact in f64, so its f32 rounding is the correctly
+/// rounded square; the cube is `x * x * x` in f64 (one rounding there) rounded to f32. Fused
+/// kernels compute the same (`program::fuse`), so fused and op-by-op results agree.
 fn small_power(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tensor>> {
     if f != Arith::Pow
         || out != DType::F32
         || a.dtype() != DType::F32
         || a.rank() == 0
         || b.rank() != 0
-        || !matches!(a.dispatch_device(), burn::DispatchDevice::Flex(_))
+        || !products_exact_in_f64(&a.dispatch_device())
     {
         return Ok(None);
     }
@@ -191,6 +192,18 @@ fn small_power(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Te
                 .map(Some)
         }
         _ => Ok(None),
+    }
+}
+
+/// Whether `small_power`'s products apply on `device`: the CPU, and CUDA GPUs (f64 there too;
+/// WebGPU devices may lack it).
+fn products_exact_in_f64(device: &burn::DispatchDevice) -> bool {
+    match device {
+        burn::DispatchDevice::Flex(_) => true,
+        #[cfg(feature = "cuda")]
+        burn::DispatchDevice::Cuda(_) => true,
+        #[allow(unreachable_patterns)]
+        _ => false,
     }
 }
 

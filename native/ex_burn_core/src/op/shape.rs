@@ -257,6 +257,13 @@ fn put_slice(t: &Tensor, update: &Tensor, starts: &[i64]) -> Result<Tensor> {
         let s = start.clamp(0, (d - l) as i64) as usize;
         spec.push((s, s + l, 1));
     }
+    #[cfg(feature = "cuda")]
+    {
+        let starts: Vec<usize> = spec.iter().map(|w| w.0).collect();
+        if let Some(r) = crate::cuda::views::put_slice(&t, &u, &starts)? {
+            return Ok(r);
+        }
+    }
     assign(&t, &spec, &u)
 }
 

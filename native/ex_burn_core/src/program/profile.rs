@@ -1,11 +1,15 @@
 //! Time of program runs by step, for finding where a compiled program's time goes
-//! (`EX_BURN_PROFILE=1` or `sync`; when off, each step reads a flag that is set once).
+//! (`EX_BURN_PROFILE=1`, `sync` or `gpu`; when off, each step reads a flag that is set once).
 //!
 //! With `1` the time is the host's: how long each step took to return. On a GPU that is the
 //! cost of issuing the work (Burn's dispatch, kernel launches, allocations), not of running
 //! it, unless the step waited for the device. With `sync` each step also waits for the device
 //! to finish its work before its time is taken: the device time of each step (plus one
-//! launch and one synchronisation each; the whole run is slower). Every 16 runs (sub-program runs of loops and branches
+//! launch and one synchronisation each; the whole run is slower). With `gpu` (CUDA) a CUDA
+//! event is queued before and after each step: the GPU's own time for the step (its kernels
+//! and the gaps between them), and, as `(GPU idle between steps)`, how long the GPU waited
+//! for the host or CubeCL's device thread to queue the next step; the run is not
+//! synchronised (other devices: host time). Every 16 runs (sub-program runs of loops and branches
 //! included) the table of those 16 runs (steps by total time, with counts) goes to standard
 //! error and starts again, so that later tables show warm runs only.
 
@@ -14,14 +18,55 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// `EX_BURN_PROFILE`: off, host time (`1`) or device time (`sync`).
+/// `EX_BURN_PROFILE`: off, host time (`1`), device time (`sync`) or GPU time (`gpu`).
 fn mode() -> u8 {
     static MODE: OnceLock<u8> = OnceLock::new();
     *MODE.get_or_init(|| match std::env::var("EX_BURN_PROFILE").as_deref() {
         Ok("1") => 1,
         Ok("sync") => 2,
+        Ok("gpu") => 3,
         _ => 0,
     })
+}
+
+/// Whether steps are labelled with computed details and the device is noted (`sync`, `gpu`).
+fn on_device_modes() -> bool {
+    matches!(mode(), 2 | 3)
+}
+
+/// A started measurement: the host's clock and, in `gpu` mode on CUDA, the event queued
+/// before the step.
+pub(crate) struct Started {
+    at: Instant,
+    #[cfg(feature = "cuda")]
+    mark: Option<crate::cuda::events::Mark>,
+}
+
+impl Started {
+    fn now(events: bool) -> Started {
+        let _ = events;
+        Started {
+            at: Instant::now(),
+            #[cfg(feature = "cuda")]
+            mark: events.then(cuda_mark).flatten(),
+        }
+    }
+}
+
+/// An event on the stream of the CUDA device of the program running on this thread.
+#[cfg(feature = "cuda")]
+fn cuda_mark() -> Option<crate::cuda::events::Mark> {
+    match DEVICE.with(|d| d.get()) {
+        Some(crate::Device::Cuda(i)) => Some(crate::cuda::events::mark(i)),
+        _ => None,
+    }
+}
+
+#[cfg(feature = "cuda")]
+thread_local! {
+    /// Steps of `gpu` mode whose events are not read yet: name and the events around it.
+    static PENDING: std::cell::RefCell<Vec<(String, crate::cuda::events::Mark, crate::cuda::events::Mark)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn enabled() -> bool {
@@ -42,7 +87,7 @@ thread_local! {
 
 /// Notes the device the program starting on this thread runs on.
 pub(crate) fn on_device(device: crate::Device) {
-    if mode() == 2 {
+    if on_device_modes() {
         DEVICE.with(|d| d.set(Some(device)));
     }
 }
@@ -57,10 +102,11 @@ pub(crate) fn note(label: &'static str) {
 }
 
 /// Labels the profile entry of the op running on this thread with a computed name (the
-/// shapes of a product, say) when steps are timed on the device (`sync`); nothing otherwise.
+/// shapes of a product, say) when steps are timed on the device (`sync`, `gpu`); nothing
+/// otherwise.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn note_detail(label: impl FnOnce() -> String) {
-    if mode() == 2 {
+    if on_device_modes() {
         static NAMES: OnceLock<Mutex<std::collections::HashSet<&'static str>>> = OnceLock::new();
         let name = label();
         let Ok(mut names) = NAMES.get_or_init(Default::default).lock() else {
@@ -81,43 +127,93 @@ pub(crate) fn note_detail(label: impl FnOnce() -> String) {
 
 /// A started measurement of a part of a step, taken only when steps are timed on the device
 /// (`sync`), where the parts' device times tell where a step's time goes.
-pub(crate) fn start_detail() -> Option<Instant> {
-    (mode() == 2).then(Instant::now)
+pub(crate) fn start_detail() -> Option<Started> {
+    (mode() == 2).then(|| Started::now(false))
 }
 
 /// A started measurement (`None` when profiling is off).
-pub(crate) fn start() -> Option<Instant> {
-    enabled().then(Instant::now)
+pub(crate) fn start() -> Option<Started> {
+    enabled().then(|| Started::now(mode() == 3))
+}
+
+/// Adds `time` to the step `name` of the table.
+fn add(name: String, time: Duration) {
+    if let Ok(mut t) = table().lock() {
+        let e = t.entry(name).or_insert((0, Duration::ZERO));
+        e.0 += 1;
+        e.1 += time;
+    }
 }
 
 /// Adds the time since `started` to the step `name`.
-pub(crate) fn record(started: Option<Instant>, name: impl FnOnce() -> String) {
-    if let Some(t0) = started {
+pub(crate) fn record(started: Option<Started>, name: impl FnOnce() -> String) {
+    let Some(started) = started else {
+        return;
+    };
+    if mode() == 2 {
         if let Some(device) = DEVICE.with(|d| d.get()) {
             // a failed wait shows in the step's time; the program's own reads report errors
             let _ = device.sync();
         }
-        let dt = t0.elapsed();
-        let name = match NOTE.with(|n| n.take()) {
-            Some(label) => format!("{}[{label}]", name()),
-            None => name(),
-        };
-        if let Ok(mut t) = table().lock() {
-            let e = t.entry(name).or_insert((0, Duration::ZERO));
-            e.0 += 1;
-            e.1 += dt;
+    }
+    let name = match NOTE.with(|n| n.take()) {
+        Some(label) => format!("{}[{label}]", name()),
+        None => name(),
+    };
+    #[cfg(feature = "cuda")]
+    if let Some(first) = started.mark {
+        if let Some(last) = cuda_mark() {
+            PENDING.with(|p| p.borrow_mut().push((name, first, last)));
+            return;
         }
+    }
+    add(name, started.at.elapsed());
+}
+
+/// In `gpu` mode, reads the events of the steps queued so far (waiting for the device) into
+/// the table, with the time the GPU waited between them (the run's span less its steps).
+#[cfg(feature = "cuda")]
+fn read_events() {
+    let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let Some(crate::Device::Cuda(index)) = DEVICE.with(|d| d.get()) else {
+        return;
+    };
+    if pending.is_empty() {
+        return;
+    }
+    let pairs = pending
+        .iter()
+        .map(|(_, a, b)| (a.clone(), b.clone()))
+        .collect();
+    let times = crate::cuda::events::elapsed(index, pairs);
+    let (mut steps, mut whole) = (0f64, None);
+    for ((name, _, _), time) in pending.into_iter().zip(times) {
+        let Some(ms) = time else { continue };
+        if name == "(whole run)" {
+            whole = Some(ms);
+        } else {
+            steps += ms;
+        }
+        add(name, Duration::from_secs_f64(ms / 1e3));
+    }
+    if let Some(w) = whole {
+        add(
+            "(GPU idle between steps)".into(),
+            Duration::from_secs_f64((w - steps).max(0.0) / 1e3),
+        );
     }
 }
 
 /// Counts a finished run; every 16 runs prints the table of those runs and clears it.
-pub(crate) fn run_finished(started: Option<Instant>) {
+pub(crate) fn run_finished(started: Option<Started>) {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     if started.is_none() {
         return;
     }
     NOTE.with(|n| n.take());
     record(started, || "(whole run)".into());
+    #[cfg(feature = "cuda")]
+    read_events();
     let n = RUNS.fetch_add(1, Ordering::Relaxed) + 1;
     if n.is_multiple_of(16) {
         if let Ok(mut t) = table().lock() {
@@ -126,7 +222,11 @@ pub(crate) fn run_finished(started: Option<Instant>) {
             let mut out = format!(
                 "ex_burn profile, runs {} to {n} ({} time by step):\n",
                 n - 15,
-                if mode() == 2 { "device" } else { "host" }
+                match mode() {
+                    2 => "device",
+                    3 => "GPU (CUDA events; host elsewhere)",
+                    _ => "host",
+                }
             );
             for (name, (count, total)) in rows {
                 out += &format!(

@@ -300,3 +300,106 @@ fn small_f32_products_on_the_cpu_are_f64_sums_rounded_once() {
         want
     );
 }
+
+/// Attention's products on heads viewed from one projection (`[b, s, 3 * h * hd]` sliced,
+/// split into heads and transposed, as a GPT layer writes them): scores `q k^T`, the weighted
+/// values `p v` and a gradient-shaped product contracting the positions of both (`p^T q`),
+/// against an f64 reference (the operands are strided views of one buffer at three offsets).
+/// On CUDA with cuBLAS present each must run on cuBLAS.
+#[test]
+fn attention_products_read_heads_from_the_projection() {
+    use ex_burn_core::op::Precision;
+    #[cfg(feature = "cuda")]
+    ex_burn_core::cuda::gemm::set_min_work(1 << 20);
+    let (b, s, h, hd) = (2, 64, 4, 32);
+    let width = 3 * h * hd;
+    let pv: Vec<f64> = (0..b * s * width)
+        .map(|i| ((i * 7919) % 1009) as f64 / 504.5 - 1.0)
+        .collect();
+    let proj = f(&pv, &[b, s, width]);
+    // element [bi, hi, si, di] of head group `g` (0: q, 1: k, 2: v)
+    let at = |g: usize, bi: usize, hi: usize, si: usize, di: usize| {
+        pv[(bi * s + si) * width + g * h * hd + hi * hd + di]
+    };
+    let heads = |g: usize| {
+        let part = ev(
+            Op::Slice {
+                starts: vec![0, 0, (g * h * hd) as i64],
+                lengths: vec![b, s, h * hd],
+                strides: None,
+                dynamic: vec![],
+            },
+            &[&proj],
+        );
+        let split = ev(
+            Op::Reshape {
+                shape: vec![b, s, h, hd],
+            },
+            &[&part],
+        );
+        ev(
+            Op::Transpose {
+                axes: Some(vec![0, 2, 1, 3]),
+            },
+            &[&split],
+        )
+    };
+    let (q, k, vv) = (heads(0), heads(1), heads(2));
+    let prod = |ca: usize, cb: usize| Op::Dot {
+        contract_a: vec![ca],
+        batch_a: vec![0, 1],
+        contract_b: vec![cb],
+        batch_b: vec![0, 1],
+        out: None,
+        precision: Precision::Highest,
+    };
+    #[cfg(feature = "cuda")]
+    let before = ex_burn_core::cuda::gemm::products().0;
+    let scores = ev(prod(3, 3), &[&q, &k]);
+    let weighted = ev(prod(3, 2), &[&scores, &vv]);
+    let back = ev(prod(2, 2), &[&scores, &q]);
+    #[cfg(feature = "cuda")]
+    if dev() != ex_burn_core::Device::Cpu && ex_burn_core::cuda::gemm::available() {
+        let after = ex_burn_core::cuda::gemm::products().0;
+        assert_eq!(after, before + 3, "not every product ran on cuBLAS");
+    }
+    let mut want_s = vec![0f64; b * h * s * s];
+    for bi in 0..b {
+        for hi in 0..h {
+            for i in 0..s {
+                for j in 0..s {
+                    want_s[((bi * h + hi) * s + i) * s + j] = (0..hd)
+                        .map(|d| at(0, bi, hi, i, d) * at(1, bi, hi, j, d))
+                        .sum();
+                }
+            }
+        }
+    }
+    let sc = |bi: usize, hi: usize, i: usize, j: usize| want_s[((bi * h + hi) * s + i) * s + j];
+    let (mut want_w, mut want_b) = (vec![0f64; b * h * s * hd], vec![0f64; b * h * s * hd]);
+    for bi in 0..b {
+        for hi in 0..h {
+            for i in 0..s {
+                for d in 0..hd {
+                    let o = ((bi * h + hi) * s + i) * hd + d;
+                    want_w[o] = (0..s).map(|j| sc(bi, hi, i, j) * at(2, bi, hi, j, d)).sum();
+                    want_b[o] = (0..s).map(|j| sc(bi, hi, j, i) * at(0, bi, hi, j, d)).sum();
+                }
+            }
+        }
+    }
+    for (name, got, want, shape) in [
+        ("q k^T", &scores, &want_s, [b, h, s, s]),
+        ("p v", &weighted, &want_w, [b, h, s, hd]),
+        ("p^T q", &back, &want_b, [b, h, s, hd]),
+    ] {
+        assert_eq!(got.shape(), &shape, "{name}");
+        let scale = want.iter().fold(0f64, |a, &w| a.max(w.abs()));
+        let err = v(got)
+            .iter()
+            .zip(want)
+            .fold(0f64, |e, (g, w)| e.max((g - w).abs()))
+            / scale;
+        assert!(err < 2e-6, "{name}: relative error {err:.2e}");
+    }
+}

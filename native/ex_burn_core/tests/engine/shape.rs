@@ -339,3 +339,65 @@ fn reverse_axes() {
         &[6., 5., 4., 3., 2., 1.],
     );
 }
+
+/// `put_slice` into a broadcast zero (the gradient Nx derives for a slice), into a transposed
+/// view and with a transposed update, against indices computed on the host: on CUDA these
+/// run as one kernel reading both operands through their strides.
+#[test]
+fn put_slice_into_broadcasts_and_strided_views() {
+    let (d0, d1, d2) = (3, 40, 96);
+    let zero = ev(
+        Op::Broadcast {
+            shape: vec![d0, d1, d2],
+            axes: None,
+        },
+        &[&f(&[0.0], &[])],
+    );
+    let un = d0 * d1 * 32;
+    let upd = f(
+        &(0..un).map(|i| i as f64 + 1.0).collect::<Vec<_>>(),
+        &[d0, d1, 32],
+    );
+    let put = |starts: Vec<i64>| Op::PutSlice {
+        starts,
+        dynamic: vec![],
+    };
+    for start in [0usize, 32, 64] {
+        let got = ev(put(vec![0, 0, start as i64]), &[&zero, &upd]);
+        let want: Vec<f64> = (0..d0 * d1 * d2)
+            .map(|i| {
+                let (r, c) = (i / d2, i % d2);
+                if (start..start + 32).contains(&c) {
+                    (r * 32 + c - start) as f64 + 1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        check(&got, &[d0, d1, d2], DType::F32, &want);
+    }
+    // a transposed target [d2, d1] and a transposed update [8, 5], window at [10, 7]
+    let base = f(
+        &(0..d1 * d2).map(|i| -(i as f64)).collect::<Vec<_>>(),
+        &[d1, d2],
+    );
+    let swap = Op::Transpose { axes: None };
+    let target = ev(swap.clone(), &[&base]);
+    let small = f(
+        &(0..40).map(|i| 1000.0 + i as f64).collect::<Vec<_>>(),
+        &[5, 8],
+    );
+    let update = ev(swap, &[&small]);
+    let got = ev(put(vec![10, 7]), &[&target, &update]);
+    let want: Vec<f64> = (0..d2 * d1)
+        .map(|i| {
+            let (r, c) = (i / d1, i % d1);
+            if (10..18).contains(&r) && (7..12).contains(&c) {
+                1000.0 + ((c - 7) * 8 + (r - 10)) as f64
+            } else {
+                -((c * d2 + r) as f64)
+            }
+        })
+        .collect();
+    check(&got, &[d2, d1], DType::F32, &want);
+}

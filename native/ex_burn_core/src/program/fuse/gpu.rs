@@ -20,10 +20,11 @@ use std::fmt::Write;
 fn index(layout: Option<Layout>, shape: &[usize], strides: &[usize], full: &[usize]) -> String {
     let contiguous = crate::cuda::views::contiguous(shape, strides);
     if let (true, Some(layout)) = (contiguous, layout) {
+        let total: usize = full.iter().product();
         return match layout {
             Layout::Full => "i".to_string(),
-            Layout::Rows(m) => format!("i % {m}ULL"),
-            Layout::Columns(inner) => format!("i / {inner}ULL"),
+            Layout::Rows(m) => crate::cuda::elementwise::coordinate(1, m, total),
+            Layout::Columns(inner) => crate::cuda::elementwise::coordinate(inner, 0, total),
         };
     }
     crate::cuda::elementwise::strided_index(shape, strides, full)
@@ -113,6 +114,16 @@ fn expression(step: Stage, src: &dyn Fn(Src) -> String) -> Option<String> {
     Some(match step {
         Stage::Const(c) => constant(c),
         Stage::Unary(m, a) => unary(m, &src(a))?,
+        // as the op table's `small_power`: the square rounded once, the cube in f64 rounded
+        // to f32 (powf is several times slower and not always correctly rounded)
+        Stage::Binary(Map::Pow, a, Src::Const(2.0)) => {
+            let a = src(a);
+            format!("({a} * {a})")
+        }
+        Stage::Binary(Map::Pow, a, Src::Const(3.0)) => {
+            let a = src(a);
+            format!("(float)((double)({a}) * (double)({a}) * (double)({a}))")
+        }
         Stage::Binary(m, a, b) => binary(m, &src(a), &src(b))?,
         Stage::Select(p, t, f) => format!("({} != 0.0f) ? {} : {}", src(p), src(t), src(f)),
     })
@@ -142,31 +153,51 @@ __device__ float NAME(float v, float* sh) { \
 BLOCK_FOLD(fold_sum, f_sum, 0.0f)
 BLOCK_FOLD(fold_max, f_max, __int_as_float(0xff800000))
 BLOCK_FOLD(fold_min, f_min, __int_as_float(0x7f800000))
+#define WARP_FOLD(NAME, OP) \
+__device__ __forceinline__ float NAME(float v) { \
+  for (int o = 16; o > 0; o >>= 1) v = OP(v, __shfl_xor_sync(0xffffffffu, v, o)); \
+  return v; \
+}
+WARP_FOLD(warp_sum, f_sum)
+WARP_FOLD(warp_max, f_max)
+WARP_FOLD(warp_min, f_min)
 "#;
 
-/// The CUDA C source of a row region (see [`rows`]): a grid-stride loop over rows, one block
-/// per row, each thread computing `per` elements of the row (`c = threadIdx.x + q * block`)
-/// in registers; per-row values are computed by every thread; the [`rows::Plan::block`]
-/// geometry. Writes the steps `written` (full-size ones per element, per-row ones by thread
+/// The CUDA C source of a row region (see [`rows`]): a grid-stride loop over rows, a warp or
+/// a block per row ([`rows::Plan::threads`]), each thread computing `per` elements of the row
+/// (`c = lane + q * lanes`) in registers; per-row values are computed by every thread of the
+/// row. Writes the steps `written` (full-size ones per element, per-row ones by thread
 /// 0); `None` when a step has no CUDA form.
 pub(super) fn row_source(
     plan: &rows::Plan,
     written: &[usize],
     strides: &[Vec<usize>],
 ) -> Option<String> {
-    let (block, per) = plan.block();
+    let g = plan.threads();
+    let (threads, lanes, per) = (g.threads, g.lanes, g.per);
+    let warp = lanes == 32;
     let (cols, full) = (plan.cols, &plan.full);
     let mut s = String::from(BLOCK_FOLDS);
     s.push_str(&header(
-        &format!("__launch_bounds__({block}) "),
+        &format!("__launch_bounds__({threads}) "),
         plan.ext.len(),
         written.len(),
     ));
-    s.push_str("  __shared__ float sh[33];\n");
-    s.push_str("  for (unsigned long long r = blockIdx.x; r < n; r += gridDim.x) {\n");
+    if warp {
+        // a warp per row: every fold is a warp's shuffles, no block synchronisation
+        let _ = writeln!(
+            s,
+            "  const unsigned int lane = threadIdx.x & 31u;\n  for (unsigned long long r = \
+             blockIdx.x * {rpb}ULL + (threadIdx.x >> 5); r < n; r += gridDim.x * {rpb}ULL) {{",
+            rpb = g.rows_per_block()
+        );
+    } else {
+        s.push_str("  const unsigned int lane = threadIdx.x;\n  __shared__ float sh[33];\n");
+        s.push_str("  for (unsigned long long r = blockIdx.x; r < n; r += gridDim.x) {\n");
+    }
     let each = |body: &str| {
         format!(
-            "    for (int q = 0; q < {per}; q++) {{ unsigned long long c = threadIdx.x + q * {block}ULL; {body} }}\n"
+            "    for (int q = 0; q < {per}; q++) {{ unsigned long long c = lane + q * {lanes}ULL; {body} }}\n"
         )
     };
     for (j, (e, st)) in plan.ext.iter().zip(strides).enumerate() {
@@ -216,7 +247,11 @@ pub(super) fn row_source(
                     "if (c < {cols}ULL) a = f_{name}(a, {});",
                     element(v)
                 )));
-                let _ = writeln!(s, "    s{k} = fold_{name}(a, sh); }}");
+                if warp {
+                    let _ = writeln!(s, "    s{k} = warp_{name}(a); }}");
+                } else {
+                    let _ = writeln!(s, "    s{k} = fold_{name}(a, sh); }}");
+                }
                 continue;
             }
         };
@@ -235,7 +270,7 @@ pub(super) fn row_source(
                 "if (c < {cols}ULL) o{o}[r * {cols}ULL + c] = {value};"
             )));
         } else if plan.levels[k] == rows::Level::Row && numel == plan.rows {
-            let _ = writeln!(s, "    if (threadIdx.x == 0) o{o}[r] = s{k};");
+            let _ = writeln!(s, "    if (lane == 0) o{o}[r] = s{k};");
         } else {
             return None;
         }
@@ -307,5 +342,8 @@ pub(super) fn execute(
     else {
         return Ok(None);
     };
+    crate::program::profile::note_detail(|| {
+        format!("{n} elements, {} in, {} out", inputs.len(), live.len())
+    });
     plan.results(live_out, results).map(Some)
 }
