@@ -68,8 +68,12 @@ sync = fn t -> Nx.to_binary(t, limit: 1) end
 # (one more kernel and a device round trip per call, on both paths).
 read_back? = System.get_env("EX_BURN_BENCH_SYNC") == "read"
 done = if read_back?, do: sync, else: fn _t -> ExBurn.Device.synchronize(device) end
-# Timings on shared machines drift by tens of percent between runs: many short interleaved rounds.
+# Timings on shared machines drift by tens of percent between runs: many short interleaved
+# rounds, each of `batch` consecutive calls per path (as a loop of one path runs; with single
+# calls alternating, a compiled call on the GPU also paid for the memory the eager chain before
+# it had released: 0.27-0.32 ms against 0.12 ms in a loop, H200).
 rounds = 15
+batch = 10
 n = 16 * 1024 * 1024
 x = Nx.iota({n}, type: :f32) |> Nx.divide(n)
 
@@ -77,7 +81,11 @@ compare = fn fun ->
   compiled = Nx.Defn.jit(fun, compiler: ExBurn.Compiler, device: device)
 
   [eager_us, compiled_us] =
-    Bench.interleaved_median_us([fn -> done.(fun.(x)) end, fn -> done.(compiled.(x)) end], rounds)
+    Bench.interleaved_median_us(
+      [fn -> done.(fun.(x)) end, fn -> done.(compiled.(x)) end],
+      rounds,
+      batch
+    )
 
   diff = Nx.subtract(fun.(x), compiled.(x)) |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
   {eager_us, compiled_us, diff}
@@ -85,7 +93,7 @@ end
 
 {eager_us, compiled_us, diff} = compare.(&Bench.Defn.chain/1)
 {arith_eager_us, arith_compiled_us, arith_diff} = compare.(&Bench.Defn.arith/1)
-ms = fn us -> "#{Float.round(us / 1000, 1)} ms" end
+ms = fn us -> "#{Float.round(us / 1000, 3)} ms" end
 
 chain_rows = [
   ["eager, one NIF call per op (`ExBurn.Backend`)", ms.(eager_us), "1.0x"],
@@ -195,7 +203,7 @@ path = Path.join([__DIR__, "results", "defn_#{ExBurn.Device.family(device)}.md"]
 
 intro = """
 Machine: #{machine}. Device: #{inspect(device)}.
-Run: `#{if device == :cpu, do: "", else: "EX_BURN_BENCH_DEVICE=#{ExBurn.Device.family(device)} "}mix run bench/defn.exs` (#{date}). Medians of #{rounds} rounds, each timing eager then compiled; each chain call ends #{if read_back?, do: "when one element of its result has been read", else: "at `ExBurn.Device.synchronize/1`"}.
+Run: `#{if device == :cpu, do: "", else: "EX_BURN_BENCH_DEVICE=#{ExBurn.Device.family(device)} "}mix run bench/defn.exs` (#{date}). Medians of #{rounds} rounds, each timing #{batch} consecutive eager calls then #{batch} compiled ones; each chain call ends #{if read_back?, do: "when one element of its result has been read", else: "at `ExBurn.Device.synchronize/1`"}.
 
 ## 10-op element-wise chain over 16M f32 (goal: compiled >= 3x eager on CPU, >= 10x on GPU)
 

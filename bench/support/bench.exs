@@ -12,16 +12,23 @@ defmodule Bench do
   end
 
   @doc """
-  Medians of `runs` timings (microseconds) of each function in `funs`, run in turns (each
-  round times every function once, after one warm-up call each), so that a machine whose speed
-  drifts during the run slows every contender alike.
+  Medians of `runs` rounds of timings (microseconds) of each function in `funs`: each round
+  times `batch` consecutive calls of every function in turn (after one warm-up call each), so
+  that a machine whose speed drifts during the run slows every contender alike, while each
+  contender runs as a loop of its own would (its buffers reused call after call). The calling
+  process is garbage-collected before each function's calls, outside their time.
   """
-  def interleaved_median_us(funs, runs) do
+  def interleaved_median_us(funs, runs, batch \\ 1) do
     Enum.each(funs, fn f -> f.() end)
 
+    timed = fn f ->
+      :erlang.garbage_collect()
+      for _ <- 1..batch, do: elem(:timer.tc(f), 0)
+    end
+
     1..runs
-    |> Enum.map(fn _ -> Enum.map(funs, fn f -> elem(:timer.tc(f), 0) end) end)
-    |> Enum.zip_with(& &1)
+    |> Enum.map(fn _ -> Enum.map(funs, timed) end)
+    |> Enum.zip_with(&List.flatten/1)
     |> Enum.map(&median/1)
   end
 
