@@ -168,11 +168,14 @@ pub(crate) fn submit<W>(
     W: FnOnce(&[&GpuResource], drv_sys::CUstream) -> Result<()> + Send + 'static,
 {
     let stream_id = StreamId::current();
+    let timed = crate::program::profile::gpu_mode();
     DeviceHandle::<Server>::new(tensor.device.to_id()).submit(move |server: &mut Server| {
+        let started = std::time::Instant::now();
         let resources: Option<Vec<_>> = bindings
             .into_iter()
             .map(|b| server.get_resource(b, stream_id).ok())
             .collect();
+        let looked_up = started.elapsed();
         let r = match &resources {
             Some(rs) => {
                 let buffers: Vec<&GpuResource> = rs.iter().map(|r| r.resource()).collect();
@@ -218,8 +221,48 @@ pub(crate) fn submit<W>(
             }
             DISABLED.store(true, Ordering::Release);
         }
+        if timed {
+            DEVICE_THREAD.record(looked_up, started.elapsed());
+        }
     });
 }
+
+/// Time CubeCL's device thread spent on ExBurn's queued work: pieces, nanoseconds looking up
+/// their buffers, nanoseconds in all (read by the GPU-time profile, `EX_BURN_PROFILE=gpu`).
+pub(crate) struct DeviceThreadTime {
+    count: std::sync::atomic::AtomicU64,
+    lookups: std::sync::atomic::AtomicU64,
+    total: std::sync::atomic::AtomicU64,
+}
+
+impl DeviceThreadTime {
+    fn record(&self, lookups: std::time::Duration, total: std::time::Duration) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.lookups
+            .fetch_add(lookups.as_nanos() as u64, Ordering::Relaxed);
+        self.total
+            .fetch_add(total.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// `(pieces, lookup time, total time)` since the last call.
+    pub(crate) fn take(&self) -> (u64, std::time::Duration, std::time::Duration) {
+        let ns = |a: &std::sync::atomic::AtomicU64| {
+            std::time::Duration::from_nanos(a.swap(0, Ordering::Relaxed))
+        };
+        (
+            self.count.swap(0, Ordering::Relaxed),
+            ns(&self.lookups),
+            ns(&self.total),
+        )
+    }
+}
+
+/// See [`DeviceThreadTime`].
+pub(crate) static DEVICE_THREAD: DeviceThreadTime = DeviceThreadTime {
+    count: std::sync::atomic::AtomicU64::new(0),
+    lookups: std::sync::atomic::AtomicU64::new(0),
+    total: std::sync::atomic::AtomicU64::new(0),
+};
 
 /// Makes `stream` wait for the work queued so far on the streams of `operands` that are
 /// not `stream`; returns those streams (to be ordered after the work with [`release`]).

@@ -8,8 +8,9 @@
 //! launch and one synchronisation each; the whole run is slower). With `gpu` (CUDA) a CUDA
 //! event is queued before and after each step: the GPU's own time for the step (its kernels
 //! and the gaps between them), and, as `(GPU idle between steps)`, how long the GPU waited
-//! for the host or CubeCL's device thread to queue the next step; the run is not
-//! synchronised (other devices: host time). Every 16 runs (sub-program runs of loops and branches
+//! for the host or CubeCL's device thread to queue the next step, and the device thread's own
+//! time on ExBurn's queued work (buffer lookups and in all); the run is not synchronised
+//! (other devices: host time). Every 16 runs (sub-program runs of loops and branches
 //! included) the table of those 16 runs (steps by total time, with counts) goes to standard
 //! error and starts again, so that later tables show warm runs only.
 
@@ -27,6 +28,12 @@ fn mode() -> u8 {
         Ok("gpu") => 3,
         _ => 0,
     })
+}
+
+/// Whether steps are timed on the GPU by events (`gpu`).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn gpu_mode() -> bool {
+    mode() == 3
 }
 
 /// Whether steps are labelled with computed details and the device is noted (`sync`, `gpu`).
@@ -201,6 +208,19 @@ fn read_events() {
             "(GPU idle between steps)".into(),
             Duration::from_secs_f64((w - steps).max(0.0) / 1e3),
         );
+    }
+    // the device thread's time on ExBurn's own queued work (kernels, products, events),
+    // counted once per queued piece: host time there, not GPU time
+    let (pieces, lookups, total) = crate::cuda::queue::DEVICE_THREAD.take();
+    if let Ok(mut t) = table().lock() {
+        for (name, time) in [
+            ("(device thread: our work, buffer lookups)", lookups),
+            ("(device thread: our work, in all)", total),
+        ] {
+            let e = t.entry(name.into()).or_insert((0, Duration::ZERO));
+            e.0 += pieces;
+            e.1 += time;
+        }
     }
 }
 
