@@ -139,6 +139,83 @@ pub fn strided_index(shape: &[usize], strides: &[usize], full: &[usize]) -> Stri
     }
 }
 
+/// The opening of a kernel (qualifiers `before` its name): `inputs` f32 operands `e0..`,
+/// `outputs` f32 results `o0..` and the count `n`.
+pub(crate) fn header(before: &str, inputs: usize, outputs: usize) -> String {
+    use std::fmt::Write;
+    let mut s = format!("extern \"C\" __global__ void {before}{ENTRY}(");
+    for j in 0..inputs {
+        let _ = write!(s, "const float* __restrict__ e{j}, ");
+    }
+    for q in 0..outputs {
+        let _ = write!(s, "float* __restrict__ o{q}, ");
+    }
+    s.push_str("unsigned long long n) {\n");
+    s
+}
+
+/// The opening of a grid-stride loop of `var` over `0..n` (its brace left open).
+pub(crate) fn grid_loop(var: &str) -> String {
+    format!(
+        "  for (unsigned long long {var} = (unsigned long long)blockIdx.x * blockDim.x + \
+         threadIdx.x; {var} < n; {var} += (unsigned long long)gridDim.x * blockDim.x) {{\n"
+    )
+}
+
+/// A kernel over every element `i` of one result `o0`: `inputs` operands, `body` the
+/// statements that write `o0[i]`.
+pub(crate) fn map_source(inputs: usize, body: &str) -> String {
+    format!(
+        "{}{}    {body}\n  }}\n}}\n",
+        header("", inputs, 1),
+        grid_loop("i")
+    )
+}
+
+/// `x ** e` for an f32 CUDA tensor `x` and an f32 scalar CUDA tensor `e`, the exponent read on
+/// the device (reading it on the host would wait for the GPU): exponents 2 and 3 as products
+/// rounded once (the op table's `small_power`, and what fused kernels compute), others by
+/// `powf`. `None` where it does not apply (see [`submit`]).
+pub fn small_power(x: &Tensor, e: &Tensor) -> Result<Option<Tensor>> {
+    let Some(xs) = strides(x) else {
+        return Ok(None);
+    };
+    let shape = x.shape();
+    if xs.len() != shape.len() || e.numel() != 1 {
+        return Ok(None);
+    }
+    let source = small_power_source(shape, &xs);
+    let n = x.numel();
+    Ok(submit(&source, &[x, e], &[shape.to_vec()], grid(n), n)?.and_then(|mut o| o.pop()))
+}
+
+/// The kernel of [`small_power`] for `x` of `shape` stored with `strides`.
+fn small_power_source(shape: &[usize], strides: &[usize]) -> String {
+    let index = strided_index(shape, strides, shape);
+    map_source(
+        2,
+        &format!(
+            "float x = e0[{index}], p = e1[0]; o0[i] = p == 2.0f ? x * x : p == 3.0f ? \
+             (float)((double)x * (double)x * (double)x) : powf(x, p);"
+        ),
+    )
+}
+
+/// Test support: compiles `source` with NVRTC as [`kernel`] does; panics with the source if
+/// NVRTC rejects it, and only reports it when there is no NVRTC library on the machine.
+#[cfg(test)]
+pub(crate) fn assert_compiles(source: &str) {
+    let opts = cudarc::nvrtc::CompileOptions {
+        fmad: Some(false),
+        ..Default::default()
+    };
+    match std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(source, opts)) {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => panic!("NVRTC rejected the source: {e:?}\n{source}"),
+        Err(_) => eprintln!("no NVRTC library here: source not compiled\n{source}"),
+    }
+}
+
 /// The CUDA C expression of `(i / inner) % dim` (a coordinate of flat index `i` below
 /// `total`; `dim` 0: no modulo). Below 2^32 in 32-bit arithmetic: a GPU has no 64-bit divider,
 /// and the 64-bit divisions by constants of every operand's index made element-wise kernels
@@ -311,4 +388,13 @@ pub(crate) fn submit(
             .map(|(h, shape)| queue::output(first, h, shape, DType::F32, checkpointing))
             .collect(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn small_power_source_compiles() {
+        // a transposed [40, 96] view
+        super::assert_compiles(&super::small_power_source(&[96, 40], &[1, 96]));
+    }
 }

@@ -170,12 +170,12 @@ pub(crate) fn submit<W>(
     let stream_id = StreamId::current();
     let timed = crate::program::profile::gpu_mode();
     DeviceHandle::<Server>::new(tensor.device.to_id()).submit(move |server: &mut Server| {
-        let started = std::time::Instant::now();
+        let started = timed.then(std::time::Instant::now);
         let resources: Option<Vec<_>> = bindings
             .into_iter()
             .map(|b| server.get_resource(b, stream_id).ok())
             .collect();
-        let looked_up = started.elapsed();
+        let looked_up = started.map(|t| t.elapsed());
         let r = match &resources {
             Some(rs) => {
                 let buffers: Vec<&GpuResource> = rs.iter().map(|r| r.resource()).collect();
@@ -221,8 +221,8 @@ pub(crate) fn submit<W>(
             }
             DISABLED.store(true, Ordering::Release);
         }
-        if timed {
-            DEVICE_THREAD.record(looked_up, started.elapsed());
+        if let (Some(t), Some(lookups)) = (started, looked_up) {
+            DEVICE_THREAD.record(lookups, t.elapsed());
         }
     });
 }

@@ -8,7 +8,9 @@
 //! one copy by an element-wise kernel of ours. Two more of Burn's strided paths are kernels of
 //! ours here: `put_slice` (one pass writing the result) and f32 sums over leading axes.
 
-use super::elementwise::{self, f32_cube, grid, strided_index, submit, ENTRY};
+use super::elementwise::{
+    self, f32_cube, grid, grid_loop, header, map_source, strided_index, submit,
+};
 use crate::dtype::Kind;
 use crate::{Result, Tensor};
 use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
@@ -108,12 +110,7 @@ pub fn reshape(t: &Tensor, shape: &[usize]) -> Result<Option<Tensor>> {
         return Ok(None);
     }
     let index = strided_index(have, &strides, have);
-    let source = format!(
-        "extern \"C\" __global__ void {ENTRY}(const float* __restrict__ e0, float* __restrict__ o0, \
-         unsigned long long n) {{\n  for (unsigned long long i = (unsigned long long)blockIdx.x * \
-         blockDim.x + threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x) \
-         o0[i] = e0[{index}];\n}}\n"
-    );
+    let source = map_source(1, &format!("o0[i] = e0[{index}];"));
     let n = t.numel();
     let copy = submit(&source, &[t], &[have.to_vec()], grid(n), n)?.and_then(|mut o| o.pop());
     copy.map(|c| c.reshape(shape.to_vec())).transpose()
@@ -140,9 +137,25 @@ pub fn put_slice(t: &Tensor, update: &Tensor, starts: &[usize]) -> Result<Option
     {
         return Ok(None);
     }
+    let source = put_slice_source(full, lens, &ts, &us, starts);
+    let n = t.numel();
+    let out = submit(&source, &[t, update], &[full.to_vec()], grid(n), n)?;
+    crate::program::profile::note("kernel");
+    Ok(out.and_then(|mut o| o.pop()))
+}
+
+/// The kernel of [`put_slice`]: a target of shape `full` stored with strides `ts`, an update
+/// of shape `lens` stored with strides `us`, its window at `starts`.
+fn put_slice_source(
+    full: &[usize],
+    lens: &[usize],
+    ts: &[usize],
+    us: &[usize],
+    starts: &[usize],
+) -> String {
     let (mut inside, mut at) = (Vec::new(), Vec::new());
-    let total = t.numel();
-    for a in 0..rank {
+    let total: usize = full.iter().product();
+    for a in 0..full.len() {
         let inner: usize = full[a + 1..].iter().product();
         let c = format!(
             "(unsigned long long){}",
@@ -167,18 +180,8 @@ pub fn put_slice(t: &Tensor, update: &Tensor, starts: &[usize]) -> Result<Option
     } else {
         at.join(" + ")
     };
-    let index = strided_index(full, &ts, full);
-    let source = format!(
-        "extern \"C\" __global__ void {ENTRY}(const float* __restrict__ e0, const float* \
-         __restrict__ e1, float* __restrict__ o0, unsigned long long n) {{\n  for (unsigned long \
-         long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += \
-         (unsigned long long)gridDim.x * blockDim.x) o0[i] = ({inside}) ? e1[{at}] : \
-         e0[{index}];\n}}\n"
-    );
-    let n = t.numel();
-    let out = submit(&source, &[t, update], &[full.to_vec()], grid(n), n)?;
-    crate::program::profile::note("kernel");
-    Ok(out.and_then(|mut o| o.pop()))
+    let index = strided_index(full, ts, full);
+    map_source(2, &format!("o0[i] = ({inside}) ? e1[{at}] : e0[{index}];"))
 }
 
 /// The sum of an f32 CUDA tensor over its first `lead` axes (a bias gradient: over batch and
@@ -205,13 +208,12 @@ pub fn leading_sum(t: &Tensor, lead: usize) -> Result<Option<Tensor>> {
     let chunk = rows.div_ceil(splits);
     let index = strided_index(shape, &strides, shape);
     let partial = format!(
-        "extern \"C\" __global__ void {ENTRY}(const float* __restrict__ e0, float* __restrict__ o0, \
-         unsigned long long n) {{\n  for (unsigned long long t = (unsigned long long)blockIdx.x * \
-         blockDim.x + threadIdx.x; t < n; t += (unsigned long long)gridDim.x * blockDim.x) {{\n    \
-         unsigned long long c = t % {cols}ULL, r0 = t / {cols}ULL * {chunk}ULL;\n    \
+        "{}{}    unsigned long long c = t % {cols}ULL, r0 = t / {cols}ULL * {chunk}ULL;\n    \
          unsigned long long r1 = r0 + {chunk}ULL < {rows}ULL ? r0 + {chunk}ULL : {rows}ULL;\n    \
          float a = 0.0f;\n    for (unsigned long long r = r0; r < r1; r++) {{ unsigned long long \
-         i = r * {cols}ULL + c; a += e0[{index}]; }}\n    o0[t] = a;\n  }}\n}}\n"
+         i = r * {cols}ULL + c; a += e0[{index}]; }}\n    o0[t] = a;\n  }}\n}}\n",
+        header("", 1, 1),
+        grid_loop("t")
     );
     let n = splits * cols;
     let Some(part) =
@@ -220,11 +222,10 @@ pub fn leading_sum(t: &Tensor, lead: usize) -> Result<Option<Tensor>> {
         return Ok(None);
     };
     let total = format!(
-        "extern \"C\" __global__ void {ENTRY}(const float* __restrict__ e0, float* __restrict__ o0, \
-         unsigned long long n) {{\n  for (unsigned long long c = (unsigned long long)blockIdx.x * \
-         blockDim.x + threadIdx.x; c < n; c += (unsigned long long)gridDim.x * blockDim.x) {{\n    \
-         float a = 0.0f;\n    for (unsigned long long s = 0; s < {splits}ULL; s++) a += e0[s * \
-         {cols}ULL + c];\n    o0[c] = a;\n  }}\n}}\n"
+        "{}{}    float a = 0.0f;\n    for (unsigned long long s = 0; s < {splits}ULL; s++) a += e0[s * \
+         {cols}ULL + c];\n    o0[c] = a;\n  }}\n}}\n",
+        header("", 1, 1),
+        grid_loop("c")
     );
     let out = submit(
         &total,
@@ -240,6 +241,19 @@ pub fn leading_sum(t: &Tensor, lead: usize) -> Result<Option<Tensor>> {
 #[cfg(test)]
 mod tests {
     use super::view_strides;
+
+    #[test]
+    fn put_slice_source_compiles() {
+        // a [3, 40, 32] update into a broadcast zero [3, 40, 96] at [0, 0, 32]
+        let source = super::put_slice_source(
+            &[3, 40, 96],
+            &[3, 40, 32],
+            &[0, 0, 0],
+            &[1280, 32, 1],
+            &[0, 0, 32],
+        );
+        crate::cuda::elementwise::assert_compiles(&source);
+    }
 
     #[test]
     fn views_exist_where_merged_axes_are_evenly_strided() {

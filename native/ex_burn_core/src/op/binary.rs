@@ -172,16 +172,26 @@ pub(crate) fn with_literal(
 /// instead of `powf` per element (several times slower, and `powf(x, 3)` is not always the
 /// correctly rounded cube). `x * x` is exact in f64, so its f32 rounding is the correctly
 /// rounded square; the cube is `x * x * x` in f64 (one rounding there) rounded to f32. Fused
-/// kernels compute the same (`program::fuse`), so fused and op-by-op results agree.
+/// kernels compute the same (`program::fuse`), so fused and op-by-op results agree. On the CPU
+/// the exponent is read on the host; on CUDA one kernel reads it on the device
+/// (`cuda::elementwise::small_power`), so that no `pow` waits for the GPU.
 fn small_power(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tensor>> {
     if f != Arith::Pow
         || out != DType::F32
         || a.dtype() != DType::F32
         || a.rank() == 0
         || b.rank() != 0
-        || !products_exact_in_f64(&a.dispatch_device())
     {
         return Ok(None);
+    }
+    match a.dispatch_device() {
+        burn::DispatchDevice::Flex(_) => {}
+        #[cfg(feature = "cuda")]
+        burn::DispatchDevice::Cuda(_) => {
+            return crate::cuda::elementwise::small_power(a, &b.cast(DType::F32)?)
+        }
+        #[allow(unreachable_patterns)]
+        _ => return Ok(None),
     }
     match util::read_scalar(&b.cast(DType::F32)?)?.to_f64() {
         2.0 => Ok(Some(same(Arith::Multiply, a, a)?)),
@@ -192,18 +202,6 @@ fn small_power(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Te
                 .map(Some)
         }
         _ => Ok(None),
-    }
-}
-
-/// Whether `small_power`'s products apply on `device`: the CPU, and CUDA GPUs (f64 there too;
-/// WebGPU devices may lack it).
-fn products_exact_in_f64(device: &burn::DispatchDevice) -> bool {
-    match device {
-        burn::DispatchDevice::Flex(_) => true,
-        #[cfg(feature = "cuda")]
-        burn::DispatchDevice::Cuda(_) => true,
-        #[allow(unreachable_patterns)]
-        _ => false,
     }
 }
 

@@ -8,6 +8,7 @@
 
 use super::map32::{Layout, Map, Plan, Src, Stage};
 use super::rows;
+use crate::cuda::elementwise::{grid_loop, header};
 use crate::op::exact32::Fun;
 use crate::op::Compare;
 use crate::{Result, Tensor};
@@ -28,23 +29,6 @@ fn index(layout: Option<Layout>, shape: &[usize], strides: &[usize], full: &[usi
         };
     }
     crate::cuda::elementwise::strided_index(shape, strides, full)
-}
-
-/// The opening of a kernel (qualifiers `before` its name): `inputs` f32 operands `e0..`,
-/// `outputs` f32 results `o0..` and the count `n`.
-fn header(before: &str, inputs: usize, outputs: usize) -> String {
-    let mut s = format!(
-        "extern \"C\" __global__ void {before}{}(",
-        crate::cuda::elementwise::ENTRY
-    );
-    for j in 0..inputs {
-        let _ = write!(s, "const float* __restrict__ e{j}, ");
-    }
-    for q in 0..outputs {
-        let _ = write!(s, "float* __restrict__ o{q}, ");
-    }
-    s.push_str("unsigned long long n) {\n");
-    s
 }
 
 /// How element `i` of a result of shape `full` reads operand `t` stored with `strides` (see
@@ -85,10 +69,7 @@ pub(super) fn source(
     strides: &[Vec<usize>],
 ) -> Option<String> {
     let mut s = header("", plan.ext.len(), live.len());
-    s.push_str(
-        "  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; \
-         i < n; i += (unsigned long long)gridDim.x * blockDim.x) {\n",
-    );
+    s.push_str(&grid_loop("i"));
     for (j, (e, st)) in plan.ext.iter().zip(strides).enumerate() {
         let index = operand_index(&e.tensor, st, full, Some(e.layout))?;
         let _ = writeln!(s, "    float x{j} = e{j}[{index}];");
