@@ -75,6 +75,7 @@ impl Device {
                 crate::cuda::check(i)?;
                 crate::cuda::cache::configure();
                 crate::cuda::memory::configure()?;
+                crate::cuda::configure_burn();
                 Ok(DispatchDevice::Cuda(burn::backend::cuda::CudaDevice::new(
                     i,
                 )))

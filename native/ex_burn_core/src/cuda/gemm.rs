@@ -19,6 +19,13 @@
 //! operand's stream waits for this one, so that memory it frees and reuses later is not
 //! overwritten before the GEMM has read it. The GPU never waits for the host.
 //!
+//! Burn's own products: [`foreign_matmul`] is installed in Burn's CUDA backend (the patched
+//! `burn-cubecl`, `native/vendor/burn-cubecl`), so that the products Burn runs itself (native
+//! training and its backward pass, convolutions lowered to GEMM, `dot`'s products below
+//! [`MIN_WORK`] that it leaves to Burn) also run on cuBLAS: no kernel to compile (Burn's
+//! autotuned matmul compiled up to ~20 candidate kernels per shape, 1-3 s each, on a cold
+//! cache), f32 below [`MIN_WORK`] in full f32.
+//!
 //! Queued, not waited for: a thread's first product on a device looks its buffers up and
 //! calls cuBLAS itself (waiting for CubeCL's device thread to reach that point; a cuBLAS
 //! handle that cannot be made sends the product to Burn's kernels). Later products are
@@ -31,14 +38,16 @@ use crate::op::Precision;
 use crate::{DType, Error, Result, Tensor};
 use burn_cubecl::tensor::CubeTensor;
 use cubecl_cuda::CudaRuntime;
+use cubecl_runtime::server::Handle;
 use cudarc::cublas::sys as blas;
 use cudarc::driver::{result as drv, sys as drv_sys};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Below this many multiply-adds (a 512^3 product) Burn's kernel computes the product:
-/// cuBLAS's call and the buffer lookups cost more than the product saves.
+/// From this many multiply-adds (a 512^3 product) on, `dot` calls cuBLAS directly and f32
+/// products use TF32 tensor cores by default; smaller ones go through Burn's matmul, which
+/// hands them to [`foreign_matmul`] (full f32).
 pub const MIN_WORK: usize = 1 << 27;
 
 /// The threshold set by [`set_min_work`] (`usize::MAX`: [`MIN_WORK`]).
@@ -169,6 +178,11 @@ fn layout(t: &CubeTensor<CudaRuntime>) -> Option<Layout> {
     let (&[nb, rows, cols], &[s0, s1, s2]) = (&shape[..], &strides[..]) else {
         return None;
     };
+    layout3([nb, rows, cols], [s0, s1, s2])
+}
+
+/// [`layout`] of a batch `[nb, rows, cols]` with element strides `[s0, s1, s2]`.
+fn layout3([nb, rows, cols]: [usize; 3], [s0, s1, s2]: [usize; 3]) -> Option<Layout> {
     let (transposed, ld, extent) = if cols <= 1 || s2 == 1 {
         let ld = if rows > 1 { s1 } else { cols };
         (false, ld, ld * rows.saturating_sub(1) + cols)
@@ -290,6 +304,30 @@ impl Gemm {
     }
 }
 
+/// The cuBLAS element type of a float type it multiplies.
+fn blas_type(dtype: DType) -> Option<blas::cudaDataType> {
+    match dtype {
+        DType::F32 => Some(blas::cudaDataType::CUDA_R_32F),
+        DType::F16 => Some(blas::cudaDataType::CUDA_R_16F),
+        DType::BF16 => Some(blas::cudaDataType::CUDA_R_16BF),
+        _ => None,
+    }
+}
+
+/// Multiply-adds of a product (saturating: sizes come from user shapes).
+fn work(nb: usize, m: usize, n: usize, k: usize) -> usize {
+    nb.saturating_mul(m).saturating_mul(n).saturating_mul(k)
+}
+
+/// How cuBLAS accumulates: f32 on TF32 tensor cores for `Precision::Default` (as PyTorch's
+/// `allow_tf32` and XLA's default), f32 otherwise (f16 and bf16 always accumulate in f32).
+fn compute_type(dtype: DType, precision: Precision) -> blas::cublasComputeType_t {
+    match (dtype, precision) {
+        (DType::F32, Precision::Default) => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        _ => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+    }
+}
+
 /// `[nb, m, k] x [nb, k, n]` (batch broadcast where one side has `nb` 1) by cuBLAS, or `None`
 /// when it does not apply (see the module documentation).
 pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<Option<Tensor>> {
@@ -298,14 +336,11 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         return Ok(None);
     }
     let (nb, m, k, n) = (sa[0].max(sb[0]), sa[1], sa[2], sb[2]);
-    let (data_type, elem) = match a3.dtype() {
-        DType::F32 => (blas::cudaDataType::CUDA_R_32F, 4),
-        DType::F16 => (blas::cudaDataType::CUDA_R_16F, 2),
-        DType::BF16 => (blas::cudaDataType::CUDA_R_16BF, 2),
-        _ => return Ok(None),
+    let Some(data_type) = blas_type(a3.dtype()) else {
+        return Ok(None);
     };
     let fits = |v: usize| i32::try_from(v).is_ok();
-    if nb * m * n * k < threshold()
+    if work(nb, m, n, k) < threshold()
         || sb[1] != k
         || (sa[0] != sb[0] && sa[0] != 1 && sb[0] != 1)
         || ![nb, m, n, k].into_iter().all(fits)
@@ -323,7 +358,6 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
     if ![la.ld, lb.ld].into_iter().all(fits) {
         return Ok(None);
     }
-
     let gemm = Gemm {
         index: ta.device.index,
         nb,
@@ -333,13 +367,33 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         a: la,
         b: lb,
         data_type,
-        compute: match (a3.dtype(), precision) {
-            (DType::F32, Precision::Default) => {
-                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
-            }
-            _ => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        },
+        compute: compute_type(a3.dtype(), precision),
         nan: Nan::of(a3.dtype()),
+    };
+    let Some(out_handle) = launch(ta, tb, gemm)? else {
+        return Ok(None);
+    };
+    Ok(Some(queue::output(
+        ta,
+        out_handle,
+        &[nb, m, n],
+        a3.dtype(),
+        pa.checkpointing,
+    )))
+}
+
+/// Queues `gemm` on the buffers of `ta` and `tb` (or, for this thread's first product on the
+/// device, runs it at once) and returns the result's buffer; `None` when no cuBLAS handle
+/// could be made (nothing was queued).
+fn launch(
+    ta: &CubeTensor<CudaRuntime>,
+    tb: &CubeTensor<CudaRuntime>,
+    gemm: Gemm,
+) -> Result<Option<Handle>> {
+    let (nb, m, n, k, la, lb) = (gemm.nb, gemm.m, gemm.n, gemm.k, gemm.a, gemm.b);
+    let elem = match gemm.data_type {
+        blas::cudaDataType::CUDA_R_32F => 4,
+        _ => 2,
     };
     let client = ta.client.clone();
     let out_handle = client.empty(nb * m * n * elem);
@@ -405,11 +459,228 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         crate::program::profile::note("cublas[first]");
     }
     PRODUCTS.with(|c| c.set(c.get() + 1));
-    Ok(Some(queue::output(
-        ta,
-        out_handle,
-        &[nb, m, n],
-        a3.dtype(),
-        pa.checkpointing,
+    Ok(Some(out_handle))
+}
+
+/// Installs [`foreign_matmul`] as the matrix product of Burn's CUDA backend (once per process).
+pub(crate) fn install() {
+    burn_cubecl::exburn::set_foreign_matmul(foreign_matmul);
+}
+
+/// Burn's own matrix products of CUDA tensors by cuBLAS (the products of native training and
+/// its backward pass, convolutions lowered to GEMM, and `dot`'s products below [`MIN_WORK`]):
+/// f32, f16 and bf16 operands of equal rank `[.., m, k] x [.., k, n]` whose batch axes are
+/// equal or all 1 on one side and collapse to one stride. f32 products of at least
+/// [`MIN_WORK`] multiply-adds use TF32 tensor cores, as `dot` does by default (and as Burn's
+/// kernels did); smaller ones accumulate in full f32. Anything else (or no cuBLAS) returns
+/// `None`: Burn's kernels compute it. These products need no kernel compilation, which made
+/// Burn's autotuned matmuls most of a cold first training epoch (282 kernels, ~380 s of NVRTC
+/// and PTX loading on an H200 host for `examples/train_classifier.exs`).
+fn foreign_matmul(
+    lhs: &dyn std::any::Any,
+    rhs: &dyn std::any::Any,
+    out: burn::tensor::DType,
+) -> Option<Box<dyn std::any::Any>> {
+    let ta = lhs.downcast_ref::<CubeTensor<CudaRuntime>>()?;
+    let tb = rhs.downcast_ref::<CubeTensor<CudaRuntime>>()?;
+    if ta.dtype != tb.dtype
+        || ta.dtype != out
+        || ta.device != tb.device
+        || ta.qparams.is_some()
+        || tb.qparams.is_some()
+    {
+        return None;
+    }
+    let dtype = DType::from_burn(out).ok()?;
+    let data_type = blas_type(dtype)?;
+    let plan = Plan::of(
+        (ta.meta.shape(), ta.meta.strides()),
+        (tb.meta.shape(), tb.meta.strides()),
+    )?;
+    if !available() {
+        return None;
+    }
+    let [nb, m, n, k] = plan.sizes;
+    let precision = if work(nb, m, n, k) >= threshold() {
+        Precision::Default
+    } else {
+        Precision::Highest
+    };
+    let gemm = Gemm {
+        index: ta.device.index,
+        nb,
+        m,
+        n,
+        k,
+        a: plan.a,
+        b: plan.b,
+        data_type,
+        compute: compute_type(dtype, precision),
+        nan: Nan::of(dtype),
+    };
+    let handle = launch(ta, tb, gemm).ok()??;
+    Some(Box::new(CubeTensor::new_contiguous(
+        ta.client.clone(),
+        ta.device.clone(),
+        crate::tensor::prim_shape(&plan.shape),
+        handle,
+        out,
     )))
+}
+
+/// A product `[.., m, k] x [.., k, n]` of any rank as one strided batch for cuBLAS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Plan {
+    /// `[nb, m, n, k]`.
+    sizes: [usize; 4],
+    a: Layout,
+    b: Layout,
+    /// The result's shape (the batch axes of the operand that has them, then `[m, n]`).
+    shape: Vec<usize>,
+}
+
+impl Plan {
+    /// The plan for operands of these shapes and element strides; `None` when ranks differ or
+    /// are below 2, inner sizes disagree, a size is 0 or does not fit cuBLAS's `int`, batch
+    /// axes differ (other than all 1 on one side) or do not collapse to one stride, or the
+    /// matrices' layouts are not ones cuBLAS reads.
+    fn of((sa, ta): (&[usize], &[usize]), (sb, tb): (&[usize], &[usize])) -> Option<Plan> {
+        let r = sa.len();
+        if r < 2 || sb.len() != r || ta.len() != r || tb.len() != r {
+            return None;
+        }
+        let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
+        let (ba, bb) = (&sa[..r - 2], &sb[..r - 2]);
+        let (na, nb_b) = (ba.iter().product::<usize>(), bb.iter().product::<usize>());
+        if sb[r - 2] != k || !(ba == bb || na == 1 || nb_b == 1) {
+            return None;
+        }
+        let nb = na.max(nb_b);
+        let fits = |v: usize| v > 0 && i32::try_from(v).is_ok();
+        if ![nb, m, n, k].into_iter().all(fits) {
+            return None;
+        }
+        let side = |shape: &[usize], strides: &[usize]| -> Option<Layout> {
+            let batch = batch_stride(&shape[..r - 2], &strides[..r - 2])?;
+            let l = layout3(
+                [shape[..r - 2].iter().product(), shape[r - 2], shape[r - 1]],
+                [batch, strides[r - 2], strides[r - 1]],
+            )?;
+            i32::try_from(l.ld).is_ok().then_some(l)
+        };
+        let (a, b) = (side(sa, ta)?, side(sb, tb)?);
+        let mut shape = if na >= nb_b { ba.to_vec() } else { bb.to_vec() };
+        shape.extend([m, n]);
+        Some(Plan {
+            sizes: [nb, m, n, k],
+            a,
+            b,
+            shape,
+        })
+    }
+}
+
+/// The one stride that steps through batch axes of these sizes and strides in row-major order
+/// (axes of size 1 skipped; 0 when there are none); `None` when they do not collapse.
+fn batch_stride(sizes: &[usize], strides: &[usize]) -> Option<usize> {
+    let mut step: Option<usize> = None;
+    let mut span = 1usize;
+    for (&size, &stride) in sizes.iter().zip(strides).rev() {
+        if size == 1 {
+            continue;
+        }
+        match step {
+            None => step = Some(stride),
+            Some(s) if stride == s.checked_mul(span)? => {}
+            Some(_) => return None,
+        }
+        span = span.checked_mul(size)?;
+    }
+    Some(step.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(sa: &[usize], ta: &[usize], sb: &[usize], tb: &[usize]) -> Option<Plan> {
+        Plan::of((sa, ta), (sb, tb))
+    }
+
+    #[test]
+    fn matrices_of_rank_two_are_one_product() {
+        let p = plan(&[4, 3], &[3, 1], &[3, 5], &[5, 1]).unwrap();
+        assert_eq!(p.sizes, [1, 4, 5, 3]);
+        assert_eq!(p.shape, vec![4, 5]);
+        assert_eq!((p.a.transposed, p.a.ld, p.a.batch), (false, 3, 0));
+        assert_eq!((p.b.transposed, p.b.ld, p.b.batch), (false, 5, 0));
+        // a transposed view of a [5, 3] matrix (what autodiff's backward pass multiplies by)
+        let t = plan(&[4, 3], &[3, 1], &[3, 5], &[1, 3]).unwrap();
+        assert_eq!((t.b.transposed, t.b.ld), (true, 3));
+    }
+
+    #[test]
+    fn batch_axes_collapse_or_broadcast() {
+        // [2, 3] batches, contiguous on both sides
+        let p = plan(
+            &[2, 3, 4, 5],
+            &[60, 20, 5, 1],
+            &[2, 3, 5, 6],
+            &[90, 30, 6, 1],
+        )
+        .unwrap();
+        assert_eq!(p.sizes, [6, 4, 6, 5]);
+        assert_eq!(p.shape, vec![2, 3, 4, 6]);
+        assert_eq!((p.a.batch, p.b.batch), (20, 30));
+        // one side's batch axes all 1: broadcast (stride 0)
+        let q = plan(
+            &[1, 1, 4, 5],
+            &[20, 20, 5, 1],
+            &[2, 3, 5, 6],
+            &[90, 30, 6, 1],
+        )
+        .unwrap();
+        assert_eq!((q.sizes[0], q.a.batch, q.b.batch), (6, 0, 30));
+        assert_eq!(q.shape, vec![2, 3, 4, 6]);
+        // batch axes that differ otherwise are left to Burn
+        assert!(plan(
+            &[2, 1, 4, 5],
+            &[20, 20, 5, 1],
+            &[1, 3, 5, 6],
+            &[90, 30, 6, 1]
+        )
+        .is_none());
+        // batch axes permuted in memory do not collapse to one stride
+        assert!(plan(
+            &[2, 3, 4, 5],
+            &[20, 40, 5, 1],
+            &[2, 3, 5, 6],
+            &[90, 30, 6, 1]
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn unusable_shapes_are_left_to_burn() {
+        // empty, rank 1, ranks that differ, inner sizes that disagree
+        assert!(plan(&[0, 3], &[3, 1], &[3, 5], &[5, 1]).is_none());
+        assert!(plan(&[4, 0], &[1, 1], &[0, 5], &[5, 1]).is_none());
+        assert!(plan(&[3], &[1], &[3], &[1]).is_none());
+        assert!(plan(&[2, 4, 3], &[12, 3, 1], &[3, 5], &[5, 1]).is_none());
+        assert!(plan(&[4, 3], &[3, 1], &[2, 5], &[5, 1]).is_none());
+        // neither rows nor columns contiguous
+        assert!(plan(&[4, 3], &[6, 2], &[3, 5], &[5, 1]).is_none());
+        // a size beyond cuBLAS's int
+        assert!(plan(&[1 << 31, 1], &[1, 1], &[1, 1], &[1, 1]).is_none());
+    }
+
+    #[test]
+    fn batch_strides_step_in_row_major_order() {
+        assert_eq!(batch_stride(&[], &[]), Some(0));
+        assert_eq!(batch_stride(&[1, 1], &[7, 9]), Some(0));
+        assert_eq!(batch_stride(&[2, 3], &[60, 20]), Some(20));
+        assert_eq!(batch_stride(&[2, 1, 3], &[60, 5, 20]), Some(20));
+        assert_eq!(batch_stride(&[2, 3], &[20, 60]), None);
+        assert_eq!(batch_stride(&[2, 3], &[usize::MAX, 1 << 62]), None);
+    }
 }

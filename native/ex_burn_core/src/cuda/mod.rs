@@ -26,6 +26,30 @@ pub fn cuda_path() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
+/// Convolutions of fewer multiply-adds than this (a 512^3 product's worth, as
+/// [`gemm::MIN_WORK`]) run Burn's direct kernel instead of autotuning implicit-GEMM kernels:
+/// on a cold cache each of the ~8 candidates per convolution shape is a kernel NVRTC compiles
+/// in 1-3 s, against microseconds of run time for convolutions this small.
+pub const CONV_AUTOTUNE_FLOOR: usize = gemm::MIN_WORK;
+
+/// Reductions over an axis of at most this many elements run one thread per output instead of
+/// autotuning among ~12 compiled candidates (a thread sums 1,024 values in microseconds).
+pub const REDUCE_AUTOTUNE_FLOOR: usize = 1024;
+
+/// Burn's CUDA backend as ExBurn runs it (once per process, before the first CUDA tensor):
+/// products on cuBLAS ([`gemm`]), and the autotune floors above, unless the environment
+/// variable `EX_BURN_AUTOTUNE` is `all` (every convolution and reduction autotuned, as Burn
+/// does: slower first calls, possibly faster later ones).
+pub(crate) fn configure_burn() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        gemm::install();
+        if std::env::var("EX_BURN_AUTOTUNE").as_deref() != Ok("all") {
+            burn_cubecl::exburn::set_autotune_floors(CONV_AUTOTUNE_FLOOR, REDUCE_AUTOTUNE_FLOOR);
+        }
+    });
+}
+
 fn probe() -> Result<usize> {
     // SAFETY: only checks whether the shared libraries can be opened.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {

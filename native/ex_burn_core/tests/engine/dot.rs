@@ -147,6 +147,57 @@ fn f64_and_integer_products_on_every_device() {
     );
 }
 
+/// A product below the GPU vendor library's threshold for `dot` (Burn's own matmul, as native
+/// training and convolutions call it), default precision, against an f64 reference: on CUDA
+/// with cuBLAS present it runs on cuBLAS (no kernel compilation) and accumulates in full f32,
+/// not TF32 (a TF32 product of these operands is off by ~1e-3).
+#[test]
+fn small_products_run_in_full_f32() {
+    use ex_burn_core::op::Precision;
+    let (m, k, n) = (48, 40, 36);
+    let av: Vec<f64> = (0..m * k)
+        .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
+        .collect();
+    let bv: Vec<f64> = (0..k * n)
+        .map(|i| ((i * 104_729) % 997) as f64 / 498.5 - 1.0)
+        .collect();
+    let want: Vec<f64> = (0..m * n)
+        .map(|ij| {
+            (0..k)
+                .map(|p| av[(ij / n) * k + p] * bv[p * n + ij % n])
+                .sum()
+        })
+        .collect();
+    let op = Op::Dot {
+        contract_a: vec![1],
+        batch_a: vec![],
+        contract_b: vec![0],
+        batch_b: vec![],
+        out: None,
+        precision: Precision::Default,
+    };
+    let (a, b) = (f(&av, &[m, k]), f(&bv, &[k, n]));
+    #[cfg(feature = "cuda")]
+    let before = ex_burn_core::cuda::gemm::products().0;
+    let got = v(&ev(op, &[&a, &b]));
+    #[cfg(feature = "cuda")]
+    if dev() != ex_burn_core::Device::Cpu && ex_burn_core::cuda::gemm::available() {
+        assert_eq!(
+            ex_burn_core::cuda::gemm::products().0,
+            before + 1,
+            "not on cuBLAS"
+        );
+    }
+    let scale = want.iter().fold(0f64, |a, &w| a.max(w.abs()));
+    let err = got
+        .iter()
+        .zip(&want)
+        .fold(0f64, |e, (g, w)| e.max((g - w).abs()))
+        / scale;
+    println!("small product on {:?}: relative error {err:.2e}", dev());
+    assert!(err < 2e-6, "relative error {err:.2e}");
+}
+
 /// Batched products large enough for a GPU vendor library (cuBLAS in CUDA builds), in every
 /// float type and precision, against an f64 reference: TF32 by default, full f32 with
 /// `Precision::Highest`, f16 and bf16 accumulating in f32; operands stored as given or

@@ -158,6 +158,11 @@ impl CudaContext {
         if cccl_include_path.exists() {
             options.push(&cccl_include_option);
         }
+        // ExBurn: NVRTC's automatic precompiled headers (from CUDA 12.8): the headers every
+        // kernel includes are parsed once per process, not once per kernel.
+        if pch_supported() {
+            options.push("-pch");
+        }
 
         logger.log_compilation(&kernel_compiled);
 
@@ -341,4 +346,15 @@ impl CudaContext {
             Ok(())
         }
     }
+}
+
+/// ExBurn: whether the NVRTC loaded has automatic precompiled headers (`-pch`, CUDA >= 12.8).
+fn pch_supported() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: out-pointers to two ints; NVRTC is loaded (a kernel is being compiled).
+        let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        status == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS && (major, minor) >= (12, 8)
+    })
 }

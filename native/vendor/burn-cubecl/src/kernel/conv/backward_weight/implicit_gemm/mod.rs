@@ -1,0 +1,2 @@
+pub mod launch;
+pub use launch::*;
