@@ -72,9 +72,12 @@ impl CudaContext {
                 let config = cubecl_runtime::config::CubeClRuntimeConfig::get();
                 if let Some(cache) = &config.compilation.cache {
                     let root = cache.root();
+                    // ExBurn: one cache per architecture (it holds CUBINs, see `compile_kernel`).
                     Some(CompilationCache::new(
                         "ptx",
-                        CacheOption::default().name("cuda").root(root),
+                        CacheOption::default()
+                            .name(format!("cuda-sm{}", arch.version))
+                            .root(root),
                     ))
                 } else {
                     None
@@ -107,14 +110,20 @@ impl CudaContext {
             if let Some(entry) = cache.get(&hash) {
                 log::trace!("Using PTX cache");
 
-                self.load_ptx(
-                    entry.ptx.clone(),
-                    kernel_id.clone(),
-                    entry.entrypoint_name.clone(),
-                    kernel_id.cube_dim,
-                    entry.shared_mem_bytes,
-                )?;
-                return Ok(());
+                // ExBurn: an entry that does not load (written by another toolkit) is compiled
+                // again instead of failing the launch.
+                if self
+                    .load_ptx(
+                        entry.ptx.clone(),
+                        kernel_id.clone(),
+                        entry.entrypoint_name.clone(),
+                        kernel_id.cube_dim,
+                        entry.shared_mem_bytes,
+                    )
+                    .is_ok()
+                {
+                    return Ok(());
+                }
             }
             Some(hash)
         } else {
@@ -209,10 +218,20 @@ impl CudaContext {
                     backtrace: BackTrace::capture(),
                 })?;
             };
-            cudarc::nvrtc::result::get_ptx(program).map_err(|err| CompilationError::Generic {
-                reason: format!("{err:?}"),
-                backtrace: BackTrace::capture(),
-            })?
+            // ExBurn: NVRTC compiled the kernel for the device's real architecture, so it has
+            // machine code (CUBIN) as well as PTX: loading the CUBIN spares the driver a second
+            // compilation of the PTX. PTX where no CUBIN is available.
+            let code = match cubin(program) {
+                Some(code) => Ok(code),
+                None => cudarc::nvrtc::result::get_ptx(program).map_err(|err| {
+                    CompilationError::Generic {
+                        reason: format!("{err:?}"),
+                        backtrace: BackTrace::capture(),
+                    }
+                }),
+            };
+            let _ = cudarc::nvrtc::result::destroy_program(program);
+            code?
         };
 
         let repr = kernel_compiled.repr.unwrap();
@@ -357,4 +376,21 @@ fn pch_supported() -> bool {
         let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
         status == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS && (major, minor) >= (12, 8)
     })
+}
+
+/// ExBurn: the machine code NVRTC produced for `program` (compiled for a real architecture),
+/// or `None` when there is none.
+///
+/// # Safety
+/// `program` is a live NVRTC program that compiled successfully.
+unsafe fn cubin(program: cudarc::nvrtc::sys::nvrtcProgram) -> Option<Vec<c_char>> {
+    use cudarc::nvrtc::sys::{nvrtcGetCUBIN, nvrtcGetCUBINSize, nvrtcResult::NVRTC_SUCCESS};
+    let mut size = 0usize;
+    // SAFETY: a live program and an out-pointer (the caller's guarantee).
+    if unsafe { nvrtcGetCUBINSize(program, &mut size) } != NVRTC_SUCCESS || size == 0 {
+        return None;
+    }
+    let mut code = vec![0 as c_char; size];
+    // SAFETY: `code` has the size NVRTC reported.
+    (unsafe { nvrtcGetCUBIN(program, code.as_mut_ptr()) } == NVRTC_SUCCESS).then_some(code)
 }
