@@ -32,8 +32,9 @@ pub fn cuda_path() -> Option<PathBuf> {
 /// in 1-3 s, against microseconds of run time for convolutions this small.
 pub const CONV_AUTOTUNE_FLOOR: usize = gemm::MIN_WORK;
 
-/// Reductions over an axis of at most this many elements run one thread per output instead of
-/// autotuning among ~12 compiled candidates (a thread sums 1,024 values in microseconds).
+/// Reductions over an axis of at most this many elements run one thread per output, and those
+/// over axes of at most 64 times as many one warp per output, instead of autotuning among ~12
+/// compiled candidates (a thread sums 1,024 values, a warp 65,536, in microseconds).
 pub const REDUCE_AUTOTUNE_FLOOR: usize = 1024;
 
 /// Burn's CUDA backend as ExBurn runs it (once per process, before the first CUDA tensor):

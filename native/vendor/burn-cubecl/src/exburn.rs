@@ -31,8 +31,10 @@ pub(crate) fn foreign_matmul() -> Option<ForeignMatmul> {
 
 /// Convolutions of fewer than `conv` multiply-adds run Burn's direct kernel (their gradients
 /// Burn's fallbacks built on it) instead of autotuning implicit-GEMM kernels; reductions over
-/// an axis of at most `reduce` elements run Burn's one-thread-per-output kernel instead of
-/// autotuning. 0 and 0 (the default) autotune everything, as the published crate does.
+/// an axis of at most `reduce` elements run Burn's one-thread-per-output kernel, and those
+/// over axes of at most `64 * reduce` elements one plane (warp) per output, instead of
+/// autotuning. 0 and 0 (the default) autotune everything, as the published crate
+/// does.
 pub fn set_autotune_floors(conv: usize, reduce: usize) {
     CONV_FLOOR.store(conv, Ordering::Relaxed);
     REDUCE_FLOOR.store(reduce, Ordering::Relaxed);
@@ -43,7 +45,17 @@ pub(crate) fn conv_untuned(work: usize) -> bool {
     work < CONV_FLOOR.load(Ordering::Relaxed)
 }
 
-/// Whether a reduction over an axis of `length` elements skips autotuning.
-pub(crate) fn reduce_untuned(length: usize) -> bool {
-    length <= REDUCE_FLOOR.load(Ordering::Relaxed)
+/// How a reduction over an axis of `length` elements skips autotuning: `Some(false)` one
+/// thread per output (an axis of at most the reduce floor), `Some(true)` one plane per output
+/// (an axis of at most 64 times the floor: each of a plane's 32 lanes sums at most twice the
+/// floor), `None` autotuned.
+pub(crate) fn reduce_untuned(length: usize) -> Option<bool> {
+    let floor = REDUCE_FLOOR.load(Ordering::Relaxed);
+    if length <= floor {
+        Some(false)
+    } else if length <= floor.saturating_mul(64) {
+        Some(true)
+    } else {
+        None
+    }
 }

@@ -93,14 +93,15 @@ pub fn conv_forward_nhwc<R: CubeRuntime, const N: usize>(
     strategy: ConvStrategy,
 ) -> Result<CubeTensor<R>, ConvSetupError> {
     // ExBurn: small convolutions skip autotuning (`crate::exburn`); work counted as
-    // batch x input positions / strides x weight elements.
-    let strides = options.stride.iter().product::<usize>().max(1);
-    let shape = input.meta.shape();
-    let work = (shape[..shape.len() - 1]
-        .iter()
-        .fold(1, |a: usize, &b| a.saturating_mul(b))
-        / strides)
-        .saturating_mul(weight.meta.shape().iter().product::<usize>());
+    // batch x output positions x weight elements.
+    let (shape, kernel) = (input.meta.shape(), weight.meta.shape());
+    let mut work = shape[0].saturating_mul(kernel.iter().product::<usize>());
+    for i in 0..N {
+        let span = options.dilation[i].saturating_mul(kernel[i + 1].saturating_sub(1)) + 1;
+        let padded = shape[i + 1].saturating_add(2 * options.padding[i]);
+        let out = padded.saturating_sub(span) / options.stride[i].max(1) + 1;
+        work = work.saturating_mul(out);
+    }
     let strategy = untuned(strategy, work);
     match strategy {
         ConvStrategy::Direct => conv_direct::<R, N>(input, weight, bias, options),

@@ -17,7 +17,7 @@ use cubek::reduce::{
     ReduceDtypes, ReduceError, ReduceStrategy,
     components::instructions::ReduceOperationConfig,
     launch::{RoutineStrategy, VectorizationStrategy},
-    routines::{BlueprintStrategy, unit::UnitStrategy},
+    routines::{BlueprintStrategy, plane::PlaneStrategy, unit::UnitStrategy},
     shared_sum,
 };
 use serde::{Deserialize, Serialize};
@@ -180,13 +180,23 @@ pub fn reduce_dim<Run: CubeRuntime>(
         },
     )?;
 
-    // ExBurn: reductions over short axes skip autotuning (`crate::exburn`).
+    // ExBurn: small reductions skip autotuning (`crate::exburn`): one thread per output over
+    // short axes, one plane (warp) per output over longer ones.
     let strategy = match strategy {
         #[cfg(feature = "autotune")]
-        KernelReduceStrategy::Autotune
-            if crate::exburn::reduce_untuned(input.meta.shape()[dim]) =>
-        {
-            KernelReduceStrategy::Unspecified
+        KernelReduceStrategy::Autotune => {
+            match crate::exburn::reduce_untuned(input.meta.shape()[dim]) {
+                Some(false) => KernelReduceStrategy::Unspecified,
+                Some(true) => KernelReduceStrategy::Specific(ReduceStrategy {
+                    routine: RoutineStrategy::Plane(BlueprintStrategy::Inferred(PlaneStrategy {
+                        independent: true,
+                    })),
+                    vectorization: VectorizationStrategy {
+                        parallel_output_vectorization: false,
+                    },
+                }),
+                None => KernelReduceStrategy::Autotune,
+            }
         }
         strategy => strategy,
     };
