@@ -50,6 +50,15 @@ defmodule ExBurn do
         "the largest allocation ExBurn makes, in bytes: larger requests (tensors, results, model " <>
           "parameters, batches) raise `ExBurn.Error` of kind `:out_of_memory` before allocating. " <>
           "`:auto` refuses what the device cannot hold (the host's available memory, a GPU's total memory)"
+    ],
+    collect_after: [
+      type: {:or, [{:in, [:never]}, :pos_integer]},
+      default: 268_435_456,
+      doc:
+        "a process that has received this many bytes of tensors since its last garbage collection " <>
+          "collects itself, which frees the native memory of the tensors it no longer references " <>
+          "(tensors are small terms on the heap: without this, dropped results wait for the heap to fill). " <>
+          "`:never` leaves collection to the BEAM"
     ]
   ]
 
@@ -78,6 +87,7 @@ defmodule ExBurn do
 
     limit = if opts[:memory_limit] == :auto, do: nil, else: opts[:memory_limit]
     Native.call(:memory_limit, [limit], :configure!)
+    ExBurn.Collector.put(opts[:collect_after])
     :persistent_term.put({__MODULE__, :default_device}, device)
     :persistent_term.put({__MODULE__, :dot_precision}, precision)
 
@@ -98,7 +108,8 @@ defmodule ExBurn do
       nx_backend: nx? and opts[:nx_backend],
       defn_compiler: nx? and opts[:defn_compiler],
       dot_precision: precision,
-      memory_limit: opts[:memory_limit]
+      memory_limit: opts[:memory_limit],
+      collect_after: opts[:collect_after]
     }
   end
 
@@ -160,7 +171,9 @@ defmodule ExBurn do
   @doc """
   What the loaded library contains and which devices answer: `%{version, backends,
   nif_version, default_device, devices, cuda_available}`. `devices` lists the device 0 of each
-  compiled backend with its name and availability.
+  compiled backend with its name, availability, memory limit and available memory, and
+  `tensors_held` and `bytes_held`: the tensors the VM holds there (alive in some process, not yet
+  freed by `ExBurn.Tensor.free/1` or garbage collection) and their bytes.
   """
   @spec device_info() :: map()
   def device_info do

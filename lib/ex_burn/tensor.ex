@@ -5,7 +5,9 @@ defmodule ExBurn.Tensor do
   The struct holds a reference to the native tensor plus its shape (a tuple, as in Nx), type
   (`{:f, 32}` ...) and device. Data crosses the boundary in Nx's exact little-endian layout.
   Native memory is released when the struct is garbage collected, or at once with `free/1`;
-  using a freed tensor raises `ExBurn.Error` of kind `:deallocated`.
+  using a freed tensor raises `ExBurn.Error` of kind `:deallocated`. A process that has received
+  `:collect_after` bytes of tensors (`ExBurn.configure!/1`, default 256 MiB) since its last
+  garbage collection collects itself, so tensors it dropped do not wait for its heap to fill.
 
       iex> t = ExBurn.Tensor.new([[1, 2], [3, 4]], type: :s32)
       iex> {t.shape, t.type, t.device}
@@ -23,7 +25,10 @@ defmodule ExBurn.Tensor do
   @type t :: %__MODULE__{ref: reference(), shape: shape(), type: Type.t(), device: Device.t()}
 
   @doc false
-  def wrap({ref, shape, type, device}), do: %__MODULE__{ref: ref, shape: shape, type: type, device: device}
+  def wrap({ref, shape, type, device}) do
+    ExBurn.Collector.note(shape, type)
+    %__MODULE__{ref: ref, shape: shape, type: type, device: device}
+  end
 
   @device_opts [
     device: [

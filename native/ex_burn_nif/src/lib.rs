@@ -14,6 +14,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod args;
 mod decode;
 mod encode;
+mod held;
 mod nifs;
 mod reply;
 mod resource;

@@ -1,6 +1,7 @@
 //! Resource types held by Elixir: tensors (freed on `deallocate` or garbage collection),
 //! validated programs and compiled models.
 
+use crate::held;
 use ex_burn_core::train::Model;
 use ex_burn_core::{guard, Device, Error, Program, Result, Tensor};
 use std::sync::{Mutex, PoisonError, RwLock};
@@ -17,6 +18,7 @@ impl rustler::Resource for TensorRes {}
 impl TensorRes {
     /// Wraps a tensor.
     pub fn new(t: Tensor) -> Self {
+        held::add(t.device(), t.byte_size() as u64);
         TensorRes {
             inner: RwLock::new(Some(t)),
         }
@@ -50,6 +52,7 @@ impl TensorRes {
             .take();
         match taken {
             Some(t) => {
+                held::remove(t.device(), t.byte_size() as u64);
                 guard::release(t.device(), t);
                 true
             }
@@ -62,6 +65,7 @@ impl Drop for TensorRes {
     fn drop(&mut self) {
         let slot = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
         if let Some(t) = slot.take() {
+            held::remove(t.device(), t.byte_size() as u64);
             guard::release_later(t.device(), t);
         }
     }

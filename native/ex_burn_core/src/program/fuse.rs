@@ -214,12 +214,7 @@ pub(super) fn execute(
     if n < MIN_ELEMENTS {
         return Ok(None);
     }
-    let workers_for = |chunks: usize| {
-        std::thread::available_parallelism()
-            .map(|p| p.get())
-            .unwrap_or(1)
-            .min(chunks)
-    };
+    let workers_for = |chunks: usize| rayon::current_num_threads().clamp(1, chunks.max(1));
     if let Some(plan) = map32::Plan::new(run, &external, &shape, live_out, device, literal)? {
         if let Some(out) =
             plan.execute(n, workers_for(n.div_ceil(CHUNK)), live_out, &shape, device)?
@@ -293,21 +288,16 @@ pub(super) fn execute(
     Ok(Some(out))
 }
 
-/// Runs `f` on every item of `work`, each on its own scoped thread; the results in order (a
-/// worker that panics gives an error).
+/// Runs `f` on every item of `work` on the CPU compute threads (rayon's pool, see
+/// [`crate::threads`]); the results in order (a worker that panics gives an error).
 fn on_threads<W: Send, T: Send>(work: Vec<W>, f: impl Fn(W) -> Result<T> + Sync) -> Result<Vec<T>> {
-    let f = &f;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = work.into_iter().map(|w| s.spawn(move || f(w))).collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Execution("a fused chunk worker panicked".into()))
-                })
-            })
-            .collect()
-    })
+    use rayon::prelude::*;
+    work.into_par_iter()
+        .map(|w| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(w)))
+                .unwrap_or_else(|_| Err(Error::Execution("a fused chunk worker panicked".into())))
+        })
+        .collect()
 }
 
 /// Runs every instruction of `run` on one chunk; keeps the live results.

@@ -5,7 +5,7 @@ use crate::{args, reply};
 use ex_burn_core::{device, memory, Device};
 use rustler::{Atom, Encoder, Env, Term};
 
-rustler::atoms! { version, backends, nif_version, name, family, available, count, target, memory_available }
+rustler::atoms! { version, backends, nif_version, name, family, available, count, target, memory_available, tensors_held, bytes_held }
 mod keys {
     rustler::atoms! { memory_limit }
 }
@@ -29,12 +29,14 @@ pub fn build_info<'a>(env: Env<'a>, _a: &[Term<'a>], _here: Here) -> Term<'a> {
     })
 }
 
-/// `(device)`: `%{name, family, available, count, memory_limit, memory_available}`; probing a
-/// GPU driver can block (dirty IO).
+/// `(device)`: `%{name, family, available, count, memory_limit, memory_available, tensors_held,
+/// bytes_held}` (the last two: tensor resources the BEAM holds on the device and their bytes);
+/// probing a GPU driver can block (dirty IO).
 pub fn device_info<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::always(env, a, here, Class::DirtyIo, || {
         let d: Device = args::device(a[0])?;
         let ok = d.to_dispatch().is_ok();
+        let (held_count, held_bytes) = crate::held::of(d);
         reply::map(
             env,
             &[
@@ -55,6 +57,8 @@ pub fn device_info<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                     memory_available().encode(env),
                     memory::available(d).encode(env),
                 ),
+                (tensors_held().encode(env), held_count.encode(env)),
+                (bytes_held().encode(env), held_bytes.encode(env)),
             ],
         )
     })

@@ -15,7 +15,7 @@
 use super::{on_threads, Run, CHUNK};
 use crate::dtype::Kind;
 use crate::op::exact32::{self, Fun};
-use crate::op::{self, shape, Op};
+use crate::op::{self, Op};
 use crate::op::{Arith, Compare, Unary};
 use crate::{DType, Device, Error, Result, Tensor};
 use burn::tensor::TensorData;
@@ -445,14 +445,30 @@ impl Plan {
         shape: &[usize],
         device: Device,
     ) -> Result<Option<Vec<Option<Tensor>>>> {
-        // Operands of the run's shape are read chunk by chunk from a flat (contiguous) view;
-        // broadcast ones are small: read once, indexed per chunk.
-        let sources: Vec<Source> = self
+        // Operands of the run's shape are read in place when they are contiguous host f32
+        // tensors (else copied once); broadcast ones are small: read once, indexed per chunk.
+        let owned: Vec<Option<Vec<f32>>> = self
             .ext
             .iter()
             .map(|e| match e.layout {
-                Layout::Full => Ok(Source::Flat(Box::new(e.tensor.reshape(vec![n])?))),
-                _ => Ok(Source::Small(e.tensor.to_f32_vec()?)),
+                Layout::Full if e.tensor.host_f32().is_some() => Ok(None),
+                _ => e.tensor.to_f32_vec().map(Some),
+            })
+            .collect::<Result<_>>()?;
+        let sources: Vec<Source> = self
+            .ext
+            .iter()
+            .zip(&owned)
+            .map(|(e, v)| {
+                let values = match v {
+                    Some(v) => v.as_slice(),
+                    None => e.tensor.host_f32().unwrap_or(&[]),
+                };
+                match e.layout {
+                    Layout::Full if values.len() == n => Ok(Source::Flat(values)),
+                    Layout::Full => Err(Error::Execution("fused operand of another size".into())),
+                    layout => Ok(Source::Small(values, layout)),
+                }
             })
             .collect::<Result<_>>()?;
         // live constants are returned as they are; the loops write the other live results
@@ -494,45 +510,46 @@ impl Plan {
         live: &[usize],
         sources: &[Source],
     ) -> Result<()> {
-        let mut regs: Vec<Vec<f32>> = self.steps.iter().map(|_| vec![0f32; CHUNK]).collect();
-        let mut ext: Vec<Vec<f32>> = vec![Vec::new(); self.ext.len()];
+        let mut regs: Vec<Vec<f32>> = self.steps.iter().map(|_| vec![0f32; BLOCK]).collect();
+        let mut small: Vec<Vec<f32>> = vec![Vec::new(); self.ext.len()];
         for (c, mut parts) in work {
             let start = c * CHUNK;
             let len = parts.first().map_or(0, |p| p.len());
-            for ((buf, e), source) in ext.iter_mut().zip(&self.ext).zip(sources) {
-                match (e.layout, source) {
-                    (Layout::Rows(m), Source::Small(v)) => {
-                        buf.clear();
-                        buf.extend((start..start + len).map(|i| v[i % m]));
-                    }
-                    (Layout::Columns(inner), Source::Small(v)) => {
-                        buf.clear();
-                        buf.extend((start..start + len).map(|i| v[i / inner]));
-                    }
-                    (_, Source::Flat(t)) => {
-                        *buf = shape::slice_static(t, &[start], &[len], &[1])?.to_f32_vec()?;
-                    }
-                    _ => return Err(Error::Execution("fused operand without values".into())),
+            for (buf, source) in small.iter_mut().zip(sources) {
+                if let Source::Small(v, layout) = *source {
+                    broadcast_chunk(v, layout, start, len, buf)?;
                 }
             }
-            for k in 0..self.steps.len() {
-                let (done, rest) = regs.split_at_mut(k);
-                let out = &mut rest[0][..len];
-                let arg = |s: Src| match s {
-                    Src::Stage(i) => Arg::Slice(&done[i][..len]),
-                    Src::Ext(j) => Arg::Slice(&ext[j][..len]),
-                    Src::Const(v) => Arg::Scalar(v),
-                };
-                match self.steps[k] {
-                    Stage::Const(_) => {}
-                    Stage::Unary(m, a) => run_step(m, arg(a), None, out),
-                    Stage::Binary(m, a, b) => run_step(m, arg(a), Some(arg(b)), out),
-                    Stage::Select(p, t, f) => select(arg(p), arg(t), arg(f), out),
+            // the chunk in blocks whose step buffers stay in the core's L1 cache
+            for b in (0..len).step_by(BLOCK) {
+                let bl = BLOCK.min(len - b);
+                let ext: Vec<&[f32]> = sources
+                    .iter()
+                    .zip(&small)
+                    .map(|(source, buf)| match source {
+                        Source::Flat(v) => &v[start + b..start + b + bl],
+                        Source::Small(..) => &buf[b..b + bl],
+                    })
+                    .collect();
+                for k in 0..self.steps.len() {
+                    let (done, rest) = regs.split_at_mut(k);
+                    let out = &mut rest[0][..bl];
+                    let arg = |s: Src| match s {
+                        Src::Stage(i) => Arg::Slice(&done[i][..bl]),
+                        Src::Ext(j) => Arg::Slice(ext[j]),
+                        Src::Const(v) => Arg::Scalar(v),
+                    };
+                    match self.steps[k] {
+                        Stage::Const(_) => {}
+                        Stage::Unary(m, a) => run_step(m, arg(a), None, out),
+                        Stage::Binary(m, a, b) => run_step(m, arg(a), Some(arg(b)), out),
+                        Stage::Select(p, t, f) => select(arg(p), arg(t), arg(f), out),
+                    }
                 }
-            }
-            for (part, &k) in parts.iter_mut().zip(live) {
-                for (d, &v) in part.iter_mut().zip(&regs[k][..len]) {
-                    d.write(v);
+                for (part, &k) in parts.iter_mut().zip(live) {
+                    for (d, &v) in part[b..b + bl].iter_mut().zip(&regs[k][..bl]) {
+                        d.write(v);
+                    }
                 }
             }
         }
@@ -540,12 +557,52 @@ impl Plan {
     }
 }
 
+/// Elements a worker computes through all the steps at a time: each step's buffer (4 KiB)
+/// stays in the L1 cache for the next step to read.
+const BLOCK: usize = 1024;
+
 /// The values of an external operand while a plan runs.
-enum Source {
-    /// An operand of the run's shape, as a rank-1 view.
-    Flat(Box<Tensor>),
-    /// A broadcast operand's values.
-    Small(Vec<f32>),
+enum Source<'a> {
+    /// An operand of the run's shape: its values in row-major order.
+    Flat(&'a [f32]),
+    /// A broadcast operand's values and how the run reads them.
+    Small(&'a [f32], Layout),
+}
+
+/// Fills `buf` with elements `start..start + len` of the run as a broadcast operand of
+/// `layout` reads them from its values `v`: whole repeats of a bias row are copied, per-row
+/// values filled in runs.
+fn broadcast_chunk(
+    v: &[f32],
+    layout: Layout,
+    start: usize,
+    len: usize,
+    buf: &mut Vec<f32>,
+) -> Result<()> {
+    buf.clear();
+    let end = start + len;
+    match layout {
+        Layout::Rows(m) if m > 0 && v.len() == m => {
+            let mut i = start;
+            while i < end {
+                let at = i % m;
+                let take = (m - at).min(end - i);
+                buf.extend_from_slice(&v[at..at + take]);
+                i += take;
+            }
+        }
+        Layout::Columns(inner) if inner > 0 && v.len() >= end.div_ceil(inner) => {
+            let mut i = start;
+            while i < end {
+                let row = i / inner;
+                let take = ((row + 1) * inner).min(end) - i;
+                buf.resize(buf.len() + take, v[row]);
+                i += take;
+            }
+        }
+        _ => return Err(Error::Execution("fused operand without values".into())),
+    }
+    Ok(())
 }
 
 /// One chunk's (not yet written) slice of every live output.
