@@ -98,44 +98,8 @@ sync =
 fwd = Nx.Defn.jit(&Bench.Gpt2Layer.layer/2, compiler: ExBurn.Compiler)
 fwd_bwd = Nx.Defn.jit(&Bench.Gpt2Layer.loss_and_grad/2, compiler: ExBurn.Compiler)
 
-# GPU memory a process holds (nvidia-smi, CUDA context included). `nil` without nvidia-smi.
-gpu_mib = fn pid ->
-  smi = System.find_executable("nvidia-smi")
-
-  case smi &&
-         System.cmd(smi, ~w(--query-compute-apps=pid,used_memory --format=csv,noheader,nounits),
-           stderr_to_stdout: true
-         ) do
-    {out, 0} ->
-      Enum.find_value(String.split(out, "\n", trim: true), fn line ->
-        case String.split(line, ",", trim: true) |> Enum.map(&String.trim/1) do
-          [^pid, mib] -> String.to_integer(mib)
-          _ -> nil
-        end
-      end)
-
-    _ ->
-      nil
-  end
-end
-
 # The process's peak GPU memory over all runs below: nvidia-smi sampled every 100 ms.
-sampler =
-  if ExBurn.Device.family(device) == :cuda do
-    me = System.pid()
-
-    spawn(fn ->
-      loop = fn loop, peak ->
-        receive do
-          {:stop, from} -> send(from, {:peak, peak})
-        after
-          100 -> loop.(loop, max(peak, gpu_mib.(me) || 0))
-        end
-      end
-
-      loop.(loop, 0)
-    end)
-  end
+sampler = if ExBurn.Device.family(device) == :cuda, do: Bench.gpu_sampler()
 
 first = fn f -> f |> :timer.tc() |> elem(0) |> Kernel./(1.0e6) end
 first_fwd = first.(fn -> sync.(fwd.(params, x)) end)
@@ -161,8 +125,8 @@ end
 
 host = %{"fwd" => host_ms.(fn -> fwd.(params, x) end), "fwd_bwd" => host_ms.(fn -> fwd_bwd.(params, x) end)}
 
-ours_mib = if ExBurn.Device.family(device) == :cuda, do: gpu_mib.(System.pid())
-peak_mib = if sampler, do: send(sampler, {:stop, self()}) && receive(do: ({:peak, p} -> p))
+ours_mib = if ExBurn.Device.family(device) == :cuda, do: Bench.gpu_mib()
+peak_mib = if sampler, do: Bench.gpu_peak(sampler)
 memory_config = System.get_env("EX_BURN_CUDA_MEMORY", "exclusive")
 
 # Each peer in its own process (so that their memory is measured apart).

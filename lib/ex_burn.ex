@@ -56,6 +56,7 @@ defmodule ExBurn do
       default: 268_435_456,
       doc:
         "a process that has received this many bytes of tensors since its last garbage collection " <>
+          "(until the first `configure!/1`: `config :ex_burn, collect_after: ...`, else 256 MiB) " <>
           "collects itself, which frees the native memory of the tensors it no longer references " <>
           "(tensors are small terms on the heap: without this, dropped results wait for the heap to fill). " <>
           "`:never` leaves collection to the BEAM"
@@ -173,7 +174,9 @@ defmodule ExBurn do
   nif_version, default_device, devices, cuda_available}`. `devices` lists the device 0 of each
   compiled backend with its name, availability, memory limit and available memory, and
   `tensors_held` and `bytes_held`: the tensors the VM holds there (alive in some process, not yet
-  freed by `ExBurn.Tensor.free/1` or garbage collection) and their bytes.
+  freed by `ExBurn.Tensor.free/1` or garbage collection) and their bytes; on a CUDA device that
+  holds tensors, `pool_in_use` and `pool_reserved`: the bytes of the memory pools' live buffers
+  and all the bytes they hold from the driver (`nil` elsewhere).
   """
   @spec device_info() :: map()
   def device_info do

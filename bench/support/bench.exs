@@ -77,6 +77,50 @@ defmodule Bench do
     end
   end
 
+  @doc "MiB of GPU memory the OS process `pid` holds (nvidia-smi, CUDA context included), or nil."
+  def gpu_mib(pid \\ System.pid()) do
+    smi = System.find_executable("nvidia-smi")
+
+    case smi &&
+           System.cmd(smi, ~w(--query-compute-apps=pid,used_memory --format=csv,noheader,nounits),
+             stderr_to_stdout: true
+           ) do
+      {out, 0} ->
+        Enum.find_value(String.split(out, "\n", trim: true), fn line ->
+          case line |> String.split(",", trim: true) |> Enum.map(&String.trim/1) do
+            [^pid, mib] -> String.to_integer(mib)
+            _ -> nil
+          end
+        end)
+
+      _ ->
+        nil
+    end
+  end
+
+  @doc "Starts sampling this OS process's GPU memory every 100 ms; `gpu_peak/1` stops it."
+  def gpu_sampler do
+    me = System.pid()
+
+    spawn(fn ->
+      loop = fn loop, peak ->
+        receive do
+          {:stop, from} -> send(from, {:peak, peak})
+        after
+          100 -> loop.(loop, max(peak, gpu_mib(me) || 0))
+        end
+      end
+
+      loop.(loop, gpu_mib(me) || 0)
+    end)
+  end
+
+  @doc "Stops a sampler and returns the peak it saw (MiB), with one last sample."
+  def gpu_peak(sampler) do
+    send(sampler, {:stop, self()})
+    receive(do: ({:peak, p} -> max(p, gpu_mib() || 0)))
+  end
+
   @doc "Writes a markdown results file."
   def write(path, title, intro, header, rows) do
     table =

@@ -7,8 +7,9 @@ defmodule ExBurn.Collector do
   # do: a loop that drops a 64 MiB result per iteration could hold gigabytes of dead tensors
   # before the next collection. So every tensor a process receives from the engine counts its
   # bytes here (in the process dictionary), and once a process has received `collect_after`
-  # bytes (`ExBurn.configure!/1`, default 256 MiB) since its last collection, it collects its own
-  # garbage, which frees the native memory of every tensor it no longer references.
+  # bytes (`ExBurn.configure!/1`, else `config :ex_burn, collect_after: ...`, default 256 MiB)
+  # since its last collection, it collects its own garbage, which frees the native memory of
+  # every tensor it no longer references.
 
   @key {__MODULE__, :bytes}
   @setting {ExBurn, :collect_after}
@@ -21,7 +22,18 @@ defmodule ExBurn.Collector do
   def put(:never), do: :persistent_term.put(@setting, :never)
 
   @doc "The threshold in bytes, or `:never`."
-  def threshold, do: :persistent_term.get(@setting, default())
+  def threshold do
+    case :persistent_term.get(@setting, nil) do
+      nil ->
+        value = Application.get_env(:ex_burn, :collect_after, default())
+        value = if value == :never or (is_integer(value) and value > 0), do: value, else: default()
+        :persistent_term.put(@setting, value)
+        value
+
+      value ->
+        value
+    end
+  end
 
   @doc "Counts a tensor of `shape` and `type` received by this process."
   def note(shape, {_, bits}) do

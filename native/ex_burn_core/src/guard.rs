@@ -105,12 +105,25 @@ fn classify(msg: String) -> Error {
 
 /// Serialises work on GPU devices: ExBurn issues all its work on one Burn stream (see
 /// `EXBURN_STREAM`), and a stream takes one submitter at a time. Host (CPU) work runs
-/// concurrently without the lock.
+/// concurrently without the lock. Afterwards the device's allocator may give back what the
+/// work left free (`memory::after_work`).
 pub fn exclusive<T>(device: crate::Device, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
     if device.is_host() {
         return f();
     }
+    let result = locked(f);
+    let _ = guard(|| {
+        locked(|| {
+            crate::memory::after_work(device);
+            Ok(())
+        })
+    });
+    result
+}
+
+/// Runs `f` holding the GPU lock.
+fn locked<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     f()
 }
@@ -125,7 +138,7 @@ pub fn release<T>(device: crate::Device, value: T) {
         return;
     }
     let _ = guard(|| {
-        exclusive(device, || {
+        locked(|| {
             drop(value);
             Ok(())
         })

@@ -42,6 +42,26 @@ pub fn available(device: Device) -> Option<u64> {
     }
 }
 
+/// What the device's memory pools hold for this process, `(bytes in use, bytes reserved)`,
+/// where the backend reports it (CUDA: CubeCL's pools; `None` elsewhere).
+pub fn pools(device: Device) -> Option<(u64, u64)> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(i) => crate::cuda::memory::usage(i).ok(),
+        _ => None,
+    }
+}
+
+/// After a piece of work on `device`: lets the device's allocator give back what the work
+/// left free, where it is configured to (CUDA, `EX_BURN_CUDA_MEMORY=driver`, the default).
+pub fn after_work(device: Device) {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(i) = device {
+        crate::cuda::memory::after_work(i);
+    }
+    let _ = device;
+}
+
 /// Refuses a request of `bytes` on `device` that exceeds the configured limit or what the
 /// device can hold; `what` names the request in the error.
 pub fn reserve(device: Device, bytes: u128, what: &dyn Fn() -> String) -> Result<()> {

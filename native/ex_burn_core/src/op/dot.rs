@@ -28,10 +28,11 @@ pub(crate) struct Contraction<'a> {
     pub batch_b: &'a [usize],
 }
 
-/// f32 products of at most this many multiply-adds on the CPU accumulate in f64 and round
-/// once (as `Nx.BinaryBackend` computes them, and more accurately than an f32 GEMM): small
-/// matrices (linear algebra, covariances, the products inside Nx's decompositions), where the
-/// GEMM's packing costs more than the arithmetic anyway.
+/// f32 products of at most this many multiply-adds accumulate in f64 and round once (as
+/// `Nx.BinaryBackend` computes them, and more accurately than an f32 GEMM): small matrices
+/// (linear algebra, covariances, the products inside Nx's decompositions), where the GEMM's
+/// packing (or a GPU kernel launch) costs more than the arithmetic anyway. On the CPU they
+/// are summed in order on the host; on a GPU as a broadcast product and sum in f64.
 pub(crate) const EXACT_F32_WORK: usize = 1 << 16;
 
 /// Above this many multiply-adds the broadcast fallback would need too much memory.
@@ -114,10 +115,16 @@ pub(crate) fn dot(
     let perm_a: Vec<usize> = [ba, &fa, ca].concat();
     let perm_b: Vec<usize> = [bb, cb, &fb].concat();
     let (a, b) = (a.cast(out)?, b.cast(out)?);
-    if !on_gpu && out == DType::F32 && nb * m * n * k <= EXACT_F32_WORK {
+    if out == DType::F32 && nb * m * n * k <= EXACT_F32_WORK {
         let a3 = util::permute(&a, &perm_a)?.reshape(vec![nb, m, k])?;
         let b3 = util::permute(&b, &perm_b)?.reshape(vec![nb, k, n])?;
-        return small_f32(&a3, &b3)?.reshape(shape);
+        let r = if on_gpu {
+            // on the device: f64 products summed in f64, rounded once (`wide`)
+            super::wide::in_f64(&[&a3, &b3], |w| broadcast_product(&w[0], &w[1]))?
+        } else {
+            small_f32(&a3, &b3)?
+        };
+        return r.reshape(shape);
     }
     if direct_matmul(&fa, ca, &fb, on_gpu, out) {
         // One axis per group: the permuted views are the matmul's operands as they are (the

@@ -23,6 +23,7 @@ mod sort;
 mod sum32;
 mod table;
 mod unary;
+mod wide;
 mod window;
 
 pub(crate) mod util;

@@ -129,6 +129,14 @@ fn reduce(
     if red == ReduceKind::Sum && super::sum32::applies(x, out) {
         return super::sum32::sum(x, &axes, shape);
     }
+    if red == ReduceKind::Sum
+        && out == DType::F32
+        && super::wide::gpu_f32(x)
+        && x.numel() <= super::wide::SMALL
+    {
+        let axes = Some(axes);
+        return super::wide::in_f64(&[x], |w| reduce(red, &w[0], &axes, keep, DType::F64));
+    }
     let t = x.cast(out)?;
     let kind = t.kind();
     let mut p: Prim = t.prim();

@@ -67,6 +67,7 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Rsqrt => float(x, |p| B::float_recip(B::float_sqrt(p))),
         Sin | Cos | Tanh if exact32_applies(x) => exact32(op, x),
         _ if super::hostmath::applies(op, x) => super::hostmath::apply(op, x),
+        _ if super::wide::unary_applies(op, x) => super::wide::in_f64(&[x], |w| eval(op, &w[0])),
         Sin => float(x, B::float_sin),
         Cos => float(x, B::float_cos),
         Tan => float(x, B::float_tan),

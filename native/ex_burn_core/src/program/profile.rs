@@ -161,6 +161,10 @@ pub(crate) fn record(started: Option<Started>, name: impl FnOnce() -> String) {
         if let Some(device) = DEVICE.with(|d| d.get()) {
             // a failed wait shows in the step's time; the program's own reads report errors
             let _ = device.sync();
+            if let Some((in_use, reserved)) = crate::memory::pools(device) {
+                POOL_PEAK.fetch_max(in_use, Ordering::Relaxed);
+                POOL_RESERVED.fetch_max(reserved, Ordering::Relaxed);
+            }
         }
     }
     let name = match NOTE.with(|n| n.take()) {
@@ -224,6 +228,11 @@ fn read_events() {
     }
 }
 
+/// In `sync` mode, the most bytes the device's memory pools held in live buffers after any
+/// step, and the most they held in all, since the last table.
+static POOL_PEAK: AtomicU64 = AtomicU64::new(0);
+static POOL_RESERVED: AtomicU64 = AtomicU64::new(0);
+
 /// Counts a finished run; every 16 runs prints the table of those runs and clears it.
 pub(crate) fn run_finished(started: Option<Started>) {
     static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -253,6 +262,17 @@ pub(crate) fn run_finished(started: Option<Started>) {
                     "  {name:<28} {count:>9} calls {:>12.3} ms {:>9.2} us/call\n",
                     total.as_secs_f64() * 1e3,
                     total.as_secs_f64() * 1e6 / *count as f64
+                );
+            }
+            let (peak, reserved) = (
+                POOL_PEAK.swap(0, Ordering::Relaxed),
+                POOL_RESERVED.swap(0, Ordering::Relaxed),
+            );
+            if peak > 0 {
+                out += &format!(
+                    "  (memory pools: at most {:.1} MiB in live buffers after a step, {:.1} MiB held)\n",
+                    peak as f64 / 1048576.0,
+                    reserved as f64 / 1048576.0
                 );
             }
             eprint!("{out}");

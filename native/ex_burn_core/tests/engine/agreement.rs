@@ -325,3 +325,34 @@ fn cuda_kernels_are_cached_on_disk() {
     println!("cuda kernel cache {}: {files} files", dir.display());
     assert!(files > 0, "no compiled kernel in {}", dir.display());
 }
+
+/// With `EX_BURN_CUDA_MEMORY=driver` (the default) the pages that a piece of work left free
+/// go back to the driver's pool afterwards (`memory::after_work`, which the NIFs call after
+/// every GPU op, program run and training step): CubeCL's pools keep about what is alive.
+#[cfg(feature = "cuda")]
+#[test]
+fn freed_cuda_buffers_go_back_to_the_driver() {
+    if dev() == Device::Cpu || ex_burn_core::cuda::memory::configure() != Ok("driver") {
+        return;
+    }
+    let n = 1 << 25; // 128 MiB of f32
+    let x = ev(
+        Op::Full {
+            shape: vec![n],
+            dtype: DType::F32,
+            value: ex_burn_core::Scalar::F(0.5),
+        },
+        &[],
+    );
+    let y = ev(Op::Unary(Unary::Exp), &[&x]);
+    let (_, before) = ex_burn_core::memory::pools(dev()).expect("pools");
+    drop((x, y));
+    ex_burn_core::memory::after_work(dev());
+    let (in_use, reserved) = ex_burn_core::memory::pools(dev()).expect("pools");
+    println!("pools: {before} reserved before, {reserved} after ({in_use} in use)");
+    // other tests run beside this one: what they leave free between the two calls stays
+    assert!(
+        reserved - in_use < 192 << 20,
+        "{reserved} bytes held, {in_use} in use"
+    );
+}

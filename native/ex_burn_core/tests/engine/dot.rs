@@ -454,3 +454,34 @@ fn attention_products_read_heads_from_the_projection() {
         assert!(err < 2e-6, "{name}: relative error {err:.2e}");
     }
 }
+
+/// Small f32 products (at most 2^16 multiply-adds) are the f64 sums of exact f64 products
+/// rounded once, on every device: what Nx.BinaryBackend computes (the matrices inside Nx's
+/// linear algebra).
+#[test]
+fn small_f32_products_are_rounded_once_from_f64() {
+    let (m, k, n) = (24, 40, 30);
+    let av: Vec<f64> = (0..m * k)
+        .map(|i| (((i * 7919) % 1000) as f64 / 500.0 - 1.0) * (1.0 + (i % 7) as f64 * 100.0))
+        .map(|x| x as f32 as f64)
+        .collect();
+    let bv: Vec<f64> = (0..k * n)
+        .map(|i| ((i * 104_729) % 997) as f64 / 498.5 - 1.0)
+        .map(|x| x as f32 as f64)
+        .collect();
+    let op = Op::Dot {
+        contract_a: vec![1],
+        batch_a: vec![],
+        contract_b: vec![0],
+        batch_b: vec![],
+        out: None,
+        precision: ex_burn_core::op::Precision::Default,
+    };
+    let got = v(&ev(op, &[&f(&av, &[m, k]), &f(&bv, &[k, n])]));
+    for (ij, g) in got.iter().enumerate() {
+        let want = (0..k)
+            .map(|p| av[(ij / n) * k + p] * bv[p * n + ij % n])
+            .sum::<f64>() as f32 as f64;
+        assert!(*g == want, "entry {ij}: {g}, want {want}");
+    }
+}

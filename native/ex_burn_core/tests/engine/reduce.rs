@@ -476,3 +476,25 @@ fn large_sums_over_leading_axes_match_the_host() {
         }
     }
 }
+
+/// Small f32 sums give the f64 sum of their elements rounded once, on every device (the CPU
+/// accumulates every f32 sum in f64; a GPU those of at most 2^16 elements), as
+/// Nx.BinaryBackend does: values whose f32 partial sums lose digits.
+#[test]
+fn small_f32_sums_accumulate_in_f64_on_every_device() {
+    let (rows, cols) = (96, 500);
+    let xs: Vec<f64> = (0..rows * cols)
+        .map(|i| {
+            let v = ((i * 7919) % 10007) as f64 / 10007.0 - 0.37;
+            (v * (1.0 + (i % 13) as f64 * 1e3)) as f32 as f64
+        })
+        .collect();
+    let x = f(&xs, &[rows, cols]);
+    let got = v(&ev(sum(Some(vec![1]), false), &[&x]));
+    for (r, g) in got.iter().enumerate() {
+        let want = xs[r * cols..(r + 1) * cols].iter().sum::<f64>() as f32 as f64;
+        assert!(*g == want, "row {r}: {g}, want {want}");
+    }
+    let all = v(&ev(sum(None, false), &[&x]))[0];
+    assert_eq!(all, xs.iter().sum::<f64>() as f32 as f64);
+}

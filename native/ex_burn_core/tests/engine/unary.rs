@@ -73,6 +73,64 @@ fn float_functions_match_libm() {
     }
 }
 
+/// f32 values spread over a range, as f32.
+fn f32_grid(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| (lo + (hi - lo) * i as f64 / (n - 1) as f64) as f32 as f64)
+        .collect()
+}
+
+/// On every device (CPU: the C library; GPUs: the device's f64 functions), f32 `tan`, `atan`,
+/// `asinh`, ... and `atan2` are the f64 function of the f32 input rounded once, which is what
+/// Nx.BinaryBackend computes (Burn's GPU kernels computed them in f32, an ulp or two off).
+#[test]
+fn f32_library_functions_are_rounded_once_from_f64() {
+    type Reference = fn(f64) -> f64;
+    let cases: Vec<(Unary, Reference, f64, f64)> = vec![
+        (Unary::Tan, f64::tan, -1.5, 1.5),
+        (Unary::Asin, f64::asin, -1.0, 1.0),
+        (Unary::Acos, f64::acos, -1.0, 1.0),
+        (Unary::Atan, f64::atan, -40.0, 40.0),
+        (Unary::Sinh, f64::sinh, -20.0, 20.0),
+        (Unary::Cosh, f64::cosh, -20.0, 20.0),
+        (Unary::Asinh, f64::asinh, -40.0, 40.0),
+        (Unary::Acosh, f64::acosh, 1.0, 40.0),
+        (Unary::Atanh, f64::atanh, -0.999, 0.999),
+    ];
+    for (op, reference, lo, hi) in cases {
+        let xs = f32_grid(lo, hi, 3001);
+        let got = run(Op::Unary(op), &xs);
+        for (x, g) in xs.iter().zip(&got) {
+            let want = reference(*x) as f32 as f64;
+            assert!(g == &want, "{op:?}({x}) = {g}, want {want}");
+        }
+    }
+    let (ys, xs) = (f32_grid(-3.0, 3.0, 61), f32_grid(-2.0, 2.5, 61));
+    let pairs: Vec<(f64, f64)> = ys
+        .iter()
+        .flat_map(|&y| xs.iter().map(move |&x| (y, x)))
+        .collect();
+    let yt = f(
+        &pairs.iter().map(|p| p.0).collect::<Vec<_>>(),
+        &[pairs.len()],
+    );
+    let xt = f(
+        &pairs.iter().map(|p| p.1).collect::<Vec<_>>(),
+        &[pairs.len()],
+    );
+    let got = v(&ev(
+        Op::Binary {
+            op: Arith::Atan2,
+            out: None,
+        },
+        &[&yt, &xt],
+    ));
+    for ((y, x), g) in pairs.iter().zip(&got) {
+        let want = y.atan2(*x) as f32 as f64;
+        assert!(*g == want, "atan2({y}, {x}) = {g}, want {want}");
+    }
+}
+
 #[test]
 fn erf_family() {
     // erf(0.5) = 0.5204998778, erfc(0.5) = 0.4795001222, erf_inv(0.5) = 0.4769362762

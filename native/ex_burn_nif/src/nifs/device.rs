@@ -5,7 +5,7 @@ use crate::{args, reply};
 use ex_burn_core::{device, memory, Device};
 use rustler::{Atom, Encoder, Env, Term};
 
-rustler::atoms! { version, backends, nif_version, name, family, available, count, target, memory_available, tensors_held, bytes_held }
+rustler::atoms! { version, backends, nif_version, name, family, available, count, target, memory_available, tensors_held, bytes_held, pool_in_use, pool_reserved }
 mod keys {
     rustler::atoms! { memory_limit }
 }
@@ -30,13 +30,17 @@ pub fn build_info<'a>(env: Env<'a>, _a: &[Term<'a>], _here: Here) -> Term<'a> {
 }
 
 /// `(device)`: `%{name, family, available, count, memory_limit, memory_available, tensors_held,
-/// bytes_held}` (the last two: tensor resources the BEAM holds on the device and their bytes);
-/// probing a GPU driver can block (dirty IO).
+/// bytes_held, pool_in_use, pool_reserved}` (tensor resources the BEAM holds on the device and
+/// their bytes; what the device's memory pools hold in live buffers and in all, where the
+/// backend reports it and the device holds tensors, else `nil`); probing a GPU driver can block
+/// (dirty IO).
 pub fn device_info<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::always(env, a, here, Class::DirtyIo, || {
         let d: Device = args::device(a[0])?;
         let ok = d.to_dispatch().is_ok();
         let (held_count, held_bytes) = crate::held::of(d);
+        // only a device already in use reports its pools (no device is started for it)
+        let pools = (held_count > 0).then(|| memory::pools(d)).flatten();
         reply::map(
             env,
             &[
@@ -59,6 +63,8 @@ pub fn device_info<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 ),
                 (tensors_held().encode(env), held_count.encode(env)),
                 (bytes_held().encode(env), held_bytes.encode(env)),
+                (pool_in_use().encode(env), pools.map(|p| p.0).encode(env)),
+                (pool_reserved().encode(env), pools.map(|p| p.1).encode(env)),
             ],
         )
     })

@@ -1,0 +1,46 @@
+//! f32 math on GPU devices that is evaluated in f64 and rounded once to f32, as the CPU
+//! computes it (`hostmath`, `sum32`, `dot`'s small products) and as `Nx.BinaryBackend` does
+//! (its f32 arithmetic is Erlang's f64, rounded per op): the functions Burn's GPU kernels
+//! compute in f32 with an ulp or two of error (tan, atan, asinh, ...; `atan2` on every device), and sums and
+//! products small enough that the f64 detour costs nothing that matters (at most [`SMALL`]
+//! elements summed or multiply-adds). Larger sums and products, and the functions of hot
+//! paths that ExBurn's fused kernels compute (exp, log, tanh, sin, cos, sqrt), keep the
+//! device's f32 kernels.
+
+use super::Unary;
+use crate::{DType, Result, Tensor};
+
+/// Sums over at most this many elements, and products of at most this many multiply-adds,
+/// accumulate in f64 on GPU devices (the CPU's bound for exact small products, see `dot`).
+pub(super) const SMALL: usize = super::dot::EXACT_F32_WORK;
+
+/// Whether `x` is an f32 tensor on a GPU device.
+pub(super) fn gpu_f32(x: &Tensor) -> bool {
+    x.dtype() == DType::F32 && !x.device().is_host()
+}
+
+/// Whether `op` of f32 `x` on a GPU is computed in f64 here: the functions the CPU evaluates
+/// through the C library in f64 (`hostmath`) that Burn's CUDA backend has in f64 too; not
+/// `erf`, `erfc` and `erf_inv`, whose f64 path on a GPU is a round trip to the host (`erf` is
+/// on the hot path of exact GELUs), nor f32 `log1p`, which the CPU also leaves to Burn's
+/// vectorised f32 kernel (softplus).
+pub(super) fn unary_applies(op: Unary, x: &Tensor) -> bool {
+    use Unary::*;
+    gpu_f32(x)
+        && matches!(
+            op,
+            Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh | Acosh | Atanh
+        )
+}
+
+/// `f` of f32 operands computed in f64 and rounded once to f32.
+pub(super) fn in_f64(
+    operands: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let wide = operands
+        .iter()
+        .map(|t| t.cast(DType::F64))
+        .collect::<Result<Vec<_>>>()?;
+    f(&wide)?.cast(DType::F32)
+}
