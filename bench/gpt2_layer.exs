@@ -127,7 +127,7 @@ host = %{"fwd" => host_ms.(fn -> fwd.(params, x) end), "fwd_bwd" => host_ms.(fn 
 
 ours_mib = if ExBurn.Device.family(device) == :cuda, do: Bench.gpu_mib()
 peak_mib = if sampler, do: Bench.gpu_peak(sampler)
-memory_config = System.get_env("EX_BURN_CUDA_MEMORY", "exclusive")
+memory_config = System.get_env("EX_BURN_CUDA_MEMORY", "driver")
 
 # Each peer in its own process (so that their memory is measured apart).
 peer =

@@ -204,6 +204,19 @@ impl Tensor {
         }
     }
 
+    /// The storage, element offset and strides (in elements) of an f32 host tensor of any
+    /// layout (a permuted or sliced view), without copying (`None`: another type or device).
+    pub(crate) fn host_f32_strided(&self) -> Option<(&[f32], usize, &[isize])> {
+        use burn_dispatch::{BackendTensor, DispatchTensorKind};
+        match &self.prim.kind {
+            DispatchTensorKind::Flex(BackendTensor::Float(t)) if self.dtype() == DType::F32 => {
+                let layout = t.layout();
+                Some((t.storage::<f32>(), layout.start_offset(), layout.strides()))
+            }
+            _ => None,
+        }
+    }
+
     /// Reads an f32 tensor back as values in row-major order.
     pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
         if self.dtype() != DType::F32 {

@@ -23,6 +23,14 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Erf | Erfc | ErfInv if x.dtype() == DType::F64 && x.device() != crate::Device::Cpu => {
             eval(op, &x.to_device(crate::Device::Cpu)?)?.to_device(x.device())
         }
+        // f64 tan, atan, asinh, ... on a GPU: the device's f64 functions are an ulp or two off
+        // the C library's (Nx.BinaryBackend's), so they run on the host too (`hostmath`)
+        _ if x.dtype() == DType::F64
+            && x.device() != crate::Device::Cpu
+            && super::hostmath::function(op).is_some() =>
+        {
+            eval(op, &x.to_device(crate::Device::Cpu)?)?.to_device(x.device())
+        }
         // Unsigned negation wraps (0 - x); GPU backends cannot multiply unsigned by -1.
         Neg if x.dtype().is_unsigned_int() => {
             let zero = util::full_like(x, Scalar::I(0))?;
@@ -67,19 +75,14 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Rsqrt => float(x, |p| B::float_recip(B::float_sqrt(p))),
         Sin | Cos | Tanh if exact32_applies(x) => exact32(op, x),
         _ if super::hostmath::applies(op, x) => super::hostmath::apply(op, x),
-        _ if super::wide::unary_applies(op, x) => super::wide::in_f64(&[x], |w| eval(op, &w[0])),
+        // (on the device in f64: `library` is Burn's kernel for each of these ops)
+        _ if super::wide::unary_applies(op, x) => {
+            super::wide::in_f64(&[x], |w| with_library(op, &w[0]))
+        }
         Sin => float(x, B::float_sin),
         Cos => float(x, B::float_cos),
-        Tan => float(x, B::float_tan),
-        Asin => float(x, B::float_asin),
-        Acos => float(x, B::float_acos),
-        Atan => float(x, B::float_atan),
-        Sinh => float(x, B::float_sinh),
-        Cosh => float(x, B::float_cosh),
         Tanh => float(x, B::float_tanh),
-        Asinh => float(x, B::float_asinh),
-        Acosh => float(x, B::float_acosh),
-        Atanh => float(x, B::float_atanh),
+        Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh | Acosh | Atanh => with_library(op, x),
         Erf => float(x, B::float_erf),
         Erfc => erfc(x),
         // Burn's default sigmoid computes in f32 (GPU backends keep that default): f64 input
@@ -144,6 +147,30 @@ fn exact32(op: Unary, x: &Tensor) -> Result<Tensor> {
 }
 
 /// Applies a float function; integer input is first converted to Nx's floating type.
+/// Burn's kernel for the functions of the C library that Burn has (`hostmath` computes them on
+/// the CPU; `wide` runs these in f64 for f32 on a GPU).
+pub(super) fn library(op: Unary) -> Option<fn(Prim) -> Prim> {
+    use Unary::*;
+    Some(match op {
+        Tan => B::float_tan,
+        Asin => B::float_asin,
+        Acos => B::float_acos,
+        Atan => B::float_atan,
+        Sinh => B::float_sinh,
+        Cosh => B::float_cosh,
+        Asinh => B::float_asinh,
+        Acosh => B::float_acosh,
+        Atanh => B::float_atanh,
+        _ => return None,
+    })
+}
+
+/// `op` by Burn's kernel ([`library`]).
+fn with_library(op: Unary, x: &Tensor) -> Result<Tensor> {
+    let f = library(op).ok_or_else(|| Error::Execution(format!("{op:?} has no library kernel")))?;
+    float(x, f)
+}
+
 fn float(x: &Tensor, f: impl FnOnce(Prim) -> Prim) -> Result<Tensor> {
     let t = x.cast(x.dtype().to_floating())?;
     if t.numel() == 0 {

@@ -20,17 +20,11 @@ pub(super) fn gpu_f32(x: &Tensor) -> bool {
 }
 
 /// Whether `op` of f32 `x` on a GPU is computed in f64 here: the functions the CPU evaluates
-/// through the C library in f64 (`hostmath`) that Burn's CUDA backend has in f64 too; not
-/// `erf`, `erfc` and `erf_inv`, whose f64 path on a GPU is a round trip to the host (`erf` is
-/// on the hot path of exact GELUs), nor f32 `log1p`, which the CPU also leaves to Burn's
-/// vectorised f32 kernel (softplus).
+/// through the C library in f64 (`hostmath`) that Burn has kernels for (tan, asin, acos, atan,
+/// sinh, cosh, asinh, acosh, atanh; `unary::library`); not `erf` (on the hot path of exact
+/// GELUs), nor `log1p`, which the CPU also leaves to Burn's vectorised f32 kernel (softplus).
 pub(super) fn unary_applies(op: Unary, x: &Tensor) -> bool {
-    use Unary::*;
-    gpu_f32(x)
-        && matches!(
-            op,
-            Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh | Acosh | Atanh
-        )
+    gpu_f32(x) && super::unary::library(op).is_some()
 }
 
 /// `f` of f32 operands computed in f64 and rounded once to f32.

@@ -326,9 +326,9 @@ fn cuda_kernels_are_cached_on_disk() {
     assert!(files > 0, "no compiled kernel in {}", dir.display());
 }
 
-/// With `EX_BURN_CUDA_MEMORY=driver` (the default) the pages that a piece of work left free
-/// go back to the driver's pool afterwards (`memory::after_work`, which the NIFs call after
-/// every GPU op, program run and training step): CubeCL's pools keep about what is alive.
+/// With `EX_BURN_CUDA_MEMORY=driver` (the default) the pages that work left free go back to
+/// the driver's pool (`cuda::memory::give_back`, which the NIFs call after GPU ops, program
+/// runs and training steps, at most every 50 ms): CubeCL's pools keep about what is alive.
 #[cfg(feature = "cuda")]
 #[test]
 fn freed_cuda_buffers_go_back_to_the_driver() {
@@ -347,7 +347,7 @@ fn freed_cuda_buffers_go_back_to_the_driver() {
     let y = ev(Op::Unary(Unary::Exp), &[&x]);
     let (_, before) = ex_burn_core::memory::pools(dev()).expect("pools");
     drop((x, y));
-    ex_burn_core::memory::after_work(dev());
+    ex_burn_core::cuda::memory::give_back(0);
     let (in_use, reserved) = ex_burn_core::memory::pools(dev()).expect("pools");
     println!("pools: {before} reserved before, {reserved} after ({in_use} in use)");
     // other tests run beside this one: what they leave free between the two calls stays

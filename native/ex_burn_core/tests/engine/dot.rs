@@ -485,3 +485,37 @@ fn small_f32_products_are_rounded_once_from_f64() {
         assert!(*g == want, "entry {ij}: {g}, want {want}");
     }
 }
+
+/// A column-major right operand (a transposed weight: `g . W^T`) of a large product on the
+/// CPU is copied to row-major before the GEMM (`dot::row_major_rhs`): the values are those
+/// of the same product with the transposed weight materialised.
+#[test]
+fn transposed_right_operands_give_the_materialised_product() {
+    let (m, k, n) = (300, 256, 310);
+    let gv: Vec<f64> = (0..m * k)
+        .map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0)
+        .collect();
+    let wv: Vec<f64> = (0..n * k)
+        .map(|i| ((i * 53) % 97) as f64 / 48.0 - 1.0)
+        .collect();
+    let (g, w) = (f(&gv, &[m, k]), f(&wv, &[n, k]));
+    let dot = |contract_b: usize| Op::Dot {
+        contract_a: vec![1],
+        batch_a: vec![],
+        contract_b: vec![contract_b],
+        batch_b: vec![],
+        out: None,
+        precision: ex_burn_core::op::Precision::Highest,
+    };
+    // g . w^T through the transposed view
+    let got = v(&ev(dot(1), &[&g, &w]));
+    // the same with w^T materialised as a row-major [k, n] tensor
+    let wt: Vec<f64> = (0..k * n).map(|i| wv[(i % n) * k + i / n]).collect();
+    let want = v(&ev(dot(0), &[&g, &f(&wt, &[k, n])]));
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+            "entry {i}: {a} vs {b}"
+        );
+    }
+}
