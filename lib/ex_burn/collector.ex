@@ -26,7 +26,16 @@ defmodule ExBurn.Collector do
     case :persistent_term.get(@setting, nil) do
       nil ->
         value = Application.get_env(:ex_burn, :collect_after, default())
-        value = if value == :never or (is_integer(value) and value > 0), do: value, else: default()
+
+        unless value == :never or (is_integer(value) and value > 0) do
+          raise ExBurn.Error.new(
+                  kind: :argument,
+                  message:
+                    "config :ex_burn, collect_after: expected a positive integer (bytes) or :never, " <>
+                      "got #{ExBurn.Options.short(value)}"
+                )
+        end
+
         :persistent_term.put(@setting, value)
         value
 

@@ -7,25 +7,36 @@ defmodule ExBurn.CollectorTest do
 
   defp held, do: Enum.find(ExBurn.device_info().devices, &(&1.device == :cpu)).tensors_held
 
-  # In a fresh process whose heap is large (a long list kept alive, as in a process holding
-  # state), so that the BEAM itself would not collect during the loop: `n` results of 4 MiB
-  # each, every one dropped at once. Returns how many more tensors the VM holds at the end.
+  # The count once tensors freed by processes that just exited are gone.
+  defp settled_held(last \\ nil) do
+    now = held()
+    if now == last, do: now, else: Process.sleep(20) && settled_held(now)
+  end
+
+  # In a fresh process whose heap has room to spare (as a process holding state has), so that
+  # the BEAM itself does not collect during the loop: `n` results of 4 MiB each, every one
+  # dropped at once. Returns how many more tensors the VM holds at the end of the loop.
   defp dropped_results(collect_after, n) do
     ExBurn.configure!(collect_after: collect_after)
     x = Tensor.from_binary(:binary.copy(<<1.0::float-32-little>>, 1 <<< 20), {1 <<< 20}, :f32)
+    before = settled_held()
+    parent = self()
 
-    task =
-      Task.async(fn ->
-        state = Enum.to_list(1..1_000_000)
-        :erlang.garbage_collect()
-        before = held()
-        for _ <- 1..n, do: BurnBridge.add(x, 1.0)
-        grown = held() - before
-        {grown, length(state)}
-      end)
+    {pid, ref} =
+      :erlang.spawn_opt(
+        fn ->
+          Enum.each(1..n, fn _ -> BurnBridge.add(x, 1.0) end)
+          send(parent, {:grown, held() - before})
+        end,
+        [:monitor, {:min_heap_size, 2_000_000}]
+      )
 
-    {grown, _} = Task.await(task, 60_000)
-    grown
+    receive do
+      {:grown, grown} ->
+        receive do: ({:DOWN, ^ref, :process, ^pid, _} -> grown)
+    after
+      60_000 -> flunk("the loop did not finish")
+    end
   after
     ExBurn.configure!()
   end
@@ -38,15 +49,27 @@ defmodule ExBurn.CollectorTest do
   end
 
   test "device_info counts the tensors the VM holds and frees" do
-    before = held()
+    before = settled_held()
     t = Tensor.new([1.0, 2.0, 3.0])
     assert held() == before + 1
     :ok = Tensor.free(t)
     assert held() == before
   end
 
-  test "collect_after is validated" do
+  test "collect_after is validated, in configure!/1 and in the application environment" do
     assert_raise ExBurn.Error, ~r/collect_after/, fn -> ExBurn.configure!(collect_after: 0) end
     assert_raise ExBurn.Error, ~r/collect_after/, fn -> ExBurn.configure!(collect_after: :soon) end
+
+    :persistent_term.erase({ExBurn, :collect_after})
+    Application.put_env(:ex_burn, :collect_after, -5)
+
+    try do
+      assert_raise ExBurn.Error, ~r/config :ex_burn, collect_after/, fn -> ExBurn.Collector.threshold() end
+      Application.put_env(:ex_burn, :collect_after, :never)
+      assert ExBurn.Collector.threshold() == :never
+    after
+      Application.delete_env(:ex_burn, :collect_after)
+      ExBurn.configure!()
+    end
   end
 end
