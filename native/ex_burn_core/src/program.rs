@@ -8,6 +8,7 @@
 //! their last use, so intermediates free their memory while the program runs. On the CPU,
 //! runs of element-wise instructions execute cache-blocked (see `fuse`).
 
+mod attention;
 mod fold;
 mod fuse;
 mod literal;
@@ -15,6 +16,7 @@ pub(crate) mod profile;
 mod reduce_fn;
 mod step;
 
+pub use attention::attention_steps;
 pub use fuse::loop_runs;
 #[cfg(feature = "cuda")]
 pub use fuse::row_regions;
@@ -104,6 +106,10 @@ pub struct Program {
     /// For each `dot` whose only use is a matrix transpose, that transpose (see `fold`).
     #[serde(skip)]
     folds: Vec<Option<usize>>,
+    /// The attentions the program computes as one step where a kernel exists (see
+    /// `attention`).
+    #[serde(skip)]
+    attention: Box<attention::Plans>,
     /// For each value, the scalar literal that defines it, if one does (see `literal`).
     #[serde(skip)]
     literals: Vec<Option<literal::Literal>>,
@@ -152,6 +158,7 @@ impl Program {
             runs: vec![],
             row_spans: vec![],
             folds: vec![],
+            attention: Box::default(),
             literals: vec![],
             input_free: vec![],
             made: literal::Made::default(),
@@ -214,11 +221,35 @@ impl Program {
             }
             last[o] = usize::MAX - 1;
         }
-        self.last_use = last;
-        self.runs = element_wise_runs(&self.instrs);
+        let first = self.inputs + self.consts;
+        self.runs = element_wise_runs(&self.instrs, &[]);
         self.row_spans = row_spans(&self.instrs);
-        self.folds = fold::plan(&self.instrs, self.inputs + self.consts, &self.outputs);
-        self.literals = literal::plan(&self.instrs, self.inputs + self.consts);
+        self.folds = fold::plan(&self.instrs, first, &self.outputs);
+        self.literals = literal::plan(&self.instrs, first);
+        let mut by_root = attention::plan(&self.instrs, first, &self.outputs, &self.literals);
+        let mut inner = vec![false; self.instrs.len()];
+        for (root, a) in by_root.iter_mut().enumerate() {
+            if self.folds[root].is_some() {
+                *a = None;
+            }
+            let Some(a) = a else { continue };
+            for &i in &a.inner {
+                inner[i] = true;
+            }
+            // what the skipped instructions read lives until the attention's `dot`
+            for v in a.reads(&self.instrs, first) {
+                if last[v] != usize::MAX - 1 {
+                    last[v] = last[v].max(root);
+                }
+            }
+        }
+        let runs = element_wise_runs(&self.instrs, &inner);
+        *self.attention = attention::Plans {
+            by_root,
+            inner,
+            runs,
+        };
+        self.last_use = last;
         self.input_free = literal::input_free(&self.instrs, self.inputs, self.consts);
         Ok(())
     }
@@ -267,8 +298,32 @@ impl Program {
         let mut rows_from = if fuse::rows_on(device) { 0 } else { usize::MAX };
         // no element-wise run is tried before this instruction
         let mut runs_from = 0;
+        // attentions run as one step (their instructions skipped) where a kernel exists
+        let attend = attention::fused_on(device) && self.attention.inner.contains(&true);
+        let runs = if attend {
+            &self.attention.runs
+        } else {
+            &self.runs
+        };
+        if attend {
+            rows_from = usize::MAX;
+        }
         let mut i = 0;
         while i < self.instrs.len() {
+            if attend && self.attention.inner[i] {
+                values.extend(std::iter::repeat_n(None, self.instrs[i].op.results()));
+                i += 1;
+                continue;
+            }
+            if attend {
+                if let Some(a) = &self.attention.by_root[i] {
+                    let t = profile::start();
+                    self.run_attention(i, a, &mut values, device)?;
+                    profile::record(t, || "(attention)".into());
+                    i += 1;
+                    continue;
+                }
+            }
             if let Some(end) = span_at(&self.row_spans, i, rows_from) {
                 let t = profile::start();
                 match self.run_rows(i, end, &mut values, device)? {
@@ -280,7 +335,7 @@ impl Program {
                     Err(skip) => rows_from = i.saturating_add(skip),
                 }
             }
-            if let Some(end) = span_at(&self.runs, i, runs_from) {
+            if let Some(end) = span_at(runs, i, runs_from) {
                 let t = profile::start();
                 if self.run_fused(i, end, &mut values, device)? {
                     profile::record(t, || "(fused run)".into());
@@ -418,6 +473,82 @@ impl Program {
         })
     }
 
+    /// Runs the attention that ends at instruction `root` (its other instructions were
+    /// skipped): as one step where the kernel takes the operands, else those instructions op
+    /// by op and then `root`. Frees what only the attention read.
+    fn run_attention(
+        &self,
+        root: usize,
+        a: &attention::Attention,
+        values: &mut Vec<Option<Tensor>>,
+        device: Device,
+    ) -> Result<()> {
+        let first = self.inputs + self.consts;
+        let value = |v: usize| -> Result<Tensor> {
+            values
+                .get(v)
+                .cloned()
+                .flatten()
+                .ok_or_else(|| Error::Execution(format!("value {v} was freed")))
+        };
+        let mut steps = Vec::with_capacity(a.steps.len());
+        let mut preds = Vec::new();
+        for step in &a.steps {
+            let (c, pred) = match *step {
+                attention::Scale::Divide(c) | attention::Scale::Multiply(c) => (c, None),
+                attention::Scale::Select { pred, fill } => (fill, Some(value(pred)?)),
+            };
+            steps.push((*step, attention::scalar_f32(&value(c)?)?));
+            preds.push(pred);
+        }
+        let (q, k, v) = (value(a.q)?, value(a.k)?, value(a.v)?);
+        let ops = attention::Operands {
+            q: &q,
+            k: &k,
+            v: &v,
+            steps: steps
+                .iter()
+                .zip(&preds)
+                .map(|(&(s, c), p)| (s, p.as_ref(), c))
+                .collect(),
+        };
+        let fused = attention::run(a, &ops, device)?;
+        drop(ops);
+        let out = match fused {
+            Some(t) => t,
+            None => {
+                // op by op: the skipped instructions, then the final `dot`
+                for &j in &a.inner {
+                    let ins = &self.instrs[j];
+                    let out = eval(&ins.op, &operands(ins, values)?, device)?
+                        .pop()
+                        .ok_or_else(|| {
+                            Error::Execution(format!("{} gave no result", ins.op.name()))
+                        })?;
+                    let at = attention::value_of(&self.instrs, first, j);
+                    values[at] = Some(out);
+                }
+                let ins = &self.instrs[root];
+                eval(&ins.op, &operands(ins, values)?, device)?
+                    .pop()
+                    .ok_or_else(|| Error::Execution("dot gave no result".into()))?
+            }
+        };
+        values.push(Some(out));
+        // the attention's own values, and what it alone read last
+        for &j in &a.inner {
+            values[attention::value_of(&self.instrs, first, j)] = None;
+        }
+        for &j in a.inner.iter().chain(std::iter::once(&root)) {
+            for &r in &self.instrs[j].args {
+                if self.last_use[r] == root {
+                    values[r] = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// For the `len` values from number `first`, whether an instruction from `end` on (or the
     /// outputs) reads them.
     fn live_after(&self, first: usize, len: usize, end: usize) -> Vec<bool> {
@@ -469,13 +600,14 @@ fn span_at(table: &[Option<usize>], i: usize, from: usize) -> Option<usize> {
 }
 
 /// For each element-wise instruction from which two or more element-wise instructions follow
-/// (or one that the op table computes in several passes), where they end. The run's first
+/// (or one that the op table computes in several passes), where they end; instructions marked
+/// in `barriers` belong to no run. The run's first
 /// instruction starts it; a later one does when a row region ends inside the run.
-fn element_wise_runs(instrs: &[Instr]) -> Vec<Option<usize>> {
+fn element_wise_runs(instrs: &[Instr], barriers: &[bool]) -> Vec<Option<usize>> {
     let mut runs = vec![None; instrs.len()];
     let mut end = instrs.len();
     for i in (0..instrs.len()).rev() {
-        if !fuse::elementwise(&instrs[i].op) {
+        if !fuse::elementwise(&instrs[i].op) || barriers.get(i) == Some(&true) {
             end = i;
         } else if end - i >= 2 || fuse::worth_alone(&instrs[i].op) {
             runs[i] = Some(end);

@@ -217,6 +217,20 @@ impl Tensor {
         }
     }
 
+    /// The storage (one byte per element), element offset and strides of a boolean host
+    /// tensor of any layout (a broadcast mask is a view with zero strides), without copying
+    /// (`None`: not a boolean host tensor).
+    pub(crate) fn host_bool_strided(&self) -> Option<(&[u8], usize, &[isize])> {
+        use burn_dispatch::{BackendTensor, DispatchTensorKind};
+        match &self.prim.kind {
+            DispatchTensorKind::Flex(BackendTensor::Bool(t)) if self.kind == Kind::Bool => {
+                let layout = t.layout();
+                Some((t.storage::<u8>(), layout.start_offset(), layout.strides()))
+            }
+            _ => None,
+        }
+    }
+
     /// Reads an f32 tensor back as values in row-major order.
     pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
         if self.dtype() != DType::F32 {

@@ -4,6 +4,7 @@
 mod common;
 
 mod agreement;
+mod attention;
 mod binary;
 mod control;
 mod conv;

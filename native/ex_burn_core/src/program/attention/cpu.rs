@@ -1,0 +1,266 @@
+//! The CPU kernel of a fused attention (see the parent module): per batch matrix, the
+//! scores by the GEMM into a scratch block, the steps and the softmax row by row with the
+//! unfused program's f32 operations, the product with `v` by the GEMM.
+
+use super::{Operands, Scale};
+use crate::{DType, Device, Result, Tensor};
+use rayon::prelude::*;
+
+/// A strided host view: storage, offset and strides over the `[batch.., rows, cols]` axes of
+/// the scores (zero where the tensor is broadcast).
+struct View<'a, T> {
+    data: &'a [T],
+    offset: usize,
+    strides: Vec<isize>,
+}
+
+impl<T: Copy> View<'_, T> {
+    /// The element offset of batch matrix `bi` (row-major over `batch`).
+    fn base(&self, bi: usize, batch: &[usize]) -> isize {
+        let mut rest = bi;
+        let mut at = self.offset as isize;
+        for (axis, &len) in batch.iter().enumerate().rev() {
+            at += (rest % len) as isize * self.strides[axis];
+            rest /= len;
+        }
+        at
+    }
+
+    /// The element at offset `at`, or `None` outside the storage (a malformed view).
+    fn get(&self, at: isize) -> Option<T> {
+        usize::try_from(at)
+            .ok()
+            .and_then(|i| self.data.get(i).copied())
+    }
+}
+
+/// Strides of a tensor of `shape` broadcast to `full` (trailing-aligned), given its own
+/// strides: zero on axes it lacks or has as 1.
+fn broadcast_strides(shape: &[usize], strides: &[isize], full: &[usize]) -> Option<Vec<isize>> {
+    let lead = full.len().checked_sub(shape.len())?;
+    Some(
+        (0..full.len())
+            .map(|a| match a.checked_sub(lead) {
+                Some(i) if shape[i] == full[a] => strides[i],
+                _ => 0,
+            })
+            .collect(),
+    )
+    .filter(|_| {
+        shape
+            .iter()
+            .zip(&full[lead..])
+            .all(|(&s, &f)| s == f || s == 1)
+    })
+}
+
+/// The attention of `ops` with `nb` batch axes, when every operand is an f32 (predicates:
+/// boolean) host tensor of the expected shapes; `Ok(None)` otherwise.
+pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
+    let (q, k, v) = (ops.q, ops.k, ops.v);
+    let f32_host = |t: &Tensor| t.dtype() == DType::F32 && t.device() == Device::Cpu;
+    if ![q, k, v].iter().all(|t| f32_host(t) && t.rank() == nb + 2) {
+        return Ok(None);
+    }
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let batch = &qs[..nb];
+    let (sq, d, sk, dv) = (qs[nb], qs[nb + 1], ks[nb], vs[nb + 1]);
+    if ks[..nb] != *batch || vs[..nb] != *batch || ks[nb + 1] != d || vs[nb] != sk {
+        return Ok(None);
+    }
+    let nbatch: usize = batch.iter().product();
+    if nbatch == 0 || sq == 0 || sk == 0 || d == 0 || dv == 0 {
+        return Ok(None);
+    }
+    fn view(t: &Tensor) -> Option<View<'_, f32>> {
+        t.host_f32_strided().map(|(data, offset, strides)| View {
+            data,
+            offset,
+            strides: strides.to_vec(),
+        })
+    }
+    let (Some(qv), Some(kv), Some(vv)) = (view(q), view(k), view(v)) else {
+        return Ok(None);
+    };
+    let scores: Vec<usize> = [batch, &[sq, sk]].concat();
+    // the masks as boolean views over the scores' axes
+    let bools: Vec<Option<Tensor>> = ops
+        .steps
+        .iter()
+        .map(|(_, pred, _)| {
+            pred.map(|p| match p.kind() {
+                crate::dtype::Kind::Bool => p.clone(),
+                _ => p.to_bool(),
+            })
+        })
+        .collect();
+    let mut masks: Vec<Option<View<u8>>> = Vec::with_capacity(bools.len());
+    for b in &bools {
+        masks.push(match b {
+            None => None,
+            Some(t) => {
+                let Some((data, offset, strides)) = t.host_bool_strided() else {
+                    return Ok(None);
+                };
+                let Some(strides) = broadcast_strides(t.shape(), strides, &scores) else {
+                    return Ok(None);
+                };
+                Some(View {
+                    data,
+                    offset,
+                    strides,
+                })
+            }
+        });
+    }
+    let steps: Vec<(Scale, Option<&View<u8>>, f32)> = ops
+        .steps
+        .iter()
+        .zip(&masks)
+        .map(|((s, _, c), m)| (*s, m.as_ref(), *c))
+        .collect();
+    crate::memory::reserve(Device::Cpu, (nbatch * sq * dv * 4) as u128, &|| {
+        "attention result".into()
+    })?;
+    let mut out = vec![0f32; nbatch * sq * dv];
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    out.par_chunks_mut(sq * dv).enumerate().for_each(|(bi, o)| {
+        let mut s = vec![0f32; sq * sk];
+        let ok = matrix(
+            bi,
+            batch,
+            (sq, d, sk, dv),
+            (&qv, &kv, &vv),
+            &steps,
+            &mut s,
+            o,
+        );
+        if !ok {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    if failed.into_inner() {
+        return Err(crate::Error::Execution(
+            "attention: an operand view lies outside its storage".into(),
+        ));
+    }
+    let shape: Vec<usize> = [batch, &[sq, dv]].concat();
+    let data = burn::tensor::TensorData::new(out, crate::tensor::prim_shape(&shape));
+    Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
+}
+
+/// One batch matrix: scores into `s` (`[sq, sk]`), then the result into `o` (`[sq, dv]`).
+/// `false` when a view would read outside its storage.
+#[allow(clippy::too_many_arguments)]
+fn matrix(
+    bi: usize,
+    batch: &[usize],
+    (sq, d, sk, dv): (usize, usize, usize, usize),
+    (q, k, v): (&View<f32>, &View<f32>, &View<f32>),
+    steps: &[(Scale, Option<&View<u8>>, f32)],
+    s: &mut [f32],
+    o: &mut [f32],
+) -> bool {
+    let nb = batch.len();
+    let (qb, kb, vb) = (q.base(bi, batch), k.base(bi, batch), v.base(bi, batch));
+    // every element the GEMMs read lies inside its storage
+    let inside = |t: &View<f32>, base: isize, rows: usize, cols: usize| {
+        let (rs, cs) = (t.strides[nb], t.strides[nb + 1]);
+        [(0, 0), (rows - 1, 0), (0, cols - 1), (rows - 1, cols - 1)]
+            .iter()
+            .all(|&(r, c)| t.get(base + r as isize * rs + c as isize * cs).is_some())
+    };
+    if !inside(q, qb, sq, d) || !inside(k, kb, sk, d) || !inside(v, vb, sk, dv) {
+        return false;
+    }
+    // SAFETY: the views' corners lie inside their storage (checked above; affine strides
+    // keep every element between them), `s` holds sq x sk and `o` sq x dv elements.
+    unsafe {
+        gemm::gemm(
+            sq,
+            sk,
+            d,
+            s.as_mut_ptr(),
+            1,
+            sk as isize,
+            false,
+            q.data.as_ptr().offset(qb),
+            q.strides[nb + 1],
+            q.strides[nb],
+            k.data.as_ptr().offset(kb),
+            k.strides[nb],
+            k.strides[nb + 1],
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+    for (i, row) in s.chunks_mut(sk).enumerate() {
+        for &(step, mask, c) in steps {
+            match step {
+                Scale::Divide(_) => row.iter_mut().for_each(|x| *x /= c),
+                Scale::Multiply(_) => row.iter_mut().for_each(|x| *x *= c),
+                Scale::Select { .. } => {
+                    let Some(m) = mask else { return false };
+                    let base = m.base(bi, batch) + i as isize * m.strides[nb];
+                    for (j, x) in row.iter_mut().enumerate() {
+                        match m.get(base + j as isize * m.strides[nb + 1]) {
+                            Some(0) => *x = c,
+                            Some(_) => {}
+                            None => return false,
+                        }
+                    }
+                }
+            }
+        }
+        softmax_row(row);
+    }
+    // SAFETY: as above; `s` now holds the probabilities.
+    unsafe {
+        gemm::gemm(
+            sq,
+            dv,
+            sk,
+            o.as_mut_ptr(),
+            1,
+            dv as isize,
+            false,
+            s.as_ptr(),
+            1,
+            sk as isize,
+            v.data.as_ptr().offset(vb),
+            v.strides[nb + 1],
+            v.strides[nb],
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+    true
+}
+
+/// `exp(x - max(x)) / sum` over a row with the unfused program's operations: the maximum
+/// (NaN wins), f32 subtraction and `exp`, the sum accumulated in f64 and rounded once (the
+/// CPU's f32 sums), an f32 division.
+fn softmax_row(row: &mut [f32]) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| {
+        if m.is_nan() || !(x > m || x.is_nan()) {
+            m
+        } else {
+            x
+        }
+    });
+    let mut sum = 0f64;
+    for x in row.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x as f64;
+    }
+    let sum = sum as f32;
+    row.iter_mut().for_each(|x| *x /= sum);
+}
