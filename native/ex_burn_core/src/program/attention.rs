@@ -175,6 +175,7 @@ impl Matcher<'_> {
             batch_a,
             contract_b,
             batch_b,
+            out: None | Some(DType::F32),
             ..
         }) = root.op.as_op()
         else {
@@ -213,7 +214,7 @@ impl Matcher<'_> {
         let mut inner = vec![ip, isum, ie, id, imax];
         let mut steps = Vec::new();
         let (mut at, mut uses) = (x, 2);
-        let (iscores, scores) = loop {
+        let (_, scores) = loop {
             let (i, ins) = self.def(at, uses)?;
             inner.push(i);
             uses = 1;
@@ -259,6 +260,7 @@ impl Matcher<'_> {
             batch_a,
             contract_b,
             batch_b,
+            out: None | Some(DType::F32),
             ..
         }) = scores.op.as_op()
         else {
@@ -272,7 +274,6 @@ impl Matcher<'_> {
             return None;
         }
         let [q, k] = scores.args[..] else { return None };
-        let _ = iscores;
         inner.sort_unstable();
         Some(Attention {
             q,

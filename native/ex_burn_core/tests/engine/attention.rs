@@ -195,3 +195,25 @@ fn attention_in_f64_runs_its_instructions_op_by_op() {
     let again = p.run(x, dev()).expect("second run");
     assert_eq!(v(&again[0]), v(&want[0]));
 }
+
+#[test]
+fn attention_whose_product_has_another_result_type_runs_op_by_op() {
+    let p = program(true, false, false);
+    let mut instrs = p.instrs.clone();
+    let last = instrs.len() - 1;
+    instrs[last].op = Step::Op(Op::Dot {
+        contract_a: vec![3],
+        batch_a: vec![0, 1],
+        contract_b: vec![2],
+        batch_b: vec![0, 1],
+        out: Some(DType::F64),
+        precision: ex_burn_core::op::Precision::Default,
+    });
+    let p = Program::new(3, instrs, p.outputs.clone()).expect("program");
+    let x = inputs(DType::F32);
+    let before = attention_steps();
+    let got = p.run(x.clone(), dev()).expect("run");
+    assert_eq!(attention_steps(), before);
+    assert_eq!(got[0].dtype(), DType::F64);
+    assert_eq!(v(&got[0]), v(&op_by_op(&p, &x)[0]));
+}
