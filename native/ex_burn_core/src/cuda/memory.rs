@@ -7,15 +7,16 @@
 //! a backward pass) then holds the peak of every bucket at once. `EX_BURN_CUDA_MEMORY`
 //! chooses, before the first CUDA device is used:
 //!
-//! * `driver` (default) - one buffer per page (CubeCL's `ExclusivePages`), and after the
-//!   pieces of work ExBurn issues on the device (ops, program runs, training steps; at most
-//!   every [`AFTER_WORK_EVERY_MS`]) the pages left free go back to the CUDA driver's
-//!   stream-ordered pool (`cuMemFreeAsync`, queued on CubeCL's device thread), which keeps
+//! * `driver` (default) - one buffer per page (CubeCL's `ExclusivePages`), and after every
+//!   piece of work ExBurn issues on the device (an op, a program run, a training step) the
+//!   pages left free go back to the CUDA driver's stream-ordered pool (`cuMemFreeAsync`,
+//!   queued on CubeCL's device thread), which keeps
 //!   them (its release threshold raised) and hands them out again for allocations of any
 //!   size: the process holds about its peak of live buffers. H200 (2026-11-27), GPT-2 layer
 //!   (b8 x s512) bench: process peak 1,774 MiB against 2,350-2,478 MiB with `exclusive`
 //!   (PyTorch 1,288 MiB), at equal speed; a loop dropping 40 results of 256 MiB: 1,454 MiB
-//!   (PyTorch 1,130, JAX 2,924; `exclusive` 2,286);
+//!   (PyTorch 1,130, JAX 2,924; `exclusive` 2,286); native training 1.43 / 1.28 ms per step
+//!   (MLP 784-1024-1024-10 b512 / 784-128-10 b32; PyTorch 1.32 / 1.39 ms, same lease);
 //! * `exclusive` - CubeCL's `ExclusivePages`, pages never freed (ExBurn's default until
 //!   2026-11-27; against `pooled`: GPT-2 layer 2,542 against 3,728 MiB);
 //! * `pooled` - CubeCL's default, `MemoryConfiguration::SubSlices`.
@@ -85,31 +86,10 @@ fn keep_driver_pools() {
     }
 }
 
-/// At most one hand-back per this many milliseconds: a loop of short pieces of work (a
-/// training step of a small model takes ~1 ms) keeps reusing its pages in between instead of
-/// allocating them from the driver again at every step.
-pub const AFTER_WORK_EVERY_MS: u64 = 50;
-
 /// After a piece of work on CUDA device `index`: in `driver` mode, CubeCL's free pages go back
-/// to the driver's pool (queued on CubeCL's device thread; the caller does not wait), at most
-/// once per [`AFTER_WORK_EVERY_MS`]. Nothing in the other modes.
+/// to the driver's pool (queued on CubeCL's device thread; the caller does not wait). Nothing
+/// in the other modes.
 pub fn after_work(index: usize) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static START: OnceLock<std::time::Instant> = OnceLock::new();
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    if configure() != Ok("driver") {
-        return;
-    }
-    let now = START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
-        + 1;
-    let last = LAST.load(Ordering::Relaxed);
-    if last != 0 && now < last + AFTER_WORK_EVERY_MS {
-        return;
-    }
-    LAST.store(now, Ordering::Relaxed);
     give_back(index);
 }
 

@@ -327,8 +327,8 @@ fn cuda_kernels_are_cached_on_disk() {
 }
 
 /// With `EX_BURN_CUDA_MEMORY=driver` (the default) the pages that work left free go back to
-/// the driver's pool (`cuda::memory::give_back`, which the NIFs call after GPU ops, program
-/// runs and training steps, at most every 50 ms): CubeCL's pools keep about what is alive.
+/// the driver's pool (`cuda::memory::give_back`, which the NIFs call after every GPU op,
+/// program run and training step): CubeCL's pools keep about what is alive.
 #[cfg(feature = "cuda")]
 #[test]
 fn freed_cuda_buffers_go_back_to_the_driver() {
