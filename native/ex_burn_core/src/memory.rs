@@ -57,7 +57,7 @@ pub fn pools(device: Device) -> Option<(u64, u64)> {
 pub fn after_work(device: Device) {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(i) = device {
-        crate::cuda::memory::after_work(i);
+        crate::cuda::memory::give_back(i);
     }
     let _ = device;
 }

@@ -581,6 +581,31 @@ impl Program {
     }
 }
 
+/// For each value number, the instruction that defines it (`usize::MAX` for inputs and
+/// constants, below `first`), and how often instructions read it (outputs count twice, so
+/// that a value returned is never "read once"). For the plans that rewrite a value's only use
+/// (`fold`, `attention`).
+fn definitions_and_uses(
+    instrs: &[Instr],
+    first: usize,
+    outputs: &[usize],
+) -> (Vec<usize>, Vec<usize>) {
+    let mut value = first;
+    let mut defined_by = vec![usize::MAX; first];
+    for (i, ins) in instrs.iter().enumerate() {
+        defined_by.resize(value + ins.op.results(), i);
+        value += ins.op.results();
+    }
+    let mut uses = vec![0usize; value];
+    for &a in instrs.iter().flat_map(|ins| ins.args.iter()) {
+        uses[a] += 1;
+    }
+    for &o in outputs {
+        uses[o] += 2;
+    }
+    (defined_by, uses)
+}
+
 /// The operands of `ins` among `values`.
 fn operands(ins: &Instr, values: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     ins.args

@@ -86,14 +86,9 @@ fn keep_driver_pools() {
     }
 }
 
-/// After a piece of work on CUDA device `index`: in `driver` mode, CubeCL's free pages go back
-/// to the driver's pool (queued on CubeCL's device thread; the caller does not wait). Nothing
-/// in the other modes.
-pub fn after_work(index: usize) {
-    give_back(index);
-}
-
-/// Gives CubeCL's free pages of CUDA device `index` back to the driver now (`driver` mode).
+/// Gives CubeCL's free pages of CUDA device `index` back to the driver's pool (`driver`
+/// mode; queued on CubeCL's device thread, the caller does not wait). Nothing in the other
+/// modes.
 pub fn give_back(index: usize) {
     use cubecl_cuda::{CudaDevice, CudaRuntime};
     use cubecl_runtime::runtime::Runtime;

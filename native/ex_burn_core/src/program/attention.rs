@@ -112,22 +112,7 @@ pub(super) fn plan(
     outputs: &[usize],
     literals: &[Option<Literal>],
 ) -> Vec<Option<Attention>> {
-    let mut value = first;
-    let mut defined_by = vec![usize::MAX; first];
-    for (i, ins) in instrs.iter().enumerate() {
-        defined_by.resize(value + ins.op.results(), usize::MAX);
-        for slot in &mut defined_by[value..] {
-            *slot = i;
-        }
-        value += ins.op.results();
-    }
-    let mut uses = vec![0usize; value];
-    for &a in instrs.iter().flat_map(|ins| ins.args.iter()) {
-        uses[a] += 1;
-    }
-    for &o in outputs {
-        uses[o] += 2;
-    }
+    let (defined_by, uses) = super::definitions_and_uses(instrs, first, outputs);
     let m = Matcher {
         instrs,
         defined_by: &defined_by,
@@ -170,26 +155,8 @@ impl Matcher<'_> {
 
     /// The attention whose final `dot` is `root`.
     fn attention(&self, root: &Instr) -> Option<Attention> {
-        let Some(Op::Dot {
-            contract_a,
-            batch_a,
-            contract_b,
-            batch_b,
-            out: None | Some(DType::F32),
-            ..
-        }) = root.op.as_op()
-        else {
-            return None;
-        };
-        let nb = batch_a.len();
-        let leading: Vec<usize> = (0..nb).collect();
-        if *batch_a != leading
-            || *batch_b != leading
-            || *contract_a != [nb + 1]
-            || *contract_b != [nb]
-        {
-            return None;
-        }
+        // out = p . v over the batch axes: p [batch.., sq, sk], v [batch.., sk, dv]
+        let nb = batched_dot(root, 0)?;
         let [p, v] = root.args[..] else { return None };
         let last = Some(vec![nb + 1]);
         // p = e / sum(e)
@@ -255,22 +222,8 @@ impl Matcher<'_> {
             }
         };
         steps.reverse();
-        let Some(Op::Dot {
-            contract_a,
-            batch_a,
-            contract_b,
-            batch_b,
-            out: None | Some(DType::F32),
-            ..
-        }) = scores.op.as_op()
-        else {
-            return None;
-        };
-        if *batch_a != leading
-            || *batch_b != leading
-            || *contract_a != [nb + 1]
-            || *contract_b != [nb + 1]
-        {
+        // scores = q . k over the batch axes: q [batch.., sq, d], k [batch.., sk, d]
+        if batched_dot(scores, 1)? != nb {
             return None;
         }
         let [q, k] = scores.args[..] else { return None };
@@ -302,6 +255,30 @@ impl Matcher<'_> {
             if *k == kind && a == axes && matches!(out, None | Some(DType::F32)))
             && ins.args == [x]
     }
+}
+
+/// The number of batch axes of `ins` when it is an f32 `dot` over leading batch axes that
+/// contracts the left operand's last axis with the right operand's axis `right` after the
+/// batch axes (0: the first of its two others, 1: its last).
+fn batched_dot(ins: &Instr, right: usize) -> Option<usize> {
+    let Some(Op::Dot {
+        contract_a,
+        batch_a,
+        contract_b,
+        batch_b,
+        out: None | Some(DType::F32),
+        ..
+    }) = ins.op.as_op()
+    else {
+        return None;
+    };
+    let nb = batch_a.len();
+    let leading: Vec<usize> = (0..nb).collect();
+    (*batch_a == leading
+        && *batch_b == leading
+        && *contract_a == [nb + 1]
+        && *contract_b == [nb + right])
+    .then_some(nb)
 }
 
 /// The operands of a planned attention at run time.

@@ -13,22 +13,7 @@ use crate::Tensor;
 /// instruction is a `dot`, its result is read once, by a two-axis transpose, and is not a
 /// program output. `first` is the value number of the first instruction's first result.
 pub(super) fn plan(instrs: &[Instr], first: usize, outputs: &[usize]) -> Vec<Option<usize>> {
-    let mut value = first;
-    let mut defined_by = vec![usize::MAX; first];
-    for (i, ins) in instrs.iter().enumerate() {
-        defined_by.resize(value + ins.op.results(), usize::MAX);
-        for slot in &mut defined_by[value..] {
-            *slot = i;
-        }
-        value += ins.op.results();
-    }
-    let mut uses = vec![0usize; value];
-    for &a in instrs.iter().flat_map(|ins| ins.args.iter()) {
-        uses[a] += 1;
-    }
-    for &o in outputs {
-        uses[o] += 2;
-    }
+    let (defined_by, uses) = super::definitions_and_uses(instrs, first, outputs);
     let mut folds = vec![None; instrs.len()];
     for (j, ins) in instrs.iter().enumerate() {
         let two_axes = matches!(ins.op.as_op(), Some(Op::Transpose { axes: None }))

@@ -4,32 +4,29 @@
 
 use crate::common::*;
 use ex_burn_core::program::{attention_steps, Instr};
-use ex_burn_core::{DType, Device, Op, Program, Scalar, Tensor};
-
-fn ins(op: impl Into<Step>, args: &[usize]) -> Instr {
-    Instr {
-        op: op.into(),
-        args: args.to_vec(),
-    }
-}
-
-fn scalar(v: f64) -> Op {
-    Op::Full {
-        shape: vec![],
-        dtype: DType::F32,
-        value: Scalar::F(v),
-    }
-}
+use ex_burn_core::{DType, Device, Op, Program, Tensor};
 
 fn dot(contract_a: usize, contract_b: usize) -> Op {
+    dot_into(contract_a, contract_b, None)
+}
+
+fn dot_into(contract_a: usize, contract_b: usize, out: Option<DType>) -> Op {
     Op::Dot {
         contract_a: vec![contract_a],
         batch_a: vec![0, 1],
         contract_b: vec![contract_b],
         batch_b: vec![0, 1],
-        out: None,
+        out,
         precision: ex_burn_core::op::Precision::Default,
     }
+}
+
+/// Runs `p`, asserting that no attention ran as one step; its results and op-by-op ones.
+fn run_unfused(p: &Program, x: &[Tensor], why: &str) -> (Vec<Tensor>, Vec<Tensor>) {
+    let before = attention_steps();
+    let got = p.run(x.to_vec(), dev()).expect("run");
+    assert_eq!(attention_steps(), before, "fused although {why}");
+    (got, op_by_op(p, x))
 }
 
 fn binary(op: Arith) -> Op {
@@ -72,10 +69,10 @@ fn program(masked: bool, multiply: bool, extra_output: bool) -> Program {
         2 + instrs.len()
     };
     if multiply {
-        let c = push(&mut instrs, scalar(0.25), &[]);
+        let c = push(&mut instrs, lit(0.25, DType::F32), &[]);
         x = push(&mut instrs, binary(Arith::Multiply), &[c, x]);
     } else {
-        let c = push(&mut instrs, scalar(4.0), &[]);
+        let c = push(&mut instrs, lit(4.0, DType::F32), &[]);
         x = push(&mut instrs, binary(Arith::Divide), &[x, c]);
     }
     if masked {
@@ -110,7 +107,7 @@ fn program(masked: bool, multiply: bool, extra_output: bool) -> Program {
             },
             &[causal],
         );
-        let fill = push(&mut instrs, scalar(-1.0e9), &[]);
+        let fill = push(&mut instrs, lit(-1.0e9, DType::F32), &[]);
         x = push(&mut instrs, Op::Select { out: None }, &[mask, x, fill]);
     }
     let max = push(&mut instrs, reduce(ReduceKind::Max), &[x]);
@@ -169,14 +166,7 @@ fn attention_runs_as_one_step_with_the_values_of_op_by_op_evaluation() {
 fn attention_whose_probabilities_are_read_elsewhere_runs_op_by_op() {
     let p = program(true, false, true);
     let x = inputs(DType::F32);
-    let before = attention_steps();
-    let got = p.run(x.clone(), dev()).expect("run");
-    assert_eq!(
-        attention_steps(),
-        before,
-        "fused although the probabilities are an output"
-    );
-    let want = op_by_op(&p, &x);
+    let (got, want) = run_unfused(&p, &x, "the probabilities are an output");
     assert_eq!(v(&got[0]), v(&want[0]));
     assert_eq!(v(&got[1]), v(&want[1]));
 }
@@ -185,10 +175,7 @@ fn attention_whose_probabilities_are_read_elsewhere_runs_op_by_op() {
 fn attention_in_f64_runs_its_instructions_op_by_op() {
     let p = program(true, false, false);
     let x = inputs(DType::F64);
-    let before = attention_steps();
-    let got = p.run(x.clone(), dev()).expect("run");
-    assert_eq!(attention_steps(), before);
-    let want = op_by_op(&p, &x);
+    let (got, want) = run_unfused(&p, &x, "the operands are f64");
     assert_eq!(got[0].dtype(), DType::F64);
     assert_eq!(v(&got[0]), v(&want[0]));
     // and the program runs again (values freed and kept as planned)
@@ -201,19 +188,9 @@ fn attention_whose_product_has_another_result_type_runs_op_by_op() {
     let p = program(true, false, false);
     let mut instrs = p.instrs.clone();
     let last = instrs.len() - 1;
-    instrs[last].op = Step::Op(Op::Dot {
-        contract_a: vec![3],
-        batch_a: vec![0, 1],
-        contract_b: vec![2],
-        batch_b: vec![0, 1],
-        out: Some(DType::F64),
-        precision: ex_burn_core::op::Precision::Default,
-    });
+    instrs[last].op = Step::Op(dot_into(3, 2, Some(DType::F64)));
     let p = Program::new(3, instrs, p.outputs.clone()).expect("program");
-    let x = inputs(DType::F32);
-    let before = attention_steps();
-    let got = p.run(x.clone(), dev()).expect("run");
-    assert_eq!(attention_steps(), before);
+    let (got, want) = run_unfused(&p, &inputs(DType::F32), "the product is f64");
     assert_eq!(got[0].dtype(), DType::F64);
-    assert_eq!(v(&got[0]), v(&op_by_op(&p, &x)[0]));
+    assert_eq!(v(&got[0]), v(&want[0]));
 }

@@ -1,7 +1,7 @@
 //! Helpers for the op tests: build tensors from numbers, run ops, read values back.
 #![allow(dead_code)]
 
-use ex_burn_core::{eval, DType, Device, Op, Tensor};
+use ex_burn_core::{eval, DType, Device, Op, Scalar, Tensor};
 
 pub use ex_burn_core::op::{
     ArgKind, Arith, Compare, CumulativeKind, Geometry, Logical, ReduceKind, ScatterKind, Unary,
@@ -163,4 +163,25 @@ pub fn op_by_op(prog: &ex_burn_core::Program, inputs: &[Tensor]) -> Vec<Tensor> 
         values.push(r);
     }
     prog.outputs.iter().map(|&o| values[o].clone()).collect()
+}
+
+/// A program instruction.
+pub fn ins(op: impl Into<Step>, args: &[usize]) -> ex_burn_core::program::Instr {
+    ex_burn_core::program::Instr {
+        op: op.into(),
+        args: args.to_vec(),
+    }
+}
+
+/// A scalar literal of `dtype` (`full` of rank 0).
+pub fn lit(v: f64, dtype: DType) -> Op {
+    Op::Full {
+        shape: vec![],
+        dtype,
+        value: if dtype.is_float() {
+            Scalar::F(v)
+        } else {
+            Scalar::I(v as i64)
+        },
+    }
 }

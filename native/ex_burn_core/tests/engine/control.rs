@@ -1,15 +1,7 @@
 //! Programs with constants, several results per instruction, and while/cond sub-programs.
 
 use crate::common::*;
-use ex_burn_core::program::Instr;
 use ex_burn_core::{DType, Op, Program, Scalar};
-
-fn ins(op: impl Into<Step>, args: &[usize]) -> Instr {
-    Instr {
-        op: op.into(),
-        args: args.to_vec(),
-    }
-}
 
 fn scalar(v: f64) -> Op {
     Op::Full {

@@ -155,27 +155,9 @@ fn f64_and_integer_products_on_every_device() {
 fn small_products_run_in_full_f32() {
     use ex_burn_core::op::Precision;
     let (m, k, n) = (48, 40, 36);
-    let av: Vec<f64> = (0..m * k)
-        .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
-        .collect();
-    let bv: Vec<f64> = (0..k * n)
-        .map(|i| ((i * 104_729) % 997) as f64 / 498.5 - 1.0)
-        .collect();
-    let want: Vec<f64> = (0..m * n)
-        .map(|ij| {
-            (0..k)
-                .map(|p| av[(ij / n) * k + p] * bv[p * n + ij % n])
-                .sum()
-        })
-        .collect();
-    let op = Op::Dot {
-        contract_a: vec![1],
-        batch_a: vec![],
-        contract_b: vec![0],
-        batch_b: vec![],
-        out: None,
-        precision: Precision::Default,
-    };
+    let (av, bv) = matrix_pair(m, k, n);
+    let want = f64_product(&av, &bv, m, k, n);
+    let op = matmul_op(Precision::Default);
     let (a, b) = (f(&av, &[m, k]), f(&bv, &[k, n]));
     #[cfg(feature = "cuda")]
     let before = ex_burn_core::cuda::gemm::products().0;
@@ -461,27 +443,17 @@ fn attention_products_read_heads_from_the_projection() {
 #[test]
 fn small_f32_products_are_rounded_once_from_f64() {
     let (m, k, n) = (24, 40, 30);
-    let av: Vec<f64> = (0..m * k)
-        .map(|i| (((i * 7919) % 1000) as f64 / 500.0 - 1.0) * (1.0 + (i % 7) as f64 * 100.0))
-        .map(|x| x as f32 as f64)
+    let (av, bv) = matrix_pair(m, k, n);
+    let av: Vec<f64> = av
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (x * (1.0 + (i % 7) as f64 * 100.0)) as f32 as f64)
         .collect();
-    let bv: Vec<f64> = (0..k * n)
-        .map(|i| ((i * 104_729) % 997) as f64 / 498.5 - 1.0)
-        .map(|x| x as f32 as f64)
-        .collect();
-    let op = Op::Dot {
-        contract_a: vec![1],
-        batch_a: vec![],
-        contract_b: vec![0],
-        batch_b: vec![],
-        out: None,
-        precision: ex_burn_core::op::Precision::Default,
-    };
+    let bv: Vec<f64> = bv.iter().map(|&x| x as f32 as f64).collect();
+    let op = matmul_op(ex_burn_core::op::Precision::Default);
     let got = v(&ev(op, &[&f(&av, &[m, k]), &f(&bv, &[k, n])]));
-    for (ij, g) in got.iter().enumerate() {
-        let want = (0..k)
-            .map(|p| av[(ij / n) * k + p] * bv[p * n + ij % n])
-            .sum::<f64>() as f32 as f64;
+    for (ij, (g, w)) in got.iter().zip(f64_product(&av, &bv, m, k, n)).enumerate() {
+        let want = w as f32 as f64;
         assert!(*g == want, "entry {ij}: {g}, want {want}");
     }
 }
@@ -517,5 +489,39 @@ fn transposed_right_operands_give_the_materialised_product() {
             (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
             "entry {i}: {a} vs {b}"
         );
+    }
+}
+
+/// Operands `[m, k]` and `[k, n]` of values in [-1, 1] spread without a pattern.
+fn matrix_pair(m: usize, k: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let av = (0..m * k)
+        .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
+        .collect();
+    let bv = (0..k * n)
+        .map(|i| ((i * 104_729) % 997) as f64 / 498.5 - 1.0)
+        .collect();
+    (av, bv)
+}
+
+/// Their product, in f64 (sums of exact products in order).
+fn f64_product(av: &[f64], bv: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    (0..m * n)
+        .map(|ij| {
+            (0..k)
+                .map(|p| av[(ij / n) * k + p] * bv[p * n + ij % n])
+                .sum()
+        })
+        .collect()
+}
+
+/// `[m, k] x [k, n]` as a `dot`.
+fn matmul_op(precision: ex_burn_core::op::Precision) -> Op {
+    Op::Dot {
+        contract_a: vec![1],
+        batch_a: vec![],
+        contract_b: vec![0],
+        batch_b: vec![],
+        out: None,
+        precision,
     }
 }

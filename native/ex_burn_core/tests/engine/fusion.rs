@@ -5,13 +5,6 @@ use crate::common::*;
 use ex_burn_core::program::Instr;
 use ex_burn_core::{DType, Device, Op, Program, Scalar, Tensor};
 
-fn ins(op: impl Into<Step>, args: &[usize]) -> Instr {
-    Instr {
-        op: op.into(),
-        args: args.to_vec(),
-    }
-}
-
 fn scalar(v: f64) -> Op {
     Op::Full {
         shape: vec![],

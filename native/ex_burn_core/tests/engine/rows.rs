@@ -4,27 +4,7 @@
 //! of additions), everything else is exact. Elsewhere the same programs run op by op.
 
 use crate::common::*;
-use ex_burn_core::program::Instr;
-use ex_burn_core::{DType, Op, Program, Scalar, Tensor};
-
-fn ins(op: impl Into<Step>, args: &[usize]) -> Instr {
-    Instr {
-        op: op.into(),
-        args: args.to_vec(),
-    }
-}
-
-fn lit(v: f64, dtype: DType) -> Op {
-    Op::Full {
-        shape: vec![],
-        dtype,
-        value: if dtype.is_float() {
-            Scalar::F(v)
-        } else {
-            Scalar::I(v as i64)
-        },
-    }
-}
+use ex_burn_core::{DType, Op, Program, Tensor};
 
 fn bin(op: Arith) -> Op {
     Op::Binary {

@@ -173,29 +173,17 @@ fn matrix(
     if !inside(q, qb, sq, d) || !inside(k, kb, sk, d) || !inside(v, vb, sk, dv) {
         return false;
     }
-    // SAFETY: the views' corners lie inside their storage (checked above; affine strides
-    // keep every element between them), `s` holds sq x sk and `o` sq x dv elements.
+    // SAFETY (both products): the views' corners lie inside their storage (checked above;
+    // affine strides keep every element between them), `s` holds sq x sk and `o` sq x dv
+    // elements.
     unsafe {
-        gemm::gemm(
-            sq,
-            sk,
-            d,
+        gemm_into(
+            (sq, sk, d),
             s.as_mut_ptr(),
-            1,
-            sk as isize,
-            false,
             q.data.as_ptr().offset(qb),
-            q.strides[nb + 1],
-            q.strides[nb],
+            (q.strides[nb], q.strides[nb + 1]),
             k.data.as_ptr().offset(kb),
-            k.strides[nb],
-            k.strides[nb + 1],
-            0.0f32,
-            1.0f32,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
+            (k.strides[nb + 1], k.strides[nb]),
         );
     }
     for (i, row) in s.chunks_mut(sk).enumerate() {
@@ -218,22 +206,51 @@ fn matrix(
         }
         softmax_row(row);
     }
-    // SAFETY: as above; `s` now holds the probabilities.
+    // SAFETY: as above (`s` now holds the probabilities).
+    unsafe {
+        gemm_into(
+            (sq, dv, sk),
+            o.as_mut_ptr(),
+            s.as_ptr(),
+            (sk as isize, 1),
+            v.data.as_ptr().offset(vb),
+            (v.strides[nb], v.strides[nb + 1]),
+        );
+    }
+    true
+}
+
+/// `dst` (row-major `[m, n]`) = `lhs` (`[m, k]`, strides `(row, column)`) times `rhs`
+/// (`[k, n]`, strides `(row, column)`), single-threaded (the caller spreads matrices over the
+/// threads).
+///
+/// # Safety
+/// Every element the strides reach from `lhs` and `rhs` must be readable, and `dst` must hold
+/// `m * n` elements.
+unsafe fn gemm_into(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    lhs: *const f32,
+    (lhs_rs, lhs_cs): (isize, isize),
+    rhs: *const f32,
+    (rhs_rs, rhs_cs): (isize, isize),
+) {
+    // SAFETY: the caller's guarantees are gemm's.
     unsafe {
         gemm::gemm(
-            sq,
-            dv,
-            sk,
-            o.as_mut_ptr(),
+            m,
+            n,
+            k,
+            dst,
             1,
-            dv as isize,
+            n as isize,
             false,
-            s.as_ptr(),
-            1,
-            sk as isize,
-            v.data.as_ptr().offset(vb),
-            v.strides[nb + 1],
-            v.strides[nb],
+            lhs,
+            lhs_cs,
+            lhs_rs,
+            rhs,
+            rhs_cs,
+            rhs_rs,
             0.0f32,
             1.0f32,
             false,
@@ -242,7 +259,6 @@ fn matrix(
             gemm::Parallelism::None,
         );
     }
-    true
 }
 
 /// `exp(x - max(x)) / sum` over a row with the unfused program's operations: the maximum
