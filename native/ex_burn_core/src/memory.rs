@@ -53,11 +53,13 @@ pub fn pools(device: Device) -> Option<(u64, u64)> {
 }
 
 /// After a piece of work on `device`: lets the device's allocator give back what the work
-/// left free, where it is configured to (CUDA, `EX_BURN_CUDA_MEMORY=driver`, the default).
+/// left free, where it is configured to (CUDA, `EX_BURN_CUDA_MEMORY=driver`, the default),
+/// and starts the work queued for the device (CUDA: `cuda::queue::flush`).
 pub fn after_work(device: Device) {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(i) = device {
         crate::cuda::memory::give_back(i);
+        crate::cuda::queue::flush(i);
     }
     let _ = device;
 }

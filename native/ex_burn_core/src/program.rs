@@ -223,7 +223,7 @@ impl Program {
         }
         let first = self.inputs + self.consts;
         self.runs = element_wise_runs(&self.instrs, &[]);
-        self.row_spans = row_spans(&self.instrs);
+        self.row_spans = row_spans(&self.instrs, &[]);
         self.folds = fold::plan(&self.instrs, first, &self.outputs);
         self.literals = literal::plan(&self.instrs, first);
         let mut by_root = attention::plan(&self.instrs, first, &self.outputs, &self.literals);
@@ -244,10 +244,12 @@ impl Program {
             }
         }
         let runs = element_wise_runs(&self.instrs, &inner);
+        let rows = row_spans(&self.instrs, &inner);
         *self.attention = attention::Plans {
             by_root,
             inner,
             runs,
+            rows,
         };
         self.last_use = last;
         self.input_free = literal::input_free(&self.instrs, self.inputs, self.consts);
@@ -300,20 +302,21 @@ impl Program {
         let mut runs_from = 0;
         // attentions run as one step (their instructions skipped) where a kernel exists
         let attend = attention::fused_on(device) && self.attention.inner.contains(&true);
-        let runs = if attend {
-            &self.attention.runs
+        let (runs, row_spans) = if attend {
+            (&self.attention.runs, &self.attention.rows)
         } else {
-            &self.runs
+            (&self.runs, &self.row_spans)
         };
-        if attend {
-            rows_from = usize::MAX;
-        }
         let mut i = 0;
         while i < self.instrs.len() {
             if attend && self.attention.inner[i] {
                 values.extend(std::iter::repeat_n(None, self.instrs[i].op.results()));
                 i += 1;
                 continue;
+            }
+            if i > 0 {
+                // the device starts what the last step queued while this one is issued
+                start_queued(device);
             }
             if attend {
                 if let Some(a) = &self.attention.by_root[i] {
@@ -324,7 +327,7 @@ impl Program {
                     continue;
                 }
             }
-            if let Some(end) = span_at(&self.row_spans, i, rows_from) {
+            if let Some(end) = span_at(row_spans, i, rows_from) {
                 let t = profile::start();
                 match self.run_rows(i, end, &mut values, device)? {
                     Ok(end) => {
@@ -498,7 +501,14 @@ impl Program {
                 attention::Scale::Divide(c) | attention::Scale::Multiply(c) => (c, None),
                 attention::Scale::Select { pred, fill } => (fill, Some(value(pred)?)),
             };
-            steps.push((*step, attention::scalar_f32(&value(c)?)?));
+            // the literal's value as its tensor stores it, without reading the tensor back
+            // (on a GPU that would wait for the device)
+            let stored = self.literals.get(c).copied().flatten();
+            let scalar = match stored.and_then(|(s, dtype)| s.stored_as(dtype)) {
+                Some(x) => x as f32,
+                None => attention::scalar_f32(&value(c)?)?,
+            };
+            steps.push((*step, scalar));
             preds.push(pred);
         }
         let (q, k, v) = (value(a.q)?, value(a.k)?, value(a.v)?);
@@ -618,6 +628,16 @@ fn operands(ins: &Instr, values: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
         .collect()
 }
 
+/// Starts the work queued for `device` (CUDA: CubeCL's device thread takes tasks in batches,
+/// see `cuda::queue::flush`); nothing elsewhere.
+fn start_queued(device: Device) {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(i) = device {
+        crate::cuda::queue::flush(i);
+    }
+    let _ = device;
+}
+
 /// The end of the span starting at `i` in `table` (see `runs`, `row_spans`), where `i` is not
 /// before `from`.
 fn span_at(table: &[Option<usize>], i: usize, from: usize) -> Option<usize> {
@@ -642,12 +662,13 @@ fn element_wise_runs(instrs: &[Instr], barriers: &[bool]) -> Vec<Option<usize>> 
 }
 
 /// For each instruction of a stretch of instructions that row regions may hold, where the
-/// stretch ends, if a reduction follows it in the stretch.
-fn row_spans(instrs: &[Instr]) -> Vec<Option<usize>> {
+/// stretch ends, if a reduction follows it in the stretch; instructions marked in `barriers`
+/// belong to no stretch.
+fn row_spans(instrs: &[Instr], barriers: &[bool]) -> Vec<Option<usize>> {
     let mut spans = vec![None; instrs.len()];
     let (mut end, mut reduces) = (instrs.len(), false);
     for i in (0..instrs.len()).rev() {
-        if !fuse::row_capable(&instrs[i].op) {
+        if !fuse::row_capable(&instrs[i].op) || barriers.get(i) == Some(&true) {
             (end, reduces) = (i, false);
             continue;
         }

@@ -21,6 +21,22 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// The name of the kernel function every source defines.
 pub const ENTRY: &str = "exburn_fused";
 
+/// How a kernel's source is compiled and entered.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Build {
+    /// The virtual architecture (`None`: NVRTC's default), such as `compute_80` for a kernel
+    /// using that architecture's instructions (its caller checks the device has them).
+    pub arch: Option<&'static str>,
+    /// The kernel function's name (profilers show it).
+    pub entry: &'static str,
+}
+
+/// Element-wise kernels: NVRTC's default architecture, [`ENTRY`].
+const ELEMENTWISE: Build = Build {
+    arch: None,
+    entry: ENTRY,
+};
+
 /// Threads per block.
 const BLOCK: u32 = 256;
 
@@ -63,8 +79,8 @@ pub fn available() -> bool {
         && queue::enabled()
 }
 
-/// Compiles and loads `source` for device `index` (once).
-fn kernel(index: usize, source: &str) -> Result<Option<Arc<Kernel>>> {
+/// Compiles and loads `source` for device `index` (once), as `build` says.
+fn kernel(index: usize, source: &str, build: Build) -> Result<Option<Arc<Kernel>>> {
     let table = KERNELS.get_or_init(|| Mutex::new(HashMap::new()));
     let mut table = table
         .lock()
@@ -73,14 +89,15 @@ fn kernel(index: usize, source: &str) -> Result<Option<Arc<Kernel>>> {
     if let Some(k) = device.get(source) {
         return Ok(k.clone());
     }
-    let made = compile(index, source).ok().map(Arc::new);
+    let made = compile(index, source, build).ok().map(Arc::new);
     device.insert(source.to_string(), made.clone());
     Ok(made)
 }
 
-fn compile(index: usize, source: &str) -> Result<Kernel> {
+fn compile(index: usize, source: &str, build: Build) -> Result<Kernel> {
     let opts = cudarc::nvrtc::CompileOptions {
         fmad: Some(false),
+        arch: build.arch,
         ..Default::default()
     };
     let ptx = crate::guard(|| {
@@ -98,7 +115,7 @@ fn compile(index: usize, source: &str) -> Result<Kernel> {
         driver(drv::ctx::set_current(context), "context")?;
         let module = driver(drv::module::load_data(image.as_ptr().cast()), "module load")?;
         driver(
-            drv::module::get_function(module, CString::new(ENTRY).unwrap_or_default()),
+            drv::module::get_function(module, CString::new(build.entry).unwrap_or_default()),
             "function lookup",
         )?
     };
@@ -114,6 +131,29 @@ pub(crate) fn f32_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
 /// rows of some tensors, and views are strided); `None` for other tensors.
 pub fn strides(t: &Tensor) -> Option<Vec<usize>> {
     f32_cube(t.as_prim()).map(|c| c.meta.strides().to_vec())
+}
+
+/// The CUDA tensor behind an f32 or boolean tensor (a kernel operand; see [`submit_for`]).
+pub(crate) fn operand_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
+    match &prim.kind {
+        DispatchTensorKind::Cuda(BackendTensor::Bool(t)) => Some(t),
+        _ => f32_cube(prim),
+    }
+}
+
+/// The C type of a kernel operand's elements and its strides (see [`strides`]): `float` for
+/// f32, `unsigned char` or `unsigned int` for booleans as Burn stores them; `None` for other
+/// tensors.
+pub fn operand_layout(t: &Tensor) -> Option<(&'static str, Vec<usize>)> {
+    use burn::tensor::{BoolStore, DType as B};
+    let c = operand_cube(t.as_prim())?;
+    let ty = match c.dtype {
+        B::F32 => "float",
+        B::Bool(BoolStore::U8 | BoolStore::Native) => "unsigned char",
+        B::Bool(BoolStore::U32) => "unsigned int",
+        _ => return None,
+    };
+    Some((ty, c.meta.strides().to_vec()))
 }
 
 /// The CUDA C expression of the offset at which element `i` of a (row-major) result of shape
@@ -205,8 +245,15 @@ fn small_power_source(shape: &[usize], strides: &[usize]) -> String {
 /// NVRTC rejects it, and only reports it when there is no NVRTC library on the machine.
 #[cfg(test)]
 pub(crate) fn assert_compiles(source: &str) {
+    assert_compiles_for(None, source)
+}
+
+/// [`assert_compiles`] for the virtual architecture `arch`.
+#[cfg(test)]
+pub(crate) fn assert_compiles_for(arch: Option<&'static str>, source: &str) {
     let opts = cudarc::nvrtc::CompileOptions {
         fmad: Some(false),
+        arch,
         ..Default::default()
     };
     match std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(source, opts)) {
@@ -312,6 +359,22 @@ pub(crate) fn submit(
     source: &str,
     inputs: &[&Tensor],
     shapes: &[Vec<usize>],
+    grid: (u32, u32),
+    n: usize,
+) -> Result<Option<Vec<Tensor>>> {
+    if !inputs.iter().all(|t| f32_cube(t.as_prim()).is_some()) {
+        return Ok(None);
+    }
+    submit_for(ELEMENTWISE, source, inputs, shapes, grid, n)
+}
+
+/// [`submit`] for a kernel compiled and entered as `build` says, whose inputs may also be
+/// boolean tensors (declared with their [`operand_layout`] type).
+pub(crate) fn submit_for(
+    build: Build,
+    source: &str,
+    inputs: &[&Tensor],
+    shapes: &[Vec<usize>],
     (blocks, threads): (u32, u32),
     n: usize,
 ) -> Result<Option<Vec<Tensor>>> {
@@ -320,7 +383,7 @@ pub(crate) fn submit(
         return Ok(None);
     }
     let prims: Vec<Prim> = inputs.iter().map(|t| t.prim()).collect();
-    let Some(cubes) = prims.iter().map(f32_cube).collect::<Option<Vec<_>>>() else {
+    let Some(cubes) = prims.iter().map(operand_cube).collect::<Option<Vec<_>>>() else {
         return Ok(None);
     };
     let Some(first) = cubes.first().copied() else {
@@ -329,7 +392,7 @@ pub(crate) fn submit(
     if cubes.iter().any(|c| c.device != first.device) {
         return Ok(None);
     }
-    let Some(kernel) = kernel(first.device.index, source)? else {
+    let Some(kernel) = kernel(first.device.index, source, build)? else {
         return Ok(None);
     };
     let client = first.client.clone();

@@ -59,8 +59,8 @@ pub fn set_min_work(work: usize) -> usize {
     OVERRIDE.swap(work, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The threshold in force.
-fn threshold() -> usize {
+/// The threshold in force: products of at least this many multiply-adds use TF32 by default.
+pub fn threshold() -> usize {
     match OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
         usize::MAX => MIN_WORK,
         n => n,

@@ -119,6 +119,39 @@ pub fn device_name(index: usize) -> Result<String> {
     })
 }
 
+/// The compute capability `(major, minor)` of CUDA device `index` (cached).
+pub fn compute_capability(index: usize) -> Result<(i32, i32)> {
+    static CC: OnceLock<std::sync::Mutex<std::collections::HashMap<usize, (i32, i32)>>> =
+        OnceLock::new();
+    let cache = CC.get_or_init(Default::default);
+    if let Some(&cc) = cache
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&index).copied())
+        .as_ref()
+    {
+        return Ok(cc);
+    }
+    check(index)?;
+    let cc = crate::guard(|| {
+        let dev = drv::device::get(index as i32).map_err(|e| Error::Device(format!("{e:?}")))?;
+        let attr = |a| {
+            // SAFETY: `dev` is a valid device handle from the driver.
+            unsafe { drv::device::get_attribute(dev, a) }
+                .map_err(|e| Error::Device(format!("{e:?}")))
+        };
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        Ok((
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ))
+    })?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert(index, cc);
+    }
+    Ok(cc)
+}
+
 /// Total memory of CUDA device `index` in bytes.
 pub fn total_memory(index: usize) -> Result<u64> {
     static TOTAL: OnceLock<std::sync::Mutex<Vec<Option<u64>>>> = OnceLock::new();

@@ -227,6 +227,15 @@ pub(crate) fn submit<W>(
     });
 }
 
+/// Starts the work queued for CUDA device `index`: CubeCL's device thread takes queued tasks
+/// (kernel launches, ExBurn's [`submit`]s) in batches of 32 and waits until a batch is full
+/// or flushed, so without this the last tasks of an op or of a program's steps would wait for
+/// the next synchronisation (a GPT-2 layer forward: the GPU started only when the host had
+/// issued the whole pass, ~350 us of latency per call). Fills the batch with no-op tasks.
+pub fn flush(index: usize) {
+    DeviceHandle::<Server>::new(cubecl_cuda::CudaDevice::new(index).to_id()).flush_queue();
+}
+
 /// Time CubeCL's device thread spent on ExBurn's queued work: pieces, nanoseconds looking up
 /// their buffers, nanoseconds in all (read by the GPU-time profile, `EX_BURN_PROFILE=gpu`).
 pub(crate) struct DeviceThreadTime {

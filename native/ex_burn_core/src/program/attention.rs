@@ -19,7 +19,7 @@
 
 use super::literal::Literal;
 use super::Instr;
-use crate::op::{Arith, Op, ReduceKind, Unary};
+use crate::op::{Arith, Op, Precision, ReduceKind, Unary};
 use crate::{DType, Device, Error, Result, Tensor};
 
 thread_local! {
@@ -55,6 +55,8 @@ pub(super) struct Plans {
     pub inner: Vec<bool>,
     /// The program's element-wise runs with the attentions' instructions taken out.
     pub runs: Vec<Option<usize>>,
+    /// The program's row regions with the attentions' instructions taken out.
+    pub rows: Vec<Option<usize>>,
 }
 
 /// A matched attention: what the final `dot` computes instead of the instructions it skips.
@@ -71,6 +73,9 @@ pub(super) struct Attention {
     pub steps: Vec<Scale>,
     /// The instructions whose values the fused step computes (skipped when it runs), in order.
     pub inner: Vec<usize>,
+    /// `Highest` when either product asks for full f32 accuracy (GPU kernels, which multiply
+    /// in TF32, then leave the attention to the instructions).
+    pub precision: Precision,
 }
 
 impl Attention {
@@ -228,6 +233,19 @@ impl Matcher<'_> {
         }
         let [q, k] = scores.args[..] else { return None };
         inner.sort_unstable();
+        let precision = if [root, scores].iter().any(|i| {
+            matches!(
+                i.op.as_op(),
+                Some(Op::Dot {
+                    precision: Precision::Highest,
+                    ..
+                })
+            )
+        }) {
+            Precision::Highest
+        } else {
+            Precision::Default
+        };
         Some(Attention {
             q,
             k,
@@ -235,6 +253,7 @@ impl Matcher<'_> {
             batch: nb,
             steps,
             inner,
+            precision,
         })
     }
 
@@ -290,18 +309,30 @@ pub(super) struct Operands<'a> {
     pub steps: Vec<(Scale, Option<&'a Tensor>, f32)>,
 }
 
-/// Whether attentions run as one step on `device` (a kernel exists there): the CPU.
+/// Whether attentions run as one step on `device` (a kernel exists there): the CPU, and
+/// NVIDIA GPUs where ExBurn's own kernels are available; `EX_BURN_ATTENTION=0` turns it off.
 pub(super) fn fused_on(device: Device) -> bool {
-    device == Device::Cpu && std::env::var("EX_BURN_ATTENTION").as_deref() != Ok("0")
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var("EX_BURN_ATTENTION").as_deref() != Ok("0")) {
+        return false;
+    }
+    match device {
+        Device::Cpu => true,
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => crate::cuda::elementwise::available(),
+        _ => false,
+    }
 }
 
 /// Computes the attention on `device` when the kernel takes these operands (`Ok(None)`:
 /// the caller runs the skipped instructions op by op).
 pub(super) fn run(a: &Attention, ops: &Operands, device: Device) -> Result<Option<Tensor>> {
-    if device != Device::Cpu {
-        return Ok(None);
-    }
-    let out = cpu::run(a.batch, ops)?;
+    let out = match device {
+        Device::Cpu => cpu::run(a.batch, ops)?,
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) if a.precision == Precision::Default => cuda::run(a.batch, ops)?,
+        _ => None,
+    };
     if out.is_some() {
         STEPS.with(|c| c.set(c.get() + 1));
     }
@@ -309,6 +340,8 @@ pub(super) fn run(a: &Attention, ops: &Operands, device: Device) -> Result<Optio
 }
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 
 /// The f32 value of a scalar tensor (a literal the program keeps), as the f32 arithmetic of
 /// the unfused steps reads it.
