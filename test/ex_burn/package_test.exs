@@ -57,7 +57,9 @@ defmodule ExBurn.PackageTest do
     "native/ex_burn_core/src/program/fuse/gpu.rs" =>
       {"cuda", "native/ex_burn_core/src/program/fuse.rs", true},
     "native/ex_burn_core/src/program/fuse/rows.rs" =>
-      {"cuda", "native/ex_burn_core/src/program/fuse.rs", true}
+      {"cuda", "native/ex_burn_core/src/program/fuse.rs", true},
+    "native/ex_burn_core/src/program/attention/cuda.rs" =>
+      {"cuda", "native/ex_burn_core/src/program/attention.rs", true}
   }
 
   # The workspace sources the last `cargo build --release -p ex_burn_nif` (bin/setup) read,

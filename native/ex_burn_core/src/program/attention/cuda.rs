@@ -122,6 +122,14 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
             });
         }
     }
+    let selects = ops
+        .steps
+        .iter()
+        .filter(|(s, _, _)| matches!(s, Scale::Select { .. }))
+        .count();
+    if masks.len() != selects {
+        return Ok(None);
+    }
     let mut mask_layouts = Vec::with_capacity(masks.len());
     for m in &masks {
         let Some(l) = layout(m) else { return Ok(None) };
@@ -223,7 +231,9 @@ fn skipping(masks: &[(&str, Layout)], steps: &[(Scale, f32)]) -> String {
     else {
         return "#define SKIPPING 0\n".into();
     };
-    let m = masks.len() - 1;
+    let Some(m) = masks.len().checked_sub(1) else {
+        return "#define SKIPPING 0\n".into();
+    };
     let mut fill = float(steps[last].1);
     for &(step, c) in &steps[last + 1..] {
         fill = match step {
