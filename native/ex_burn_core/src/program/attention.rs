@@ -309,6 +309,39 @@ pub(super) struct Operands<'a> {
     pub steps: Vec<(Scale, Option<&'a Tensor>, f32)>,
 }
 
+/// The sizes of an attention's operands: `q` `[batch.., sq, d]`, `k` `[batch.., sk, d]`, `v`
+/// `[batch.., sk, dv]`.
+pub(super) struct Sizes<'a> {
+    pub batch: &'a [usize],
+    pub sq: usize,
+    pub d: usize,
+    pub sk: usize,
+    pub dv: usize,
+}
+
+impl Operands<'_> {
+    /// The operands' sizes when they have `nb` batch axes, agree with each other and no size
+    /// is 0 (the kernels' precondition); `None` otherwise.
+    pub(super) fn sizes(&self, nb: usize) -> Option<Sizes<'_>> {
+        let (q, k, v) = (self.q, self.k, self.v);
+        if ![q, k, v].iter().all(|t| t.rank() == nb + 2) {
+            return None;
+        }
+        let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+        let batch = &qs[..nb];
+        let (sq, d, sk, dv) = (qs[nb], qs[nb + 1], ks[nb], vs[nb + 1]);
+        let agree = ks[..nb] == *batch && vs[..nb] == *batch && ks[nb + 1] == d && vs[nb] == sk;
+        let empty = batch.contains(&0) || [sq, d, sk, dv].contains(&0);
+        (agree && !empty).then_some(Sizes {
+            batch,
+            sq,
+            d,
+            sk,
+            dv,
+        })
+    }
+}
+
 /// Whether attentions run as one step on `device` (a kernel exists there): the CPU, and
 /// NVIDIA GPUs where ExBurn's own kernels are available; `EX_BURN_ATTENTION=0` turns it off.
 pub(super) fn fused_on(device: Device) -> bool {

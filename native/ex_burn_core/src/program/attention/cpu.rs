@@ -2,7 +2,7 @@
 //! scores by the GEMM into a scratch block, the steps and the softmax row by row with the
 //! unfused program's f32 operations, the product with `v` by the GEMM.
 
-use super::{Operands, Scale};
+use super::{Operands, Scale, Sizes};
 use crate::{DType, Device, Result, Tensor};
 use rayon::prelude::*;
 
@@ -59,19 +59,20 @@ fn broadcast_strides(shape: &[usize], strides: &[isize], full: &[usize]) -> Opti
 pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     let (q, k, v) = (ops.q, ops.k, ops.v);
     let f32_host = |t: &Tensor| t.dtype() == DType::F32 && t.device() == Device::Cpu;
-    if ![q, k, v].iter().all(|t| f32_host(t) && t.rank() == nb + 2) {
+    if ![q, k, v].iter().all(|t| f32_host(t)) {
         return Ok(None);
     }
-    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    let batch = &qs[..nb];
-    let (sq, d, sk, dv) = (qs[nb], qs[nb + 1], ks[nb], vs[nb + 1]);
-    if ks[..nb] != *batch || vs[..nb] != *batch || ks[nb + 1] != d || vs[nb] != sk {
+    let Some(Sizes {
+        batch,
+        sq,
+        d,
+        sk,
+        dv,
+    }) = ops.sizes(nb)
+    else {
         return Ok(None);
-    }
+    };
     let nbatch: usize = batch.iter().product();
-    if nbatch == 0 || sq == 0 || sk == 0 || d == 0 || dv == 0 {
-        return Ok(None);
-    }
     fn view(t: &Tensor) -> Option<View<'_, f32>> {
         t.host_f32_strided().map(|(data, offset, strides)| View {
             data,

@@ -14,7 +14,7 @@
 //! `cuda::gemm::threshold`: full f32, or exact), head sizes above 128, GPUs before compute
 //! capability 8.0.
 
-use super::{Operands, Scale};
+use super::{Operands, Scale, Sizes};
 use crate::cuda::elementwise;
 use crate::{Result, Tensor};
 use std::fmt::Write;
@@ -51,21 +51,22 @@ struct Layout {
 /// tensor of the expected shapes and the kernel takes them; `Ok(None)` otherwise.
 pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     let (q, k, v) = (ops.q, ops.k, ops.v);
-    if ![q, k, v].iter().all(|t| t.rank() == nb + 2) {
+    let Some(Sizes {
+        batch,
+        sq,
+        d,
+        sk,
+        dv,
+    }) = ops.sizes(nb)
+    else {
         return Ok(None);
-    }
-    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    let batch = &qs[..nb];
-    let (sq, d, sk, dv) = (qs[nb], qs[nb + 1], ks[nb], vs[nb + 1]);
-    if ks[..nb] != *batch || vs[..nb] != *batch || ks[nb + 1] != d || vs[nb] != sk {
-        return Ok(None);
-    }
+    };
     let nbatch: usize = batch.iter().product();
     let work = nbatch
         .checked_mul(sq)
         .and_then(|w| w.checked_mul(sk))
         .and_then(|w| w.checked_mul(d.min(dv)));
-    if nbatch == 0 || sq == 0 || sk == 0 || d == 0 || dv == 0 || d > MAX_HEAD || dv > MAX_HEAD {
+    if d > MAX_HEAD || dv > MAX_HEAD {
         return Ok(None);
     }
     // only where the op-by-op products multiply in TF32 too (smaller ones are full f32 or,
@@ -316,6 +317,26 @@ __device__ __forceinline__ void cp4(unsigned dst, const float* src, bool ok) {{
 __device__ __forceinline__ void cp16(unsigned dst, const float* src, bool ok) {{
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }}
+/* rows kb..kb + KEYS of a [SK, COLS] operand at src (row stride rs, column stride cs) into the
+   shared buffer at dst (PITCH floats a row; columns from COLS to PADDED and rows from SK on
+   zero), asynchronously: 16 bytes a copy where `vec` (contiguous rows, all aligned), else 4 */
+template <unsigned int COLS, unsigned int PADDED, unsigned int PITCH>
+__device__ __forceinline__ void load_rows(unsigned dst, const float* src, unsigned long long rs,
+                                          unsigned long long cs, unsigned int kb, bool vec) {{
+  if (vec) {{
+    for (unsigned int i = threadIdx.x; i < KEYS * PADDED / 4; i += {threads}u) {{
+      const unsigned int r = i / (PADDED / 4), c = i % (PADDED / 4) * 4, key = kb + r;
+      const bool ok = key < SK && c < COLS;
+      cp16(dst + (r * PITCH + c) * 4, ok ? src + (key * rs + c) : src, ok);
+    }}
+  }} else {{
+    for (unsigned int i = threadIdx.x; i < KEYS * PADDED; i += {threads}u) {{
+      const unsigned int r = i / PADDED, c = i % PADDED, key = kb + r;
+      const bool ok = key < SK && c < COLS;
+      cp4(dst + (r * PITCH + c) * 4, ok ? src + (key * rs + c * cs) : src, ok);
+    }}
+  }}
+}}
 /* the maximum in which NaN wins, as the op-by-op reduce_max */
 __device__ __forceinline__ float nanmax(float a, float b) {{ return (a != a || a > b) ? a : b; }}
 extern "C" __global__ void __launch_bounds__({threads}, 4) exburn_attention(const float* __restrict__ e0, const float* __restrict__ e1, const float* __restrict__ e2, "#,
@@ -387,29 +408,8 @@ extern "C" __global__ void __launch_bounds__({threads}, 4) exburn_attention(cons
   const bool vk = VEC_K && ((unsigned long long)(e1 + ko) & 15) == 0;
   const bool vv = VEC_V && ((unsigned long long)(e2 + vo) & 15) == 0;
 #define LOAD(IT, ST) {{ \
-    const unsigned int kb_ = (IT) * KEYS; \
-    if (vk) {{ \
-      for (unsigned int i = threadIdx.x; i < KEYS * DP / 4; i += {threads}u) {{ \
-        const unsigned int r = i / (DP / 4), c = i % (DP / 4) * 4, key = kb_ + r; const bool ok = key < SK && c < D; \
-        cp16(ks0 + (((ST) * KEYS + r) * (DP + 4) + c) * 4, ok ? e1 + (ko + key * {kr}ULL + c) : e1, ok); \
-      }} \
-    }} else {{ \
-      for (unsigned int i = threadIdx.x; i < KEYS * DP; i += {threads}u) {{ \
-        const unsigned int r = i / DP, c = i % DP, key = kb_ + r; const bool ok = key < SK && c < D; \
-        cp4(ks0 + (((ST) * KEYS + r) * (DP + 4) + c) * 4, ok ? e1 + (ko + key * {kr}ULL + c * {kc}ULL) : e1, ok); \
-      }} \
-    }} \
-    if (vv) {{ \
-      for (unsigned int i = threadIdx.x; i < KEYS * DVP / 4; i += {threads}u) {{ \
-        const unsigned int r = i / (DVP / 4), c = i % (DVP / 4) * 4, key = kb_ + r; const bool ok = key < SK && c < DV; \
-        cp16(vs0 + (((ST) * KEYS + r) * (DVP + 8) + c) * 4, ok ? e2 + (vo + key * {vr}ULL + c) : e2, ok); \
-      }} \
-    }} else {{ \
-      for (unsigned int i = threadIdx.x; i < KEYS * DVP; i += {threads}u) {{ \
-        const unsigned int r = i / DVP, c = i % DVP, key = kb_ + r; const bool ok = key < SK && c < DV; \
-        cp4(vs0 + (((ST) * KEYS + r) * (DVP + 8) + c) * 4, ok ? e2 + (vo + key * {vr}ULL + c * {vc}ULL) : e2, ok); \
-      }} \
-    }} \
+    load_rows<D, DP, DP + 4>(ks0 + (ST) * KEYS * (DP + 4) * 4, e1 + ko, {kr}ULL, {kc}ULL, (IT) * KEYS, vk); \
+    load_rows<DV, DVP, DVP + 8>(vs0 + (ST) * KEYS * (DVP + 8) * 4, e2 + vo, {vr}ULL, {vc}ULL, (IT) * KEYS, vv); \
     asm volatile("cp.async.commit_group;" ::: "memory"); }}
   const unsigned int blocks = (SK + KEYS - 1) / KEYS;
   /* pass 0 skips blocks of keys whose every score is the fill (when that proves exact); pass 1,
