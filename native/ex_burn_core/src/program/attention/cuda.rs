@@ -66,7 +66,8 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
         .checked_mul(sq)
         .and_then(|w| w.checked_mul(sk))
         .and_then(|w| w.checked_mul(d.min(dv)));
-    if d > MAX_HEAD || dv > MAX_HEAD {
+    // rows and keys are counted in 32 bits in the kernel
+    if d > MAX_HEAD || dv > MAX_HEAD || sq > i32::MAX as usize || sk > i32::MAX as usize {
         return Ok(None);
     }
     // only where the op-by-op products multiply in TF32 too (smaller ones are full f32 or,
@@ -588,10 +589,10 @@ extern "C" __global__ void __launch_bounds__({threads}, 4) exburn_attention(cons
 #pragma unroll
   for (int j = 0; j < DVP / 8; j++) {
     const unsigned int col = j * 8 + 2 * t;
-    if (r0 < SQ && col < DV) o0[out + r0 * DV + col] = acc[j][0] / l0;
-    if (r0 < SQ && col + 1 < DV) o0[out + r0 * DV + col + 1] = acc[j][1] / l0;
-    if (r1 < SQ && col < DV) o0[out + r1 * DV + col] = acc[j][2] / l1;
-    if (r1 < SQ && col + 1 < DV) o0[out + r1 * DV + col + 1] = acc[j][3] / l1;
+    if (r0 < SQ && col < DV) o0[out + (unsigned long long)r0 * DV + col] = acc[j][0] / l0;
+    if (r0 < SQ && col + 1 < DV) o0[out + (unsigned long long)r0 * DV + col + 1] = acc[j][1] / l0;
+    if (r1 < SQ && col < DV) o0[out + (unsigned long long)r1 * DV + col] = acc[j][2] / l1;
+    if (r1 < SQ && col + 1 < DV) o0[out + (unsigned long long)r1 * DV + col + 1] = acc[j][3] / l1;
   }
 }
 "#,
