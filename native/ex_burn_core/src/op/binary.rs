@@ -218,8 +218,12 @@ pub(crate) fn same(f: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         (Kind::Float, Arith::Multiply) => B::float_mul(x, y),
         (Kind::Float, Arith::Divide) => B::float_div(x, y),
         (Kind::Float, Arith::Pow) => B::float_powf(x, y),
-        // f32 atan2 in f64, rounded once, on every device (Burn's f32 kernels are ulps off)
-        (Kind::Float, Arith::Atan2) if a.dtype() == DType::F32 => {
+        // f32 atan2 in f64, rounded once, on the host and CUDA (Burn's f32 kernels are ulps
+        // off; the wgpu devices compute no f64)
+        (Kind::Float, Arith::Atan2)
+            if a.dtype() == DType::F32
+                && (a.device().is_host() || super::wide::f64_device(a.device())) =>
+        {
             return super::wide::in_f64(&[a, b], |w| same(f, &w[0], &w[1]))
         }
         (Kind::Float, Arith::Atan2) => B::float_atan2(x, y),

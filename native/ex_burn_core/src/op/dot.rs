@@ -115,14 +115,19 @@ pub(crate) fn dot(
     let perm_a: Vec<usize> = [ba, &fa, ca].concat();
     let perm_b: Vec<usize> = [bb, cb, &fb].concat();
     let (a, b) = (a.cast(out)?, b.cast(out)?);
+    // exact small f32 products: f64 products summed in f64, rounded once
     if out == DType::F32 && nb * m * n * k <= EXACT_F32_WORK {
         let a3 = util::permute(&a, &perm_a)?.reshape(vec![nb, m, k])?;
         let b3 = util::permute(&b, &perm_b)?.reshape(vec![nb, k, n])?;
-        let r = if on_gpu {
-            // on the device: f64 products summed in f64, rounded once (`wide`)
+        let r = if !on_gpu {
+            small_f32(&a3, &b3)?
+        } else if super::wide::f64_device(a.device()) {
+            // on the device (`wide`)
             super::wide::in_f64(&[&a3, &b3], |w| broadcast_product(&w[0], &w[1]))?
         } else {
-            small_f32(&a3, &b3)?
+            // the wgpu devices compute no f64: on the host (at most 2^16 multiply-adds)
+            let host = crate::Device::Cpu;
+            small_f32(&a3.to_device(host)?, &b3.to_device(host)?)?.to_device(a.device())?
         };
         return r.reshape(shape);
     }

@@ -304,6 +304,11 @@ fn erfc(x: &Tensor) -> Result<Tensor> {
 /// two Newton steps (the approximation alone is good to ~3e-8, an f32's worth), while narrower
 /// types keep Nx's values exactly (`Nx.Random.normal` draws through it).
 fn erf_inv(x: &Tensor) -> Result<Tensor> {
+    let device = x.device();
+    if !device.is_host() && !super::wide::f64_device(device) {
+        // computed in f64 below, which the wgpu devices do not compute: on the host
+        return erf_inv(&x.to_device(crate::Device::Cpu)?)?.to_device(device);
+    }
     let out = x.dtype().to_floating();
     let newton = if out == DType::F64 { 2 } else { 0 };
     erf_inv_f64(&x.cast(DType::F64)?, newton)?.cast(out)

@@ -14,9 +14,17 @@ use crate::{DType, Result, Tensor};
 /// accumulate in f64 on GPU devices (the CPU's bound for exact small products, see `dot`).
 pub(super) const SMALL: usize = super::dot::EXACT_F32_WORK;
 
-/// Whether `x` is an f32 tensor on a GPU device.
+/// Whether `x` is an f32 tensor on a GPU device that computes in f64 (CUDA). The wgpu
+/// devices (Vulkan, Metal) do not: on a conformant Vulkan implementation (Mesa's lavapipe,
+/// 2026-11-27) f64 casts and sums there gave zeros and garbage, so f32 work on them stays in
+/// f32.
 pub(super) fn gpu_f32(x: &Tensor) -> bool {
-    x.dtype() == DType::F32 && !x.device().is_host()
+    x.dtype() == DType::F32 && f64_device(x.device())
+}
+
+/// Whether `device` is a GPU that computes f64 (CUDA); not the host, nor the wgpu devices.
+pub(super) fn f64_device(device: crate::Device) -> bool {
+    matches!(device, crate::Device::Cuda(_))
 }
 
 /// Whether `op` of f32 `x` on a GPU is computed in f64 here: the functions the CPU evaluates

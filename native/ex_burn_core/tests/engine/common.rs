@@ -61,6 +61,27 @@ pub fn dev() -> Device {
     }
 }
 
+/// Whether the test device evaluates f32 library functions, small sums and small products in
+/// f64 and rounds once (the CPU and CUDA); the wgpu devices (Vulkan, Metal) compute no f64 and
+/// keep their f32 kernels.
+pub fn rounds_from_f64() -> bool {
+    matches!(dev(), Device::Cpu | Device::Cuda(_))
+}
+
+/// Asserts `got == want` where the device rounds from f64 ([`rounds_from_f64`]), else
+/// `|got - want| <= tol`; `what` names the value.
+pub fn assert_rounded(got: f64, want: f64, tol: f64, what: &dyn Fn() -> String) {
+    if rounds_from_f64() {
+        assert!(got == want, "{}: {got}, want {want}", what());
+    } else {
+        assert!(
+            (got - want).abs() <= tol,
+            "{}: {got}, want {want} (tol {tol})",
+            what()
+        );
+    }
+}
+
 /// A tensor of `dtype` and `shape` holding `values`.
 pub fn t(values: &[f64], shape: &[usize], dtype: DType) -> Tensor {
     Tensor::from_bytes(&bytes_of(values, dtype), shape, dtype, dev()).expect("tensor")
