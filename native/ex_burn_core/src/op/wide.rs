@@ -15,9 +15,9 @@ use crate::{DType, Result, Tensor};
 pub(super) const SMALL: usize = super::dot::EXACT_F32_WORK;
 
 /// Whether `x` is an f32 tensor on a GPU device that computes in f64 (CUDA). The wgpu
-/// devices (Vulkan, Metal) do not: on a conformant Vulkan implementation (Mesa's lavapipe,
-/// 2026-11-27) f64 casts and sums there gave zeros and garbage, so f32 work on them stays in
-/// f32.
+/// devices (Vulkan, Metal) do not reliably: on a conformant Vulkan implementation (Mesa's
+/// lavapipe, 2026-11-27) f64 sums gave zeros and functions computed through f64 garbage, so
+/// f32 work on them stays in f32.
 pub(super) fn gpu_f32(x: &Tensor) -> bool {
     x.dtype() == DType::F32 && f64_device(x.device())
 }
