@@ -221,8 +221,7 @@ pub(crate) fn same(f: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         // f32 atan2 in f64, rounded once, on the host and CUDA (Burn's f32 kernels are ulps
         // off; the wgpu devices compute no f64)
         (Kind::Float, Arith::Atan2)
-            if a.dtype() == DType::F32
-                && (a.device().is_host() || super::wide::f64_device(a.device())) =>
+            if a.dtype() == DType::F32 && super::wide::rounds_from_f64(a.device()) =>
         {
             return super::wide::in_f64(&[a, b], |w| same(f, &w[0], &w[1]))
         }

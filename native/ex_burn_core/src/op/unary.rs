@@ -20,7 +20,12 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         // and Burn's `erf` is a ~1e-7 polyfill on the wgpu backends (CUDA calls its libm):
         // in f64 they (and erf_inv, refined through erf) would silently have an f32's
         // digits. f64 tensors take a round trip to the host instead, where they have all.
-        Erf | Erfc | ErfInv if x.dtype() == DType::F64 && x.device() != crate::Device::Cpu => {
+        // The wgpu devices compute no f64, through which erf_inv is computed in every type.
+        Erf | Erfc | ErfInv
+            if x.device() != crate::Device::Cpu
+                && (x.dtype() == DType::F64
+                    || (op == ErfInv && !super::wide::f64_device(x.device()))) =>
+        {
             eval(op, &x.to_device(crate::Device::Cpu)?)?.to_device(x.device())
         }
         // f64 tan, atan, asinh, ... on a GPU: the device's f64 functions are an ulp or two off
@@ -304,11 +309,6 @@ fn erfc(x: &Tensor) -> Result<Tensor> {
 /// two Newton steps (the approximation alone is good to ~3e-8, an f32's worth), while narrower
 /// types keep Nx's values exactly (`Nx.Random.normal` draws through it).
 fn erf_inv(x: &Tensor) -> Result<Tensor> {
-    let device = x.device();
-    if !device.is_host() && !super::wide::f64_device(device) {
-        // computed in f64 below, which the wgpu devices do not compute: on the host
-        return erf_inv(&x.to_device(crate::Device::Cpu)?)?.to_device(device);
-    }
     let out = x.dtype().to_floating();
     let newton = if out == DType::F64 { 2 } else { 0 };
     erf_inv_f64(&x.cast(DType::F64)?, newton)?.cast(out)

@@ -27,6 +27,12 @@ pub(super) fn f64_device(device: crate::Device) -> bool {
     matches!(device, crate::Device::Cuda(_))
 }
 
+/// Whether f32 work on `device` may be computed in f64 and rounded once: the host and
+/// [`f64_device`]s.
+pub(super) fn rounds_from_f64(device: crate::Device) -> bool {
+    device.is_host() || f64_device(device)
+}
+
 /// Whether `op` of f32 `x` on a GPU is computed in f64 here: the functions the CPU evaluates
 /// through the C library in f64 (`hostmath`) that Burn has kernels for (tan, asin, acos, atan,
 /// sinh, cosh, asinh, acosh, atanh; `unary::library`); not `erf` (on the hot path of exact

@@ -342,6 +342,33 @@ impl Operands<'_> {
     }
 }
 
+/// Strides of a tensor of `shape` (its own element `strides`) broadcast to `full`
+/// (trailing-aligned): zero on axes it lacks or has as 1 (a mask's layout over the scores, for
+/// either kernel); `None` if it does not broadcast.
+pub(super) fn broadcast_strides<S: Copy + Default>(
+    shape: &[usize],
+    strides: &[S],
+    full: &[usize],
+) -> Option<Vec<S>> {
+    let lead = full.len().checked_sub(shape.len())?;
+    if strides.len() != shape.len()
+        || !shape
+            .iter()
+            .zip(&full[lead..])
+            .all(|(&s, &f)| s == f || s == 1)
+    {
+        return None;
+    }
+    Some(
+        (0..full.len())
+            .map(|a| match a.checked_sub(lead) {
+                Some(i) if shape[i] == full[a] && shape[i] != 1 => strides[i],
+                _ => S::default(),
+            })
+            .collect(),
+    )
+}
+
 /// Whether attentions run as one step on `device` (a kernel exists there): the CPU, and
 /// NVIDIA GPUs where ExBurn's own kernels are available; `EX_BURN_ATTENTION=0` turns it off.
 pub(super) fn fused_on(device: Device) -> bool {

@@ -206,3 +206,15 @@ pub fn lit(v: f64, dtype: DType) -> Op {
         },
     }
 }
+
+/// `[m, k] x [k, n]` as a `dot`.
+pub fn matmul_op(precision: ex_burn_core::op::Precision) -> Op {
+    Op::Dot {
+        contract_a: vec![1],
+        batch_a: vec![],
+        contract_b: vec![0],
+        batch_b: vec![],
+        out: None,
+        precision,
+    }
+}

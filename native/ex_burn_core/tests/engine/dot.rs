@@ -101,15 +101,10 @@ fn empty_contraction_is_zero_and_mismatch_is_a_shape_error() {
 fn highest_precision_matches_default_on_the_cpu_and_f64_reference_elsewhere() {
     let a = f(&[1.1, 2.2, 3.3, 4.4, 5.5, 6.6], &[2, 3]);
     let b = f(&[0.7, 0.8, 0.9, 1.0, 1.1, 1.2], &[3, 2]);
-    let op = |precision| Op::Dot {
-        contract_a: vec![1],
-        batch_a: vec![],
-        contract_b: vec![0],
-        batch_b: vec![],
-        out: None,
-        precision,
-    };
-    let hi = v(&ev(op(ex_burn_core::op::Precision::Highest), &[&a, &b]));
+    let hi = v(&ev(
+        matmul_op(ex_burn_core::op::Precision::Highest),
+        &[&a, &b],
+    ));
     let want = [
         1.1 * 0.7 + 2.2 * 0.9 + 3.3 * 1.1,
         1.1 * 0.8 + 2.2 + 3.3 * 1.2,
@@ -514,16 +509,4 @@ fn f64_product(av: &[f64], bv: &[f64], m: usize, k: usize, n: usize) -> Vec<f64>
                 .sum()
         })
         .collect()
-}
-
-/// `[m, k] x [k, n]` as a `dot`.
-fn matmul_op(precision: ex_burn_core::op::Precision) -> Op {
-    Op::Dot {
-        contract_a: vec![1],
-        batch_a: vec![],
-        contract_b: vec![0],
-        batch_b: vec![],
-        out: None,
-        precision,
-    }
 }

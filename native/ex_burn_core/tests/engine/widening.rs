@@ -55,17 +55,7 @@ fn integer_dot_products_of_narrow_types_wrap_like_nx() {
     ] {
         let a = t(&[100., 100., 1., 2.], &[2, 2], dtype);
         let b = t(&[2., 0., 1., 1.], &[2, 2], dtype);
-        let out = ev(
-            Op::Dot {
-                contract_a: vec![1],
-                batch_a: vec![],
-                contract_b: vec![0],
-                batch_b: vec![],
-                out: None,
-                precision: Default::default(),
-            },
-            &[&a, &b],
-        );
+        let out = ev(matmul_op(Default::default()), &[&a, &b]);
         // [[300, 100], [4, 2]], wrapped to the type
         let wrap = |v: f64| match dtype {
             DType::S8 => v as i64 as i8 as f64,

@@ -2,7 +2,7 @@
 //! scores by the GEMM into a scratch block, the steps and the softmax row by row with the
 //! unfused program's f32 operations, the product with `v` by the GEMM.
 
-use super::{Operands, Scale, Sizes};
+use super::{broadcast_strides, Operands, Scale, Sizes};
 use crate::{DType, Device, Result, Tensor};
 use rayon::prelude::*;
 
@@ -32,26 +32,6 @@ impl<T: Copy> View<'_, T> {
             .ok()
             .and_then(|i| self.data.get(i).copied())
     }
-}
-
-/// Strides of a tensor of `shape` broadcast to `full` (trailing-aligned), given its own
-/// strides: zero on axes it lacks or has as 1.
-fn broadcast_strides(shape: &[usize], strides: &[isize], full: &[usize]) -> Option<Vec<isize>> {
-    let lead = full.len().checked_sub(shape.len())?;
-    Some(
-        (0..full.len())
-            .map(|a| match a.checked_sub(lead) {
-                Some(i) if shape[i] == full[a] => strides[i],
-                _ => 0,
-            })
-            .collect(),
-    )
-    .filter(|_| {
-        shape
-            .iter()
-            .zip(&full[lead..])
-            .all(|(&s, &f)| s == f || s == 1)
-    })
 }
 
 /// The attention of `ops` with `nb` batch axes, when every operand is an f32 (predicates:

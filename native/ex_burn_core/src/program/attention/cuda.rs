@@ -14,7 +14,7 @@
 //! `cuda::gemm::threshold`: full f32, or exact), head sizes above 128, GPUs before compute
 //! capability 8.0.
 
-use super::{Operands, Scale, Sizes};
+use super::{broadcast_strides, Operands, Scale, Sizes};
 use crate::cuda::elementwise;
 use crate::{Result, Tensor};
 use std::fmt::Write;
@@ -161,28 +161,6 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
         blocks,
     )?
     .and_then(|mut o| o.pop()))
-}
-
-/// Strides of a tensor of `shape` (element strides `strides`) broadcast to `full`
-/// (trailing-aligned): zero on axes it lacks or has as 1; `None` if it does not broadcast.
-fn broadcast_strides(shape: &[usize], strides: &[usize], full: &[usize]) -> Option<Vec<usize>> {
-    let lead = full.len().checked_sub(shape.len())?;
-    if strides.len() != shape.len()
-        || !shape
-            .iter()
-            .zip(&full[lead..])
-            .all(|(&s, &f)| s == f || s == 1)
-    {
-        return None;
-    }
-    Some(
-        (0..full.len())
-            .map(|a| match a.checked_sub(lead) {
-                Some(i) if shape[i] == full[a] && shape[i] != 1 => strides[i],
-                _ => 0,
-            })
-            .collect(),
-    )
 }
 
 /// The sizes a kernel is generated for.
