@@ -53,6 +53,19 @@ impl Device {
         compiled_backends().contains(&self.family())
     }
 
+    /// Refuses `dtype` where this device cannot compute it reliably: f64 on the wgpu devices
+    /// (Vulkan, Metal). Metal has no f64; on a conformant Vulkan implementation (Mesa's
+    /// lavapipe, 2026-11-27) f64 sums gave zeros and f64 training NaN gradients, silently.
+    pub fn check_dtype(&self, dtype: crate::DType) -> Result<()> {
+        if dtype == crate::DType::F64 && matches!(self, Device::Vulkan(_) | Device::Metal(_)) {
+            return Err(Error::UnsupportedDtype(format!(
+                "f64 on {self}: the wgpu backends (Vulkan, Metal) compute no reliable f64; \
+                 use f32 there, or f64 on the CPU or CUDA"
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether this device runs on the host (compute there belongs on dirty CPU schedulers).
     pub fn is_host(&self) -> bool {
         matches!(self, Device::Cpu)

@@ -142,6 +142,7 @@ impl Tensor {
         device: Device,
     ) -> Result<Tensor> {
         let dev = device.to_dispatch()?;
+        device.check_dtype(dtype)?;
         // GPU backends refuse to upload an empty buffer with a zero-size axis inside its shape
         // (its strides look non-contiguous): upload it flat, the reshape is metadata only.
         let data = if data.num_elements() == 0 && !device.is_host() && data.shape.num_dims() > 1 {
@@ -289,6 +290,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         let dev = device.to_dispatch()?;
+        device.check_dtype(self.dtype())?;
         let prim = self.prim.clone();
         let prim = match self.kind {
             Kind::Float => B::float_to_device(prim, &dev),
@@ -349,6 +351,7 @@ impl Tensor {
         if from == to && self.kind != Kind::Bool {
             return Ok(self.clone());
         }
+        self.device().check_dtype(to)?;
         let p = self.prim.clone();
         let (prim, kind) = match (self.kind, to.kind()) {
             (Kind::Float, Kind::Float) => (B::float_cast(p, to.float_dtype()?), Kind::Float),

@@ -1,10 +1,16 @@
-//! The CPU compute threads. Burn's CPU backend runs its GEMMs and element-wise kernels on
-//! rayon's global pool, one thread per core. Inside the BEAM those threads share the cores with
-//! the schedulers; started through [`init`], they run under Linux's `SCHED_IDLE` policy (nice 19
-//! where that is not permitted), so that a scheduler thread that wakes up preempts them at once
-//! and a long matmul does not delay every Erlang process on the node
-//! (`test/ex_burn/resources_test.exs` measures it). They still take every cycle nothing else
-//! wants: on a machine busy with other work, ExBurn's CPU ops get what is left.
+//! The CPU compute threads. Burn's CPU backend and ExBurn's host kernels run their GEMMs and
+//! element-wise loops on rayon's global pool, one thread per core. Inside the BEAM those threads
+//! share the cores with the schedulers; started through [`init`], they run under Linux's
+//! `SCHED_BATCH` policy at nice 19 (nice 19 alone where the policy is not permitted): the lowest
+//! share of a contended core, and no wakeup preemption of a running scheduler, so that a long
+//! matmul does not delay every Erlang process on the node (`test/ex_burn/resources_test.exs`
+//! measures it). They still take every cycle nothing else wants.
+//!
+//! `SCHED_IDLE`, used before, kept a pinging process's extra latency lowest (p99 ~1 ms during an
+//! 8192^2 matmul, against 1-3 ms now) but cost throughput when the node was otherwise quiet:
+//! the CPU MLP training step of `bench/cpu_peers.exs` took 17.5-20.3 ms against 14.4-16.6 ms at
+//! nice 19 or nice 0, alternating in one session on a 2-core AMD EPYC VM (2026-11-27). Normal
+//! priority without these settings delayed the pings by 137 ms.
 
 /// Builds rayon's global pool with ExBurn's compute threads. Call it before any CPU op (the
 /// NIF does at load); `false` when the global pool already exists (it is then used as is).
@@ -19,16 +25,15 @@ pub fn init() -> bool {
 #[cfg(target_os = "linux")]
 fn lower_priority() {
     // SAFETY: gettid has no arguments; sched_param is plain data (all-zero is valid);
-    // sched_setscheduler with a thread id changes the policy of that thread only.
+    // sched_setscheduler and setpriority with a thread id change that thread only.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::pid_t;
         // Zeroed, then the priority: musl's sched_param has more fields than glibc's.
         let mut param: libc::sched_param = std::mem::zeroed();
         param.sched_priority = 0;
-        if libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) != 0 {
-            // Not permitted (e.g. by a seccomp profile): the lowest niceness instead.
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
-        }
+        // Not permitted (e.g. by a seccomp profile): the thread keeps SCHED_OTHER.
+        let _ = libc::sched_setscheduler(tid, libc::SCHED_BATCH, &param);
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
     }
 }
 

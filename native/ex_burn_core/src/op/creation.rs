@@ -14,6 +14,9 @@ use burn::tensor::{IntDType, TensorData};
 
 pub(super) fn eval(op: &Op, device: Device) -> Result<Tensor> {
     let dev = device.to_dispatch()?;
+    if let Some(dtype) = op.created_dtype() {
+        device.check_dtype(dtype)?;
+    }
     match op {
         Op::Iota { shape, dtype, axis } => iota(shape, *dtype, *axis, device),
         Op::Eye { shape, dtype } => eye(shape, *dtype, device),

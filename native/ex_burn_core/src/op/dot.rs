@@ -247,6 +247,9 @@ fn matmul(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
         // identically when computed in s64 and narrowed back.
         return matmul(&a3.cast(DType::S64)?, &b3.cast(DType::S64)?)?.cast(out);
     }
+    if let Some(t) = super::host_gemm::matmul_f32(a3, b3)? {
+        return Ok(t);
+    }
     let prim = match a3.kind() {
         Kind::Float => B::float_matmul(a3.prim(), b3.prim()),
         _ => B::int_matmul(a3.int_prim()?, b3.int_prim()?),

@@ -10,6 +10,7 @@ mod conv;
 pub(crate) mod creation;
 mod dot;
 pub(crate) mod exact32;
+pub(crate) mod host_gemm;
 mod hostmath;
 mod index;
 mod linalg;

@@ -704,6 +704,19 @@ impl Op {
         }
     }
 
+    /// The type a creation op makes (`iota`, `eye`, `full`, the random ops); `None` for others.
+    pub fn created_dtype(&self) -> Option<DType> {
+        use Op::*;
+        match self {
+            Iota { dtype, .. }
+            | Eye { dtype, .. }
+            | Full { dtype, .. }
+            | RandomUniform { dtype, .. }
+            | RandomNormal { dtype, .. } => Some(*dtype),
+            _ => None,
+        }
+    }
+
     /// Number of inputs the op takes (`None` = variable).
     pub fn arity(&self) -> Option<usize> {
         use Op::*;

@@ -68,6 +68,22 @@ pub fn rounds_from_f64() -> bool {
     matches!(dev(), Device::Cpu | Device::Cuda(_))
 }
 
+/// Whether the test device computes f64: the CPU and CUDA. The wgpu devices (Vulkan, Metal)
+/// refuse f64 tensors with an `UnsupportedDtype` error naming the device
+/// (`tensor::f64_is_refused_where_the_device_computes_none`); f64 cases skip them.
+pub fn f64_on_device() -> bool {
+    rounds_from_f64()
+}
+
+/// The widest float type the test device computes: f64, or f32 on the wgpu devices.
+pub fn wide_float() -> DType {
+    if f64_on_device() {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
 /// Asserts `got == want` where the device rounds from f64 ([`rounds_from_f64`]), else
 /// `|got - want| <= tol`; `what` names the value.
 pub fn assert_rounded(got: f64, want: f64, tol: f64, what: &dyn Fn() -> String) {

@@ -68,14 +68,14 @@ fn eye_batched() {
     let e = ev(
         Op::Eye {
             shape: vec![2, 2, 3],
-            dtype: DType::F64,
+            dtype: wide_float(),
         },
         &[],
     );
     check(
         &e,
         &[2, 2, 3],
-        DType::F64,
+        wide_float(),
         &[1., 0., 0., 0., 1., 0., 1., 0., 0., 0., 1., 0.],
     );
     assert_eq!(
@@ -164,7 +164,7 @@ fn random_is_deterministic_and_in_range() {
     let n = v(&ev(
         Op::RandomNormal {
             shape: vec![4000],
-            dtype: DType::F64,
+            dtype: wide_float(),
             mean: 1.0,
             std: 2.0,
             seed: 1,

@@ -69,11 +69,11 @@ fn integer_and_mixed_types() {
         DType::S64,
         &[3., 3., 7., 7.],
     );
-    let fb = t(&[0.5, 0.5, 0.5, 0.5], &[2, 2], DType::F64);
+    let fb = t(&[0.5, 0.5, 0.5, 0.5], &[2, 2], wide_float());
     check(
         &ev(dot(vec![1], vec![], vec![0], vec![]), &[&a, &fb]),
         &[2, 2],
-        DType::F64,
+        wide_float(),
         &[1.5, 1.5, 3.5, 3.5],
     );
 }
@@ -118,7 +118,7 @@ fn highest_precision_matches_default_on_the_cpu_and_f64_reference_elsewhere() {
 
 #[test]
 fn f64_and_integer_products_on_every_device() {
-    let a = t(&[1., 2., 3., 4.], &[2, 2], DType::F64);
+    let a = t(&[1., 2., 3., 4.], &[2, 2], wide_float());
     let i = t(&[1., 2., 3., 4.], &[2, 2], DType::S32);
     let mm = Op::Dot {
         contract_a: vec![1],
@@ -131,7 +131,7 @@ fn f64_and_integer_products_on_every_device() {
     check(
         &ev(mm.clone(), &[&a, &a]),
         &[2, 2],
-        DType::F64,
+        wide_float(),
         &[7., 10., 15., 22.],
     );
     check(
@@ -509,4 +509,62 @@ fn f64_product(av: &[f64], bv: &[f64], m: usize, k: usize, n: usize) -> Vec<f64>
                 .sum()
         })
         .collect()
+}
+
+/// Products of views: a broadcast left operand (zero strides over its batch and row axes) and
+/// a right operand sliced out of a larger tensor (an offset and a row stride wider than its
+/// rows), in batches of large matrices (every compute thread on one matrix) and of small ones
+/// (one matrix per thread), against f64 products of the same values.
+#[test]
+fn products_of_broadcast_and_sliced_views_match_f64() {
+    for (nb, m, k, n) in [(2, 200, 192, 208), (6, 40, 64, 48)] {
+        let row: Vec<f64> = (0..k)
+            .map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0)
+            .collect();
+        let a = ev(
+            Op::Broadcast {
+                shape: vec![nb, m, k],
+                axes: Some(vec![2]),
+            },
+            &[&f(&row, &[k])],
+        );
+        let wide = n + 5;
+        let bv: Vec<f64> = (0..nb * k * wide)
+            .map(|i| ((i * 104_729) % 997) as f64 / 498.5 - 1.0)
+            .collect();
+        let b = ev(
+            Op::Slice {
+                starts: vec![0, 0, 3],
+                lengths: vec![nb, k, n],
+                strides: None,
+                dynamic: vec![],
+            },
+            &[&f(&bv, &[nb, k, wide])],
+        );
+        let op = Op::Dot {
+            contract_a: vec![2],
+            batch_a: vec![0],
+            contract_b: vec![1],
+            batch_b: vec![0],
+            out: None,
+            precision: Default::default(),
+        };
+        let got = v(&ev(op, &[&a, &b]));
+        assert_eq!(got.len(), nb * m * n);
+        for (i, g) in got.iter().enumerate() {
+            let (bi, j) = (i / (m * n), i % n);
+            let want: f64 = (0..k)
+                .map(|p| row[p] * bv[(bi * k + p) * wide + 3 + j])
+                .sum();
+            let tol = if dev() == ex_burn_core::Device::Cpu {
+                1e-5
+            } else {
+                5e-3
+            };
+            assert!(
+                (g - want).abs() <= tol * (1.0 + want.abs()),
+                "{nb}x{m}x{k}x{n} entry {i}: {g} vs {want}"
+            );
+        }
+    }
 }

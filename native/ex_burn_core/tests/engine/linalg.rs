@@ -28,6 +28,9 @@ fn batched_vector_right_hand_sides() {
 
 #[test]
 fn upper_transposed_and_right_side_variants_agree_with_products() {
+    if !f64_on_device() {
+        return;
+    }
     // a upper triangular; check a x = b, a^T x = b and x a = b by multiplying back
     let a = t(&[2., 1., 3., 0., 1., 4., 0., 0., 5.], &[3, 3], DType::F64);
     let b = t(&[1., 2., 3.], &[3], DType::F64);

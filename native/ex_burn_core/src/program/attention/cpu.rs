@@ -3,36 +3,9 @@
 //! unfused program's f32 operations, the product with `v` by the GEMM.
 
 use super::{broadcast_strides, Operands, Scale, Sizes};
+use crate::op::host_gemm::{gemm_into, View};
 use crate::{DType, Device, Result, Tensor};
 use rayon::prelude::*;
-
-/// A strided host view: storage, offset and strides over the `[batch.., rows, cols]` axes of
-/// the scores (zero where the tensor is broadcast).
-struct View<'a, T> {
-    data: &'a [T],
-    offset: usize,
-    strides: Vec<isize>,
-}
-
-impl<T: Copy> View<'_, T> {
-    /// The element offset of batch matrix `bi` (row-major over `batch`).
-    fn base(&self, bi: usize, batch: &[usize]) -> isize {
-        let mut rest = bi;
-        let mut at = self.offset as isize;
-        for (axis, &len) in batch.iter().enumerate().rev() {
-            at += (rest % len) as isize * self.strides[axis];
-            rest /= len;
-        }
-        at
-    }
-
-    /// The element at offset `at`, or `None` outside the storage (a malformed view).
-    fn get(&self, at: isize) -> Option<T> {
-        usize::try_from(at)
-            .ok()
-            .and_then(|i| self.data.get(i).copied())
-    }
-}
 
 /// The attention of `ops` with `nb` batch axes, when every operand is an f32 (predicates:
 /// boolean) host tensor of the expected shapes; `Ok(None)` otherwise.
@@ -53,14 +26,7 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
         return Ok(None);
     };
     let nbatch: usize = batch.iter().product();
-    fn view(t: &Tensor) -> Option<View<'_, f32>> {
-        t.host_f32_strided().map(|(data, offset, strides)| View {
-            data,
-            offset,
-            strides: strides.to_vec(),
-        })
-    }
-    let (Some(qv), Some(kv), Some(vv)) = (view(q), view(k), view(v)) else {
+    let (Some(qv), Some(kv), Some(vv)) = (View::of_f32(q), View::of_f32(k), View::of_f32(v)) else {
         return Ok(None);
     };
     let scores: Vec<usize> = [batch, &[sq, sk]].concat();
@@ -146,10 +112,7 @@ fn matrix(
     let (qb, kb, vb) = (q.base(bi, batch), k.base(bi, batch), v.base(bi, batch));
     // every element the GEMMs read lies inside its storage
     let inside = |t: &View<f32>, base: isize, rows: usize, cols: usize| {
-        let (rs, cs) = (t.strides[nb], t.strides[nb + 1]);
-        [(0, 0), (rows - 1, 0), (0, cols - 1), (rows - 1, cols - 1)]
-            .iter()
-            .all(|&(r, c)| t.get(base + r as isize * rs + c as isize * cs).is_some())
+        t.holds(base, (rows, cols), (t.strides[nb], t.strides[nb + 1]))
     };
     if !inside(q, qb, sq, d) || !inside(k, kb, sk, d) || !inside(v, vb, sk, dv) {
         return false;
@@ -160,11 +123,12 @@ fn matrix(
     unsafe {
         gemm_into(
             (sq, sk, d),
-            s.as_mut_ptr(),
+            (s.as_mut_ptr(), sk as isize),
             q.data.as_ptr().offset(qb),
             (q.strides[nb], q.strides[nb + 1]),
             k.data.as_ptr().offset(kb),
             (k.strides[nb + 1], k.strides[nb]),
+            gemm::Parallelism::None,
         );
     }
     for (i, row) in s.chunks_mut(sk).enumerate() {
@@ -191,55 +155,15 @@ fn matrix(
     unsafe {
         gemm_into(
             (sq, dv, sk),
-            o.as_mut_ptr(),
+            (o.as_mut_ptr(), dv as isize),
             s.as_ptr(),
             (sk as isize, 1),
             v.data.as_ptr().offset(vb),
             (v.strides[nb], v.strides[nb + 1]),
-        );
-    }
-    true
-}
-
-/// `dst` (row-major `[m, n]`) = `lhs` (`[m, k]`, strides `(row, column)`) times `rhs`
-/// (`[k, n]`, strides `(row, column)`), single-threaded (the caller spreads matrices over the
-/// threads).
-///
-/// # Safety
-/// Every element the strides reach from `lhs` and `rhs` must be readable, and `dst` must hold
-/// `m * n` elements.
-unsafe fn gemm_into(
-    (m, n, k): (usize, usize, usize),
-    dst: *mut f32,
-    lhs: *const f32,
-    (lhs_rs, lhs_cs): (isize, isize),
-    rhs: *const f32,
-    (rhs_rs, rhs_cs): (isize, isize),
-) {
-    // SAFETY: the caller's guarantees are gemm's.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            1,
-            n as isize,
-            false,
-            lhs,
-            lhs_cs,
-            lhs_rs,
-            rhs,
-            rhs_cs,
-            rhs_rs,
-            0.0f32,
-            1.0f32,
-            false,
-            false,
-            false,
             gemm::Parallelism::None,
         );
     }
+    true
 }
 
 /// `exp(x - max(x)) / sum` over a row with the unfused program's operations: the maximum

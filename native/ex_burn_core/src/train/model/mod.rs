@@ -194,13 +194,8 @@ impl Model {
                 "models compute in a float type, got {dtype}"
             )));
         }
-        if dtype == DType::F64 && matches!(device, Device::Vulkan(_) | Device::Metal(_)) {
-            // measured on Mesa's lavapipe: f64 training there gave NaN gradients
-            return Err(Error::UnsupportedDtype(format!(
-                "f64 models on {device}: the wgpu backends (Vulkan, Metal) compute no f64; \
-                 train in f32, or f64 on the CPU or CUDA"
-            )));
-        }
+        // measured on Mesa's lavapipe: f64 training there gave NaN gradients
+        device.check_dtype(dtype)?;
         let params = spec.param_elements()?;
         crate::memory::reserve(device, params * dtype.size().max(4) as u128, &|| {
             format!("the model's parameters ({params} elements)")

@@ -1,0 +1,194 @@
+//! f32 products on the host: the `gemm` crate on strided views, writing into buffers ExBurn
+//! allocates. Burn's CPU backend (burn-flex 0.21) makes every matmul result with
+//! `FlexTensor::empty`, which zero-fills a byte vector and then copies it once more into an
+//! aligned allocation (`Bytes::from_bytes_vec` enforces a 16-byte alignment that a byte
+//! vector never reports): two passes over each result on one thread, on fresh pages, before
+//! the GEMM writes it. In the CPU MLP step (`bench/cpu_peers.exs`) those passes and their
+//! page faults were most of the time the compute threads waited.
+
+use crate::{DType, Device, Result, Tensor};
+use rayon::prelude::*;
+
+/// Products of at least this many multiply-adds per matrix let the GEMM use every compute
+/// thread (burn-flex's threshold).
+const PARALLEL_FROM: usize = 192 * 192 * 192;
+/// Batches of smaller matrices are spread over the threads, one matrix each, from this much
+/// work in all (burn-flex's threshold).
+const BATCH_PARALLEL_FROM: usize = 128 * 128 * 128;
+
+/// A strided host view: storage, element offset and strides over the axes of a tensor (zero
+/// where it is broadcast).
+pub(crate) struct View<'a, T> {
+    /// The whole storage the view lies in.
+    pub data: &'a [T],
+    /// The element offset of the view's first element.
+    pub offset: usize,
+    /// Element strides, one per axis.
+    pub strides: Vec<isize>,
+}
+
+impl<'a> View<'a, f32> {
+    /// The view of an f32 host tensor (`None`: another type or device).
+    pub(crate) fn of_f32(t: &'a Tensor) -> Option<Self> {
+        t.host_f32_strided().map(|(data, offset, strides)| View {
+            data,
+            offset,
+            strides: strides.to_vec(),
+        })
+    }
+}
+
+impl<T: Copy> View<'_, T> {
+    /// The element offset of batch matrix `bi` (row-major over the leading axes `batch`).
+    pub(crate) fn base(&self, bi: usize, batch: &[usize]) -> isize {
+        let mut rest = bi;
+        let mut at = self.offset as isize;
+        for (axis, &len) in batch.iter().enumerate().rev() {
+            at += (rest % len) as isize * self.strides[axis];
+            rest /= len;
+        }
+        at
+    }
+
+    /// The element at offset `at`, or `None` outside the storage (a malformed view).
+    pub(crate) fn get(&self, at: isize) -> Option<T> {
+        usize::try_from(at)
+            .ok()
+            .and_then(|i| self.data.get(i).copied())
+    }
+
+    /// Whether every element of the `[rows, cols]` matrix at `base` with strides `(rs, cs)`
+    /// lies inside the storage (its corners do: the offsets are affine in the indices).
+    /// `rows` and `cols` are at least 1.
+    pub(crate) fn holds(
+        &self,
+        base: isize,
+        (rows, cols): (usize, usize),
+        (rs, cs): (isize, isize),
+    ) -> bool {
+        [(0, 0), (rows - 1, 0), (0, cols - 1), (rows - 1, cols - 1)]
+            .iter()
+            .all(|&(r, c)| self.get(base + r as isize * rs + c as isize * cs).is_some())
+    }
+}
+
+/// `dst` (`[m, n]`, unit column stride, row stride `dst_rs`) = `lhs` (`[m, k]`, strides `(row, column)`) times `rhs`
+/// (`[k, n]`, strides `(row, column)`); `dst` is written, never read.
+///
+/// # Safety
+/// Every element the strides reach from `lhs` and `rhs` must be readable, and every element
+/// of `dst`'s `[m, n]` matrix must be valid for writing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_into(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs): (*mut f32, isize),
+    lhs: *const f32,
+    (lhs_rs, lhs_cs): (isize, isize),
+    rhs: *const f32,
+    (rhs_rs, rhs_cs): (isize, isize),
+    parallelism: gemm::Parallelism,
+) {
+    // SAFETY: the caller's guarantees are gemm's; with `read_dst` false gemm only writes dst.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs,
+            false,
+            lhs,
+            lhs_cs,
+            lhs_rs,
+            rhs,
+            rhs_cs,
+            rhs_rs,
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// `[batch.., m, k] x [batch.., k, n]` (equal batch axes) of f32 host tensors of any layout,
+/// into a new row-major tensor; `Ok(None)` when the operands are not that (another type or
+/// device, other ranks or batch axes, a view outside its storage: Burn computes those).
+pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
+    let on_host = |t: &Tensor| t.dtype() == DType::F32 && t.device() == Device::Cpu;
+    let rank = a.rank();
+    if !on_host(a) || !on_host(b) || rank < 2 || b.rank() != rank {
+        return Ok(None);
+    }
+    let batch = &a.shape()[..rank - 2];
+    if b.shape()[..rank - 2] != *batch || a.shape()[rank - 1] != b.shape()[rank - 2] {
+        return Ok(None);
+    }
+    let (m, k, n) = (
+        a.shape()[rank - 2],
+        a.shape()[rank - 1],
+        b.shape()[rank - 1],
+    );
+    let (Some(av), Some(bv)) = (View::of_f32(a), View::of_f32(b)) else {
+        return Ok(None);
+    };
+    let nb: usize = batch.iter().product();
+    let mut shape = batch.to_vec();
+    shape.extend([m, n]);
+    let len = crate::size::numel(&shape)? as usize;
+    if len == 0 || k == 0 {
+        // nothing to multiply: Burn's zeros
+        return Ok(None);
+    }
+    let (a_rc, b_rc) = (
+        (av.strides[rank - 2], av.strides[rank - 1]),
+        (bv.strides[rank - 2], bv.strides[rank - 1]),
+    );
+    let fits = (0..nb).all(|bi| {
+        av.holds(av.base(bi, batch), (m, k), a_rc) && bv.holds(bv.base(bi, batch), (k, n), b_rc)
+    });
+    if !fits {
+        return Ok(None);
+    }
+    let per_matrix = m.saturating_mul(n).saturating_mul(k);
+    let mut out: Vec<f32> = Vec::with_capacity(len);
+    let one = |bi: usize, dst: *mut f32, parallelism: gemm::Parallelism| {
+        // SAFETY: every element of matrix `bi` of both views lies inside its storage (checked
+        // above), and `dst` points at that matrix's m * n elements of `out`'s capacity.
+        unsafe {
+            gemm_into(
+                (m, n, k),
+                (dst, n as isize),
+                av.data.as_ptr().offset(av.base(bi, batch)),
+                a_rc,
+                bv.data.as_ptr().offset(bv.base(bi, batch)),
+                b_rc,
+                parallelism,
+            )
+        }
+    };
+    let spare = &mut out.spare_capacity_mut()[..len];
+    if per_matrix < PARALLEL_FROM && nb > 1 && nb.saturating_mul(per_matrix) >= BATCH_PARALLEL_FROM
+    {
+        spare
+            .par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(bi, c)| one(bi, c.as_mut_ptr().cast(), gemm::Parallelism::None));
+    } else {
+        let parallelism = if per_matrix >= PARALLEL_FROM {
+            gemm::Parallelism::Rayon(0)
+        } else {
+            gemm::Parallelism::None
+        };
+        for (bi, c) in spare.chunks_mut(m * n).enumerate() {
+            one(bi, c.as_mut_ptr().cast(), parallelism);
+        }
+    }
+    // SAFETY: the products above wrote all `len` elements.
+    unsafe { out.set_len(len) };
+    let data = burn::tensor::TensorData::new(out, crate::tensor::prim_shape(&shape));
+    Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
+}
