@@ -54,14 +54,30 @@ impl Device {
     }
 
     /// Refuses `dtype` where this device cannot compute it reliably: f64 on the wgpu devices
-    /// (Vulkan, Metal). Metal has no f64; on a conformant Vulkan implementation (Mesa's
-    /// lavapipe, 2026-11-27) f64 sums gave zeros and f64 training NaN gradients, silently.
+    /// (Vulkan, Metal), and f16 or bf16 there when the adapter reports no general support for
+    /// it. Metal has no f64; on a conformant Vulkan implementation (Mesa's lavapipe,
+    /// 2026-11-27) f64 sums gave zeros and f64 training NaN gradients, silently, and a cast to
+    /// bf16 failed inside CubeCL's device thread (an invalid pipeline), which left the device
+    /// unusable for the rest of the process.
     pub fn check_dtype(&self, dtype: crate::DType) -> Result<()> {
-        if dtype == crate::DType::F64 && matches!(self, Device::Vulkan(_) | Device::Metal(_)) {
+        use crate::DType::{BF16, F16, F64};
+        if !matches!(self, Device::Vulkan(_) | Device::Metal(_)) {
+            return Ok(());
+        }
+        if dtype == F64 {
             return Err(Error::UnsupportedDtype(format!(
                 "f64 on {self}: the wgpu backends (Vulkan, Metal) compute no reliable f64; \
                  use f32 there, or f64 on the CPU or CUDA"
             )));
+        }
+        if matches!(dtype, F16 | BF16) {
+            use burn::tensor::backend::Backend;
+            if !crate::tensor::B::supports_dtype(&self.to_dispatch()?, dtype.burn()) {
+                return Err(Error::UnsupportedDtype(format!(
+                    "{dtype} on {self}: this GPU's driver reports no general {dtype} support; \
+                     use f32 there"
+                )));
+            }
         }
         Ok(())
     }

@@ -31,15 +31,36 @@ pub fn limit() -> Option<u64> {
     }
 }
 
-/// Bytes the device can hold now, as far as the system tells (`None`: unknown).
+/// Bytes the device can hold now, as far as the system tells (`None`: unknown); on the wgpu
+/// devices the largest single buffer (see `wgpu_largest_buffer`).
 pub fn available(device: Device) -> Option<u64> {
     match device {
         Device::Cpu => host_available(),
         #[cfg(feature = "cuda")]
         Device::Cuda(i) => crate::cuda::total_memory(i).ok(),
+        #[cfg(any(feature = "vulkan", feature = "metal"))]
+        Device::Vulkan(_) | Device::Metal(_) => wgpu_largest_buffer(device),
         #[allow(unreachable_patterns)]
         _ => None,
     }
+}
+
+/// The largest buffer CubeCL allocates on a wgpu device (its page size: on Vulkan a quarter of
+/// the device-local heap, elsewhere the adapter's storage-binding limit). A larger tensor
+/// failed inside CubeCL's device thread (on Mesa's lavapipe, a padded convolution input of
+/// 2^40 elements), which left the device unusable for the rest of the process: refused before.
+#[cfg(any(feature = "vulkan", feature = "metal"))]
+fn wgpu_largest_buffer(device: Device) -> Option<u64> {
+    use cubecl_runtime::runtime::Runtime;
+    let d = match device.to_dispatch().ok()? {
+        #[cfg(feature = "vulkan")]
+        burn::DispatchDevice::Vulkan(d) => d,
+        #[cfg(feature = "metal")]
+        burn::DispatchDevice::Metal(d) => d,
+        _ => return None,
+    };
+    let client = burn::backend::wgpu::WgpuRuntime::client(&d);
+    Some(client.properties().memory.max_page_size)
 }
 
 /// What the device's memory pools hold for this process, `(bytes in use, bytes reserved)`,

@@ -150,7 +150,12 @@ pub(crate) fn dot(
         r
     } else if on_gpu && !matches!(out, DType::F16 | DType::BF16 | DType::F32) {
         broadcast_product(&a3, &b3)?
-    } else if on_gpu && out == DType::F32 && precision == Precision::Highest {
+    } else if on_gpu
+        && out == DType::F32
+        && precision == Precision::Highest
+        && a3.device().check_dtype(DType::BF16).is_ok()
+    {
+        // (a GPU without bf16, a wgpu device, multiplies f32 without reduced-precision units)
         split_product(&a3, &b3)?
     } else {
         matmul(&a3, &b3)?

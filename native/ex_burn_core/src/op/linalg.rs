@@ -90,9 +90,17 @@ pub(super) fn triangular_solve(
         a3 = util::flip(&a3, &[1, 2]);
         b3 = util::flip(&b3, &[1]);
     }
-    // Substitution accumulates rounding row after row: narrower floats compute in f64.
-    let work = DType::F64;
-    let mut x = forward_substitution(&a3.cast(work)?, &b3.cast(work)?)?.cast(a.dtype())?;
+    // Substitution accumulates rounding row after row: narrower floats compute in f64, on the
+    // host where the device computes no f64 (the wgpu devices).
+    let (work, device) = (DType::F64, a.device());
+    let mut x = if super::wide::rounds_from_f64(device) {
+        forward_substitution(&a3.cast(work)?, &b3.cast(work)?)?.cast(a.dtype())?
+    } else {
+        let host = |t: &Tensor| t.to_device(crate::Device::Cpu)?.cast(work);
+        forward_substitution(&host(&a3)?, &host(&b3)?)?
+            .cast(a.dtype())?
+            .to_device(device)?
+    };
     if !lower {
         x = util::flip(&x, &[1]);
     }

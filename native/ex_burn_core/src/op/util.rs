@@ -293,10 +293,11 @@ pub(crate) fn extreme(t: DType, max: bool) -> Scalar {
     }
 }
 
-/// The value of a one-element tensor (read back from its device; floats exactly, via f64).
+/// The value of a one-element tensor (read back from its device; floats exactly, via f64 on
+/// the host: the wgpu devices hold no f64).
 pub(crate) fn read_scalar(t: &Tensor) -> Result<Scalar> {
     let t = if t.dtype().is_float() {
-        t.cast(DType::F64)?
+        t.to_device(crate::Device::Cpu)?.cast(DType::F64)?
     } else {
         t.clone()
     };

@@ -75,6 +75,12 @@ pub fn f64_on_device() -> bool {
     rounds_from_f64()
 }
 
+/// Whether the test device takes `dtype` (the wgpu devices refuse f64, and f16 or bf16 where
+/// their driver reports no support for it).
+pub fn supported(dtype: DType) -> bool {
+    dev().check_dtype(dtype).is_ok()
+}
+
 /// The widest float type the test device computes: f64, or f32 on the wgpu devices.
 pub fn wide_float() -> DType {
     if f64_on_device() {
