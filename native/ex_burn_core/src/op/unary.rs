@@ -68,6 +68,9 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Floor => float(x, B::float_floor),
         Ceil => float(x, B::float_ceil),
         Round => round(x),
+        // f32 on CUDA: in f64, rounded once (CUDA's `expf` and `logf` are an ulp or two off
+        // the correctly rounded values that the CPU and Nx.BinaryBackend give)
+        Exp | Log if super::wide::gpu_f32(x) => super::wide::in_f64(&[x], |w| eval(op, &w[0])),
         Exp => float(x, B::float_exp),
         Log => float(x, B::float_log),
         // f32 keeps Burn's vectorised kernel (softplus is log1p(exp(x))); f64 on the CPU is

@@ -3,9 +3,9 @@
 //! (its f32 arithmetic is Erlang's f64, rounded per op): the functions Burn's GPU kernels
 //! compute in f32 with an ulp or two of error (tan, atan, asinh, ...; `atan2` on every device), and sums and
 //! products small enough that the f64 detour costs nothing that matters (at most [`SMALL`]
-//! elements summed or multiply-adds). Larger sums and products, and the functions of hot
-//! paths that ExBurn's fused kernels compute (exp, log, tanh, sin, cos, sqrt), keep the
-//! device's f32 kernels.
+//! elements summed or multiply-adds), and `exp` and `log` (in `unary`; ExBurn's fused CUDA
+//! kernels compute them the same way). Larger sums and products, and `tanh`, `sin`, `cos` and
+//! `sqrt` (the fused kernels' other functions), keep the device's f32 kernels.
 
 use super::Unary;
 use crate::{DType, Result, Tensor};

@@ -1,10 +1,11 @@
 //! f32 element-wise runs on NVIDIA GPUs as one kernel each: the plan of [`map32`] written as
 //! CUDA C ([`source`]) and run by `cuda::elementwise`.
 //!
-//! Each element is computed as Burn's kernels compute it op by op: the same IEEE operations
-//! in the same order, without fused multiply-adds, the CUDA math library's `expf`, `tanhf`,
-//! ..., Nx's `max`/`min` (NaN wins), comparisons as masks, `select` on non-zero. Constants
-//! are the literals' f32 values, written bit-exactly.
+//! Each element is computed as ExBurn computes it op by op: the same IEEE operations in the
+//! same order, without fused multiply-adds, `exp` and `log` in f64 rounded once to f32 (as
+//! `op::unary` does on CUDA, and as Nx.BinaryBackend does), the CUDA math library's `tanhf`,
+//! `sinf`, ..., Nx's `max`/`min` (NaN wins), comparisons as masks, `select` on non-zero.
+//! Constants are the literals' f32 values, written bit-exactly.
 
 use super::map32::{Layout, Map, Plan, Src, Stage};
 use super::rows;
@@ -271,8 +272,8 @@ fn unary(m: Map, a: &str) -> Option<String> {
         Map::Rsqrt => return Some(format!("1.0f / sqrtf({a})")),
         Map::Abs => "fabsf",
         Map::Sqrt => "sqrtf",
-        Map::Exp => "expf",
-        Map::Log => "logf",
+        Map::Exp => return Some(format!("(float)exp((double){a})")),
+        Map::Log => return Some(format!("(float)log((double){a})")),
         Map::Sin | Map::Exact(Fun::Sin) => "sinf",
         Map::Cos | Map::Exact(Fun::Cos) => "cosf",
         Map::Tanh | Map::Exact(Fun::Tanh) => "tanhf",
