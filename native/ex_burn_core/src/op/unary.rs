@@ -29,10 +29,13 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
             eval(op, &x.to_device(crate::Device::Cpu)?)?.to_device(x.device())
         }
         // f64 tan, atan, asinh, ... on a GPU: the device's f64 functions are an ulp or two off
-        // the C library's (Nx.BinaryBackend's), so they run on the host too (`hostmath`)
-        _ if x.dtype() == DType::F64
-            && x.device() != crate::Device::Cpu
-            && super::hostmath::function(op).is_some() =>
+        // the C library's (Nx.BinaryBackend's), so they run on the host too (`hostmath`); so
+        // do f32 tan, asin, ... on the wgpu devices, which compute no f64 to round them from
+        // (their drivers' f32 functions: `asin` 4e-4 off on Mesa's lavapipe)
+        _ if x.device() != crate::Device::Cpu
+            && super::hostmath::function(op).is_some()
+            && (x.dtype() == DType::F64
+                || (library(op).is_some() && !super::wide::f64_device(x.device()))) =>
         {
             eval(op, &x.to_device(crate::Device::Cpu)?)?.to_device(x.device())
         }

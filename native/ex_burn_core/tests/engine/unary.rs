@@ -111,17 +111,21 @@ fn f32_grid(lo: f64, hi: f64, n: usize) -> Vec<f64> {
 
 /// f32 `exp` and `log`: on CUDA the f64 function of the f32 input rounded once, op by op and
 /// in a fused program (Nx.BinaryBackend's values; CUDA's `expf`/`logf` made Nx's `logsumexp`
-/// and `Random.gumbel` doctests print other last digits on the H200); elsewhere within an ulp
-/// of it (the CPU's f32 kernels).
+/// and `Random.gumbel` doctests print other last digits on the H200); on the CPU within an
+/// ulp of it (its f32 kernels); on the wgpu devices within what Vulkan requires of a driver's
+/// f32 `exp` (3 + 2|x| ulp) and `log` (3 ulp, or 2^-21 absolute within [0.5, 2]): Mesa's
+/// lavapipe gave exp(-87) 20 ulp off, which ExBurn leaves to the driver (softmax's hot path).
 #[test]
 fn f32_exp_and_log_are_rounded_once_from_f64_on_cuda() {
     let exact = matches!(dev(), ex_burn_core::Device::Cuda(_));
+    let wgpu = !f64_on_device();
     let exps = f32_grid(-87.0, 88.0, 3001);
     let logs: Vec<f64> = (0..3001)
         .map(|i| 10f64.powf(-30.0 + 60.0 * i as f64 / 3000.0) as f32 as f64)
         .chain([1.0, 2.0, 21.0, 0.5])
         .collect();
-    let cases: [(Unary, fn(f64) -> f64, &[f64]); 2] =
+    type Reference = fn(f64) -> f64;
+    let cases: [(Unary, Reference, &[f64]); 2] =
         [(Unary::Exp, f64::exp, &exps), (Unary::Log, f64::ln, &logs)];
     for (op, reference, xs) in cases {
         let x = f(xs, &[xs.len()]);
@@ -146,8 +150,14 @@ fn f32_exp_and_log_are_rounded_once_from_f64_on_cuda() {
                 } else {
                     let ulp =
                         (want.abs() as f32).max(f32::MIN_POSITIVE) as f64 * f32::EPSILON as f64;
+                    let allowed = match (wgpu, op) {
+                        (false, _) => ulp,
+                        (true, Unary::Exp) => (3.0 + 2.0 * x.abs()) * ulp,
+                        (true, _) if (0.5..=2.0).contains(&x) => 2f64.powi(-21),
+                        (true, _) => 3.0 * ulp,
+                    };
                     assert!(
-                        (got - want).abs() <= ulp,
+                        (got - want).abs() <= allowed,
                         "{op:?}({x}) {how}: {got}, want {want}"
                     );
                 }
