@@ -1,16 +1,20 @@
 //! The CPU compute threads. Burn's CPU backend and ExBurn's host kernels run their GEMMs and
 //! element-wise loops on rayon's global pool, one thread per core. Inside the BEAM those threads
 //! share the cores with the schedulers; started through [`init`], they run under Linux's
-//! `SCHED_BATCH` policy at nice 19 (nice 19 alone where the policy is not permitted): the lowest
-//! share of a contended core, and no wakeup preemption of a running scheduler, so that a long
-//! matmul does not delay every Erlang process on the node (`test/ex_burn/resources_test.exs`
-//! measures it). They still take every cycle nothing else wants.
+//! `SCHED_BATCH` policy at nice 19 with a 0.1 ms time slice (`sched_setattr`'s custom slice,
+//! Linux >= 6.12; older kernels keep the default slice): the lowest share of a contended core,
+//! no wakeup preemption of a running scheduler, and a core handed back within 0.1 ms to a
+//! scheduler that wakes up, so that a long matmul does not delay every Erlang process on the
+//! node (`test/ex_burn/resources_test.exs` measures it). They still take every cycle nothing
+//! else wants.
 //!
-//! `SCHED_IDLE`, used before, kept a pinging process's extra latency lowest (p99 ~1 ms during an
-//! 8192^2 matmul, against 1-3 ms now) but cost throughput when the node was otherwise quiet:
-//! the CPU MLP training step of `bench/cpu_peers.exs` took 17.5-20.3 ms against 14.4-16.6 ms at
-//! nice 19 or nice 0, alternating in one session on a 2-core AMD EPYC VM (2026-11-27). Normal
-//! priority without these settings delayed the pings by 137 ms.
+//! Measured on a 2-core AMD EPYC VM (Linux 6.18, 2026-11-27), a 5 ms ping's p99 extra latency
+//! during an 8192^2 matmul and the CPU MLP training step of `bench/cpu_peers.exs`, alternating
+//! in one session: `SCHED_IDLE` (used before) p99 ~1 ms but the step 17.5-20.3 ms; nice 19 or
+//! nice 0, `SCHED_OTHER`, step 14.4-16.6 ms; `SCHED_BATCH` at nice 19, p99 1.0-2.7 ms with
+//! maxima up to 21 ms; with the 0.1 ms slice, p99 1.05-1.22 ms, maxima 2.4-4.5 ms, step
+//! 16.8-18.2 ms against 18.1-19.0 ms without it in the same session. Normal priority without
+//! any of this delayed the pings by 137 ms.
 
 /// Builds rayon's global pool with ExBurn's compute threads. Call it before any CPU op (the
 /// NIF does at load); `false` when the global pool already exists (it is then used as is).
@@ -24,8 +28,21 @@ pub fn init() -> bool {
 
 #[cfg(target_os = "linux")]
 fn lower_priority() {
-    // SAFETY: gettid has no arguments; sched_param is plain data (all-zero is valid);
-    // sched_setscheduler and setpriority with a thread id change that thread only.
+    /// Linux's `struct sched_attr` (its first version, 48 bytes).
+    #[repr(C)]
+    struct SchedAttr {
+        size: u32,
+        policy: u32,
+        flags: u64,
+        nice: i32,
+        priority: u32,
+        runtime: u64,
+        deadline: u64,
+        period: u64,
+    }
+    // SAFETY: gettid has no arguments; sched_param and SchedAttr are plain data (all-zero
+    // sched_param is valid) that outlive the calls; sched_setscheduler, setpriority and
+    // sched_setattr with a thread id change that thread only and only read their arguments.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::pid_t;
         // Zeroed, then the priority: musl's sched_param has more fields than glibc's.
@@ -34,6 +51,24 @@ fn lower_priority() {
         // Not permitted (e.g. by a seccomp profile): the thread keeps SCHED_OTHER.
         let _ = libc::sched_setscheduler(tid, libc::SCHED_BATCH, &param);
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+        // The same policy and nice level with a 0.1 ms slice (the kernel's minimum); refused
+        // or ignored by kernels without custom slices, which keep the settings above.
+        let attr = SchedAttr {
+            size: std::mem::size_of::<SchedAttr>() as u32,
+            policy: libc::SCHED_BATCH as u32,
+            flags: 0,
+            nice: 19,
+            priority: 0,
+            runtime: 100_000,
+            deadline: 0,
+            period: 0,
+        };
+        let _ = libc::syscall(
+            libc::SYS_sched_setattr,
+            tid,
+            &attr as *const SchedAttr,
+            0u32,
+        );
     }
 }
 
