@@ -569,3 +569,117 @@ fn products_of_broadcast_and_sliced_views_match_f64() {
         }
     }
 }
+
+/// f32 products of operands in any layout the ops make (strided slices with offsets,
+/// transposes, reversed axes, batch axes), small and large enough for every thread, against
+/// f64 products of the operands' values as read back: the host GEMM reads views through their
+/// strides (`op/host_gemm.rs`), and a stride it mishandled would show here.
+#[test]
+fn products_of_any_layout_match_f64() {
+    let seed = std::cell::Cell::new(0x9e37_79b9_u64);
+    let next = |n: usize| {
+        seed.set(
+            seed.get()
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407),
+        );
+        ((seed.get() >> 33) as usize) % n
+    };
+    // an operand [batch.., rows, cols] as a view: made transposed or not, sliced with strides
+    // and an offset, maybe reversed along one axis
+    let operand =
+        |batch: &[usize], rows: usize, cols: usize, salt: usize| -> ex_burn_core::Tensor {
+            let (sr, sc) = (1 + next(2), 1 + next(2));
+            let (r0, c0) = (next(3), next(3));
+            let (rows_s, cols_s) = (r0 + rows * sr, c0 + cols * sc);
+            let transposed = next(2) == 1;
+            let nb = batch.len();
+            let mut shape = batch.to_vec();
+            shape.extend(if transposed {
+                [cols_s, rows_s]
+            } else {
+                [rows_s, cols_s]
+            });
+            let numel: usize = shape.iter().product();
+            let values: Vec<f64> = (0..numel)
+                .map(|i| (((i + salt) * 7919) % 2003) as f64 / 1001.5 - 1.0)
+                .collect();
+            let mut x = f(&values, &shape);
+            if transposed {
+                let mut axes: Vec<usize> = (0..nb).collect();
+                axes.extend([nb + 1, nb]);
+                x = ev(Op::Transpose { axes: Some(axes) }, &[&x]);
+            }
+            let mut starts = vec![0i64; nb];
+            starts.extend([r0 as i64, c0 as i64]);
+            // Nx's slice lengths are extents in the input: `rows` elements every `sr`
+            let mut lengths = batch.to_vec();
+            lengths.extend([(rows - 1) * sr + 1, (cols - 1) * sc + 1]);
+            let mut strides = vec![1; nb];
+            strides.extend([sr, sc]);
+            x = ev(
+                Op::Slice {
+                    starts,
+                    lengths,
+                    strides: Some(strides),
+                    dynamic: vec![],
+                },
+                &[&x],
+            );
+            match next(3) {
+                0 => ev(
+                    Op::Reverse {
+                        axes: Some(vec![nb + next(2)]),
+                    },
+                    &[&x],
+                ),
+                _ => x,
+            }
+        };
+    let sizes = [
+        (1, 1, 1),
+        (3, 5, 2),
+        (17, 33, 9),
+        (40, 24, 31),
+        (200, 192, 208),
+    ];
+    for case in 0..40 {
+        let (m, k, n) = sizes[if case % 8 == 7 { 4 } else { next(4) }];
+        let batch: Vec<usize> = match next(3) {
+            0 => vec![],
+            1 => vec![1 + next(3)],
+            _ => vec![2, 1 + next(2)],
+        };
+        let nb = batch.len();
+        let a = operand(&batch, m, k, case);
+        let b = operand(&batch, k, n, case + 1000);
+        let op = Op::Dot {
+            contract_a: vec![nb + 1],
+            batch_a: (0..nb).collect(),
+            contract_b: vec![nb],
+            batch_b: (0..nb).collect(),
+            out: None,
+            precision: ex_burn_core::op::Precision::Highest,
+        };
+        let got = v(&ev(op, &[&a, &b]));
+        let (av, bv) = (v(&a), v(&b));
+        let nbatch: usize = batch.iter().product();
+        assert_eq!(got.len(), nbatch * m * n, "case {case}");
+        for bi in 0..nbatch {
+            let want = f64_product(
+                &av[bi * m * k..][..m * k],
+                &bv[bi * k * n..][..k * n],
+                m,
+                k,
+                n,
+            );
+            for (j, w) in want.iter().enumerate() {
+                let g = got[bi * m * n + j];
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "case {case} ({batch:?} x {m}x{k}x{n}) entry {j} of matrix {bi}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
