@@ -348,6 +348,9 @@ fn min_max(a: &Tensor, b: &Tensor, max: bool) -> Result<Tensor> {
 pub(crate) fn compare(c: Compare, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let t = DType::merge(a.dtype(), b.dtype());
     let (a, b) = prepare(a, b, t)?;
+    if let Some(r) = super::host_map::compare_f32(c, &a, &b)? {
+        return Ok(r);
+    }
     Ok(compare_same(c, &a, &b))
 }
 
@@ -419,6 +422,9 @@ pub(super) fn select(pred: &Tensor, t: &Tensor, f: &Tensor, out: Option<DType>) 
     let p = util::broadcast_to(&pred.to_bool(), &shape)?;
     if t.numel() == 0 {
         return Ok(t);
+    }
+    if let Some(r) = super::host_map::select_f32(&p, &t, &f)? {
+        return Ok(r);
     }
     Ok(util::select(&p, &t, &f))
 }

@@ -11,6 +11,7 @@ pub(crate) mod creation;
 mod dot;
 pub(crate) mod exact32;
 pub(crate) mod host_gemm;
+mod host_map;
 mod hostmath;
 mod index;
 mod linalg;

@@ -479,3 +479,89 @@ fn empty_operands() {
         &[],
     );
 }
+
+/// Comparisons and selects large enough for the host's row-by-row path (`op/host_map.rs`), with
+/// operands broadcast along rows and columns, transposed, and holding NaN, infinities and
+/// signed zeros, against the element-wise answer (IEEE comparisons: NaN compares unequal).
+#[test]
+fn large_broadcast_comparisons_and_selects_match_elementwise() {
+    use ex_burn_core::op::Compare;
+    let (rows, cols) = (300, 257);
+    let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0];
+    let value = |i: usize| {
+        if i.is_multiple_of(97) {
+            special[(i / 97) % special.len()]
+        } else {
+            ((i * 7919) % 41) as f64 - 20.0
+        }
+    };
+    let xv: Vec<f64> = (0..rows * cols).map(value).collect();
+    let x = f(&xv, &[rows, cols]);
+    // per-row values kept as [rows, 1], per-column values as [cols]
+    let rv: Vec<f64> = (0..rows).map(|i| value(i * 3 + 1)).collect();
+    let cv: Vec<f64> = (0..cols).map(|j| value(j * 5 + 2)).collect();
+    let r = f(&rv, &[rows, 1]);
+    let c = f(&cv, &[cols]);
+    // x^T stored transposed: a view with a column stride
+    let xt = ev(
+        Op::Transpose {
+            axes: Some(vec![1, 0]),
+        },
+        &[&f(&xv, &[cols, rows])],
+    );
+    let xtv = |i: usize, j: usize| xv[j * rows + i];
+    type Answer = fn(f64, f64) -> bool;
+    let cases: [(Compare, Answer); 6] = [
+        (Compare::Equal, |a, b| a == b),
+        (Compare::NotEqual, |a, b| a != b),
+        (Compare::Less, |a, b| a < b),
+        (Compare::LessEqual, |a, b| a <= b),
+        (Compare::Greater, |a, b| a > b),
+        (Compare::GreaterEqual, |a, b| a >= b),
+    ];
+    for (cmp, want) in cases {
+        for (what, a, b, pair) in [
+            (
+                "x against its rows",
+                &x,
+                &r,
+                &(|i: usize, j: usize| (xv[i * cols + j], rv[i]))
+                    as &dyn Fn(usize, usize) -> (f64, f64),
+            ),
+            ("columns against x", &c, &x, &|i: usize, j: usize| {
+                (cv[j], xv[i * cols + j])
+            }),
+            ("x^T against x", &xt, &x, &|i: usize, j: usize| {
+                (xtv(i, j), xv[i * cols + j])
+            }),
+        ] {
+            let got = ev(Op::Compare(cmp), &[a, b]);
+            assert_eq!(got.shape(), &[rows, cols]);
+            let got = v(&got);
+            for i in 0..rows {
+                for j in 0..cols {
+                    let (p, q) = pair(i, j);
+                    assert_eq!(
+                        got[i * cols + j] != 0.0,
+                        want(p, q),
+                        "{cmp:?} {what} at {i},{j}: {p} {q}"
+                    );
+                }
+            }
+            // a select on that mask: x where true, the row values where false
+            let mask = ev(Op::Compare(cmp), &[a, b]);
+            let sel = v(&ev(Op::Select { out: None }, &[&mask, &x, &r]));
+            for i in 0..rows {
+                for j in 0..cols {
+                    let (p, q) = pair(i, j);
+                    let w = if want(p, q) { xv[i * cols + j] } else { rv[i] };
+                    let g = sel[i * cols + j];
+                    assert!(
+                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                        "select {cmp:?} {what} at {i},{j}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}
