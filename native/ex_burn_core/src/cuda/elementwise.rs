@@ -241,6 +241,28 @@ fn small_power_source(shape: &[usize], strides: &[usize]) -> String {
     )
 }
 
+/// `f` (`"exp"` or `"log"`, a CUDA math library function of a double) of an f32 CUDA tensor,
+/// computed in f64 and rounded once to f32 in one kernel (the fused kernels compute the same,
+/// `program::fuse::gpu`); `None` where it does not apply (see [`submit`]).
+pub fn rounded_from_f64(x: &Tensor, f: &'static str) -> Result<Option<Tensor>> {
+    let Some(xs) = strides(x) else {
+        return Ok(None);
+    };
+    let shape = x.shape();
+    if xs.len() != shape.len() || !matches!(f, "exp" | "log") {
+        return Ok(None);
+    }
+    let source = rounded_source(shape, &xs, f);
+    let n = x.numel();
+    Ok(submit(&source, &[x], &[shape.to_vec()], grid(n), n)?.and_then(|mut o| o.pop()))
+}
+
+/// The kernel of [`rounded_from_f64`] for `x` of `shape` stored with `strides`.
+fn rounded_source(shape: &[usize], strides: &[usize], f: &str) -> String {
+    let index = strided_index(shape, strides, shape);
+    map_source(1, &format!("o0[i] = (float){f}((double)e0[{index}]);"))
+}
+
 /// Test support: compiles `source` with NVRTC as [`kernel`] does; panics with the source if
 /// NVRTC rejects it, and only reports it when there is no NVRTC library on the machine.
 #[cfg(test)]
@@ -459,5 +481,12 @@ mod tests {
     fn small_power_source_compiles() {
         // a transposed [40, 96] view
         super::assert_compiles(&super::small_power_source(&[96, 40], &[1, 96]));
+    }
+
+    #[test]
+    fn rounded_sources_compile() {
+        for f in ["exp", "log"] {
+            super::assert_compiles(&super::rounded_source(&[96, 40], &[1, 96], f));
+        }
     }
 }

@@ -73,7 +73,10 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Round => round(x),
         // f32 on CUDA: in f64, rounded once (CUDA's `expf` and `logf` are an ulp or two off
         // the correctly rounded values that the CPU and Nx.BinaryBackend give)
-        Exp | Log if super::wide::gpu_f32(x) => super::wide::in_f64(&[x], |w| eval(op, &w[0])),
+        Exp | Log if super::wide::gpu_f32(x) => match rounded_kernel(op, x)? {
+            Some(r) => Ok(r),
+            None => super::wide::in_f64(&[x], |w| eval(op, &w[0])),
+        },
         Exp => float(x, B::float_exp),
         Log => float(x, B::float_log),
         // f32 keeps Burn's vectorised kernel (softplus is log1p(exp(x))); f64 on the CPU is
@@ -136,6 +139,20 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         PopulationCount => population_count(x),
         CountLeadingZeros => count_leading_zeros(x),
     }
+}
+
+/// f32 `exp` or `log` of a CUDA tensor in f64, rounded once, as one kernel
+/// (`cuda::elementwise::rounded_from_f64`); `None`: another build or layout (then three
+/// kernels: a cast, Burn's f64 function, a cast).
+#[cfg(feature = "cuda")]
+fn rounded_kernel(op: Unary, x: &Tensor) -> Result<Option<Tensor>> {
+    let f = if op == Unary::Exp { "exp" } else { "log" };
+    crate::cuda::elementwise::rounded_from_f64(x, f)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn rounded_kernel(_: Unary, _: &Tensor) -> Result<Option<Tensor>> {
+    Ok(None)
 }
 
 /// f32 `sin`, `cos` and `tanh` on a CPU with AVX2 run the correctly rounded kernels of
