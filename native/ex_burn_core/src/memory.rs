@@ -80,6 +80,15 @@ pub fn after_work(device: Device) {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(i) = device {
         crate::cuda::memory::give_back(i);
+    }
+    start_queued(device);
+}
+
+/// Starts the work queued for `device` (CUDA: CubeCL's device thread takes tasks in batches,
+/// see `cuda::queue::flush`); nothing elsewhere. Programs call it between their steps.
+pub fn start_queued(device: Device) {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(i) = device {
         crate::cuda::queue::flush(i);
     }
     let _ = device;

@@ -316,7 +316,7 @@ impl Program {
             }
             if i > 0 {
                 // the device starts what the last step queued while this one is issued
-                start_queued(device);
+                crate::memory::start_queued(device);
             }
             if attend {
                 if let Some(a) = &self.attention.by_root[i] {
@@ -626,16 +626,6 @@ fn operands(ins: &Instr, values: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
                 .ok_or_else(|| Error::Execution(format!("value {a} was freed")))
         })
         .collect()
-}
-
-/// Starts the work queued for `device` (CUDA: CubeCL's device thread takes tasks in batches,
-/// see `cuda::queue::flush`); nothing elsewhere.
-fn start_queued(device: Device) {
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(i) = device {
-        crate::cuda::queue::flush(i);
-    }
-    let _ = device;
 }
 
 /// The end of the span starting at `i` in `table` (see `runs`, `row_spans`), where `i` is not

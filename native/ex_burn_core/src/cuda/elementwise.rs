@@ -257,10 +257,17 @@ pub fn rounded_from_f64(x: &Tensor, f: &'static str) -> Result<Option<Tensor>> {
     Ok(submit(&source, &[x], &[shape.to_vec()], grid(n), n)?.and_then(|mut o| o.pop()))
 }
 
+/// The CUDA C expression of f32 `a` through the double function `f`, rounded once to f32
+/// (eager kernels and the fused ones, `program::fuse::gpu`, compute it alike).
+pub(crate) fn rounded_call(f: &str, a: &str) -> String {
+    format!("(float){f}((double){a})")
+}
+
 /// The kernel of [`rounded_from_f64`] for `x` of `shape` stored with `strides`.
 fn rounded_source(shape: &[usize], strides: &[usize], f: &str) -> String {
     let index = strided_index(shape, strides, shape);
-    map_source(1, &format!("o0[i] = (float){f}((double)e0[{index}]);"))
+    let x = format!("e0[{index}]");
+    map_source(1, &format!("o0[i] = {};", rounded_call(f, &x)))
 }
 
 /// Test support: compiles `source` with NVRTC as [`kernel`] does; panics with the source if

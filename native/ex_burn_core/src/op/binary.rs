@@ -227,8 +227,7 @@ pub(crate) fn same(f: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             return super::wide::in_f64(&[a, b], |w| same(f, &w[0], &w[1]))
         }
         (Kind::Float, Arith::Atan2) if a.dtype() == DType::F32 => {
-            let host = crate::Device::Cpu;
-            return same(f, &a.to_device(host)?, &b.to_device(host)?)?.to_device(a.device());
+            return util::on_host(&[a, b], |h| same(f, &h[0], &h[1]))
         }
         (Kind::Float, Arith::Atan2) => B::float_atan2(x, y),
         (Kind::Float, Arith::Remainder) => return remainder(a, b),

@@ -102,15 +102,7 @@ pub(crate) fn dot(
     if on_gpu && !out.is_float() {
         // GPU matmuls take floats only, and integer products through broadcast sums gave
         // wrong batched results on CUDA: integer dots run on the host, exactly.
-        let host = crate::Device::Cpu;
-        let r = dot(
-            &a.to_device(host)?,
-            &b.to_device(host)?,
-            spec,
-            Some(out),
-            precision,
-        )?;
-        return r.to_device(a.device());
+        return util::on_host(&[a, b], |h| dot(&h[0], &h[1], spec, Some(out), precision));
     }
     let perm_a: Vec<usize> = [ba, &fa, ca].concat();
     let perm_b: Vec<usize> = [bb, cb, &fb].concat();
@@ -126,8 +118,7 @@ pub(crate) fn dot(
             super::wide::in_f64(&[&a3, &b3], |w| broadcast_product(&w[0], &w[1]))?
         } else {
             // the wgpu devices compute no f64: on the host (at most 2^16 multiply-adds)
-            let host = crate::Device::Cpu;
-            small_f32(&a3.to_device(host)?, &b3.to_device(host)?)?.to_device(a.device())?
+            util::on_host(&[&a3, &b3], |h| small_f32(&h[0], &h[1]))?
         };
         return r.reshape(shape);
     }

@@ -6,6 +6,7 @@
 //! the GEMM writes it. In the CPU MLP step (`bench/cpu_peers.exs`) those passes and their
 //! page faults were most of the time the compute threads waited.
 
+use super::view::View;
 use crate::{DType, Device, Result, Tensor};
 use rayon::prelude::*;
 
@@ -15,62 +16,6 @@ const PARALLEL_FROM: usize = 192 * 192 * 192;
 /// Batches of smaller matrices are spread over the threads, one matrix each, from this much
 /// work in all (burn-flex's threshold).
 const BATCH_PARALLEL_FROM: usize = 128 * 128 * 128;
-
-/// A strided host view: storage, element offset and strides over the axes of a tensor (zero
-/// where it is broadcast).
-pub(crate) struct View<'a, T> {
-    /// The whole storage the view lies in.
-    pub data: &'a [T],
-    /// The element offset of the view's first element.
-    pub offset: usize,
-    /// Element strides, one per axis.
-    pub strides: Vec<isize>,
-}
-
-impl<'a> View<'a, f32> {
-    /// The view of an f32 host tensor (`None`: another type or device).
-    pub(crate) fn of_f32(t: &'a Tensor) -> Option<Self> {
-        t.host_f32_strided().map(|(data, offset, strides)| View {
-            data,
-            offset,
-            strides: strides.to_vec(),
-        })
-    }
-}
-
-impl<T: Copy> View<'_, T> {
-    /// The element offset of batch matrix `bi` (row-major over the leading axes `batch`).
-    pub(crate) fn base(&self, bi: usize, batch: &[usize]) -> isize {
-        let mut rest = bi;
-        let mut at = self.offset as isize;
-        for (axis, &len) in batch.iter().enumerate().rev() {
-            at += (rest % len) as isize * self.strides[axis];
-            rest /= len;
-        }
-        at
-    }
-
-    /// The element at offset `at`, or `None` outside the storage (a malformed view).
-    pub(crate) fn get(&self, at: isize) -> Option<T> {
-        usize::try_from(at)
-            .ok()
-            .and_then(|i| self.data.get(i).copied())
-    }
-
-    /// Whether every element of the `[rows, cols]` matrix at `base` with strides `(rs, cs)`
-    /// lies inside the storage (its corners do: the offsets are affine in the indices).
-    /// `rows` and `cols` are at least 1.
-    pub(crate) fn holds(
-        &self,
-        base: isize,
-        (rows, cols): (usize, usize),
-        (rs, cs): (isize, isize),
-    ) -> bool {
-        [(0, 0), (rows - 1, 0), (0, cols - 1), (rows - 1, cols - 1)]
-            .iter()
-            .all(|&(r, c)| self.get(base + r as isize * rs + c as isize * cs).is_some())
-    }
-}
 
 /// `dst` (`[m, n]`, unit column stride, row stride `dst_rs`) = `lhs` (`[m, k]`, strides `(row, column)`) times `rhs`
 /// (`[k, n]`, strides `(row, column)`); `dst` is written, never read.
@@ -148,7 +93,8 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
         (bv.strides[rank - 2], bv.strides[rank - 1]),
     );
     let fits = (0..nb).all(|bi| {
-        av.holds(av.base(bi, batch), (m, k), a_rc) && bv.holds(bv.base(bi, batch), (k, n), b_rc)
+        av.spans(av.base(bi, batch), [(m, a_rc.0), (k, a_rc.1)])
+            && bv.spans(bv.base(bi, batch), [(k, b_rc.0), (n, b_rc.1)])
     });
     if !fits {
         return Ok(None);

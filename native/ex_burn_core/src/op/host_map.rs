@@ -5,7 +5,7 @@
 //! `reduce_max` in every softmax's backward pass) took 154 ms on 2 cores, 4 ms without the
 //! broadcast; its `mask_where` on broadcast views is slower than its arithmetic too.
 
-use super::host_gemm::View;
+use super::view::View;
 use super::Compare;
 use crate::dtype::Kind;
 use crate::tensor::{prim_shape, B};
@@ -61,17 +61,10 @@ pub(crate) fn select_f32(pred: &Tensor, t: &Tensor, f: &Tensor) -> Result<Option
     let (Some(tv), Some(fv)) = (f32_view(t, &shape), f32_view(f, &shape)) else {
         return Ok(None);
     };
-    let Some(pv) = pred
-        .host_bool_strided()
-        .map(|(data, offset, strides)| View {
-            data,
-            offset,
-            strides: strides.to_vec(),
-        })
-    else {
+    let Some(pv) = View::of_bool(pred) else {
         return Ok(None);
     };
-    if !fits(&pv, &shape) || (plain(&pv, &shape) && plain(&tv, &shape) && plain(&fv, &shape)) {
+    if !pv.fits(&shape) || (plain(&pv, &shape) && plain(&tv, &shape) && plain(&fv, &shape)) {
         return Ok(None);
     }
     let out = rows(&shape, 0f32, |row, out: &mut [f32]| {
@@ -116,25 +109,7 @@ fn f32_view<'a>(t: &'a Tensor, shape: &[usize]) -> Option<View<'a, f32>> {
     if t.dtype() != DType::F32 || t.device() != Device::Cpu || shape.is_empty() || n < FROM {
         return None;
     }
-    View::of_f32(t).filter(|v| fits(v, shape))
-}
-
-/// Whether every element of `shape` through the view's strides lies inside its storage (the
-/// lowest and highest offsets do: offsets are affine in the indices). `shape` has no zero axis.
-fn fits<T: Copy>(v: &View<T>, shape: &[usize]) -> bool {
-    if v.strides.len() != shape.len() {
-        return false;
-    }
-    let (mut lo, mut hi) = (v.offset as isize, v.offset as isize);
-    for (&len, &s) in shape.iter().zip(&v.strides) {
-        let span = (len as isize - 1) * s;
-        if span < 0 {
-            lo += span;
-        } else {
-            hi += span;
-        }
-    }
-    lo >= 0 && (hi as usize) < v.data.len()
+    View::of_f32(t).filter(|v| v.fits(shape))
 }
 
 /// Whether the view is the plain row-major layout of `shape` (no broadcast, no gaps).

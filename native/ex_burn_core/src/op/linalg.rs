@@ -96,10 +96,9 @@ pub(super) fn triangular_solve(
     let mut x = if super::wide::rounds_from_f64(device) {
         forward_substitution(&a3.cast(work)?, &b3.cast(work)?)?.cast(a.dtype())?
     } else {
-        let host = |t: &Tensor| t.to_device(crate::Device::Cpu)?.cast(work);
-        forward_substitution(&host(&a3)?, &host(&b3)?)?
-            .cast(a.dtype())?
-            .to_device(device)?
+        util::on_host(&[&a3, &b3], |h| {
+            forward_substitution(&h[0].cast(work)?, &h[1].cast(work)?)?.cast(a.dtype())
+        })?
     };
     if !lower {
         x = util::flip(&x, &[1]);

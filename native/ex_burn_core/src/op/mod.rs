@@ -29,6 +29,7 @@ mod wide;
 mod window;
 
 pub(crate) mod util;
+pub(crate) mod view;
 
 use crate::{Device, Error, Result, Tensor};
 

@@ -16,29 +16,7 @@ use burn::tensor::TensorMetadata;
 pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
     use Unary::*;
     match op {
-        // On a GPU, erfc is composed from an approximation good to an f32 (`erfc` below),
-        // and Burn's `erf` is a ~1e-7 polyfill on the wgpu backends (CUDA calls its libm):
-        // in f64 they (and erf_inv, refined through erf) would silently have an f32's
-        // digits. f64 tensors take a round trip to the host instead, where they have all.
-        // The wgpu devices compute no f64, through which erf_inv is computed in every type.
-        Erf | Erfc | ErfInv
-            if x.device() != crate::Device::Cpu
-                && (x.dtype() == DType::F64
-                    || (op == ErfInv && !super::wide::f64_device(x.device()))) =>
-        {
-            eval(op, &x.to_device(crate::Device::Cpu)?)?.to_device(x.device())
-        }
-        // f64 tan, atan, asinh, ... on a GPU: the device's f64 functions are an ulp or two off
-        // the C library's (Nx.BinaryBackend's), so they run on the host too (`hostmath`); so
-        // do f32 tan, asin, ... on the wgpu devices, which compute no f64 to round them from
-        // (their drivers' f32 functions: `asin` 4e-4 off on Mesa's lavapipe)
-        _ if x.device() != crate::Device::Cpu
-            && super::hostmath::function(op).is_some()
-            && (x.dtype() == DType::F64
-                || (library(op).is_some() && !super::wide::f64_device(x.device()))) =>
-        {
-            eval(op, &x.to_device(crate::Device::Cpu)?)?.to_device(x.device())
-        }
+        _ if on_host_only(op, x) => util::on_host(&[x], |h| eval(op, &h[0])),
         // Unsigned negation wraps (0 - x); GPU backends cannot multiply unsigned by -1.
         Neg if x.dtype().is_unsigned_int() => {
             let zero = util::full_like(x, Scalar::I(0))?;
@@ -139,6 +117,24 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         PopulationCount => population_count(x),
         CountLeadingZeros => count_leading_zeros(x),
     }
+}
+
+/// Whether `op` of `x` runs on the host, `x` being on a GPU:
+/// * f64 `erf`, `erfc`, `erf_inv`, `tan`, `atan`, `asinh`, ... (`hostmath`): on a GPU, erfc is
+///   composed from an approximation good to an f32, Burn's `erf` is a ~1e-7 polyfill on the
+///   wgpu backends (CUDA calls its libm), erf_inv is refined through erf, and CUDA's f64
+///   `atan`, `tan`, `asinh` are an ulp or two off the C library's (Nx.BinaryBackend's);
+/// * on the wgpu devices, which compute no f64 to round them from, `erf_inv` (computed through
+///   f64 in every type) and f32 `tan`, `asin`, ... (`library`; their drivers' own: `asin` 4e-4
+///   off on Mesa's lavapipe).
+fn on_host_only(op: Unary, x: &Tensor) -> bool {
+    if x.device() == crate::Device::Cpu {
+        return false;
+    }
+    let f64_in_library = op == Unary::ErfInv || super::hostmath::function(op).is_some();
+    let no_f64 = !super::wide::f64_device(x.device());
+    (x.dtype() == DType::F64 && f64_in_library)
+        || (no_f64 && (op == Unary::ErfInv || library(op).is_some()))
 }
 
 /// f32 `exp` or `log` of a CUDA tensor in f64, rounded once, as one kernel

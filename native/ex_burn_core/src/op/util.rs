@@ -293,6 +293,21 @@ pub(crate) fn extreme(t: DType, max: bool) -> Scalar {
     }
 }
 
+/// `f` of `operands` computed on the host, its result moved back to the first operand's
+/// device: work a device cannot do, or not exactly (the wgpu devices' f64, GPU integer
+/// products, library functions a GPU computes an ulp off).
+pub(crate) fn on_host(
+    operands: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let device = operands.first().map_or(crate::Device::Cpu, |t| t.device());
+    let host = operands
+        .iter()
+        .map(|t| t.to_device(crate::Device::Cpu))
+        .collect::<Result<Vec<_>>>()?;
+    f(&host)?.to_device(device)
+}
+
 /// The value of a one-element tensor (read back from its device; floats exactly, via f64 on
 /// the host: the wgpu devices hold no f64).
 pub(crate) fn read_scalar(t: &Tensor) -> Result<Scalar> {

@@ -319,6 +319,18 @@ pub(super) struct Sizes<'a> {
     pub dv: usize,
 }
 
+impl Sizes<'_> {
+    /// How many `[sq, sk]` matrices the batch axes hold.
+    pub(super) fn matrices(&self) -> usize {
+        self.batch.iter().product()
+    }
+
+    /// `(sq, d, sk, dv)`.
+    pub(super) fn dims(&self) -> (usize, usize, usize, usize) {
+        (self.sq, self.d, self.sk, self.dv)
+    }
+}
+
 impl Operands<'_> {
     /// The operands' sizes when they have `nb` batch axes, agree with each other and no size
     /// is 0 (the kernels' precondition); `None` otherwise.

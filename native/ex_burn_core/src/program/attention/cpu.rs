@@ -2,8 +2,9 @@
 //! scores by the GEMM into a scratch block, the steps and the softmax row by row with the
 //! unfused program's f32 operations, the product with `v` by the GEMM.
 
-use super::{broadcast_strides, Operands, Scale, Sizes};
-use crate::op::host_gemm::{gemm_into, View};
+use super::{broadcast_strides, Operands, Scale};
+use crate::op::host_gemm::gemm_into;
+use crate::op::view::View;
 use crate::{DType, Device, Result, Tensor};
 use rayon::prelude::*;
 
@@ -15,17 +16,10 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     if ![q, k, v].iter().all(|t| f32_host(t)) {
         return Ok(None);
     }
-    let Some(Sizes {
-        batch,
-        sq,
-        d,
-        sk,
-        dv,
-    }) = ops.sizes(nb)
-    else {
+    let Some(sizes) = ops.sizes(nb) else {
         return Ok(None);
     };
-    let nbatch: usize = batch.iter().product();
+    let (batch, nbatch, (sq, d, sk, dv)) = (sizes.batch, sizes.matrices(), sizes.dims());
     let (Some(qv), Some(kv), Some(vv)) = (View::of_f32(q), View::of_f32(k), View::of_f32(v)) else {
         return Ok(None);
     };
@@ -112,14 +106,13 @@ fn matrix(
     let (qb, kb, vb) = (q.base(bi, batch), k.base(bi, batch), v.base(bi, batch));
     // every element the GEMMs read lies inside its storage
     let inside = |t: &View<f32>, base: isize, rows: usize, cols: usize| {
-        t.holds(base, (rows, cols), (t.strides[nb], t.strides[nb + 1]))
+        t.spans(base, [(rows, t.strides[nb]), (cols, t.strides[nb + 1])])
     };
     if !inside(q, qb, sq, d) || !inside(k, kb, sk, d) || !inside(v, vb, sk, dv) {
         return false;
     }
-    // SAFETY (both products): the views' corners lie inside their storage (checked above;
-    // affine strides keep every element between them), `s` holds sq x sk and `o` sq x dv
-    // elements.
+    // SAFETY (both products): every element of the three views lies inside its storage
+    // (`View::spans` above), `s` holds sq x sk and `o` sq x dv elements.
     unsafe {
         gemm_into(
             (sq, sk, d),

@@ -14,7 +14,7 @@
 //! `cuda::gemm::threshold`: full f32, or exact), head sizes above 128, GPUs before compute
 //! capability 8.0.
 
-use super::{broadcast_strides, Operands, Scale, Sizes};
+use super::{broadcast_strides, Operands, Scale};
 use crate::cuda::elementwise;
 use crate::{Result, Tensor};
 use std::fmt::Write;
@@ -51,17 +51,10 @@ struct Layout {
 /// tensor of the expected shapes and the kernel takes them; `Ok(None)` otherwise.
 pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     let (q, k, v) = (ops.q, ops.k, ops.v);
-    let Some(Sizes {
-        batch,
-        sq,
-        d,
-        sk,
-        dv,
-    }) = ops.sizes(nb)
-    else {
+    let Some(sizes) = ops.sizes(nb) else {
         return Ok(None);
     };
-    let nbatch: usize = batch.iter().product();
+    let (batch, nbatch, (sq, d, sk, dv)) = (sizes.batch, sizes.matrices(), sizes.dims());
     let work = nbatch
         .checked_mul(sq)
         .and_then(|w| w.checked_mul(sk))
