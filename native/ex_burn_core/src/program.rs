@@ -11,9 +11,11 @@
 mod attention;
 mod fold;
 mod fuse;
+mod hoist;
 mod literal;
 pub(crate) mod profile;
 mod reduce_fn;
+mod remat;
 mod step;
 
 pub use attention::attention_steps;
@@ -56,6 +58,10 @@ impl PartialEq for Constants {
         Arc::ptr_eq(&self.0, &other.0) || (self.0.is_empty() && other.0.is_empty())
     }
 }
+
+/// Programs of at most this many instructions (eager ops, small functions) get no variant
+/// scheduled for memory: nothing in them is read late.
+const SCHEDULED_FROM: usize = 16;
 
 /// A program as decoded, before validation.
 #[derive(Deserialize)]
@@ -119,6 +125,11 @@ pub struct Program {
     /// The literals and other input-free values made so far, by device, kept across runs.
     #[serde(skip)]
     made: literal::Made,
+    /// The program scheduled for memory: contractions that feed only outputs hoisted (see
+    /// `hoist`) and element-wise values recomputed where they are read late (see `remat`);
+    /// run instead of this one on devices that fuse the recomputation.
+    #[serde(skip)]
+    scheduled: Option<Box<Program>>,
 }
 
 impl Program {
@@ -148,6 +159,31 @@ impl Program {
         instrs: Vec<Instr>,
         outputs: Vec<usize>,
     ) -> Result<Program> {
+        let mut p = Program::validated(inputs, consts, instrs, outputs)?;
+        if p.instrs.len() <= SCHEDULED_FROM {
+            return Ok(p);
+        }
+        let first = inputs + consts;
+        let hoisted = hoist::rewrite(&p.instrs, first, &p.outputs);
+        let (instrs, outputs) = match &hoisted {
+            Some((i, o)) => (i.as_slice(), o.as_slice()),
+            None => (p.instrs.as_slice(), p.outputs.as_slice()),
+        };
+        if let Some((instrs, outputs)) = remat::rewrite(instrs, first, outputs).or(hoisted) {
+            p.scheduled = Some(Box::new(Program::validated(
+                inputs, consts, instrs, outputs,
+            )?));
+        }
+        Ok(p)
+    }
+
+    /// A validated program of these parts, without a variant scheduled for memory.
+    fn validated(
+        inputs: usize,
+        consts: usize,
+        instrs: Vec<Instr>,
+        outputs: Vec<usize>,
+    ) -> Result<Program> {
         let mut p = Program {
             inputs,
             consts,
@@ -162,6 +198,7 @@ impl Program {
             literals: vec![],
             input_free: vec![],
             made: literal::Made::default(),
+            scheduled: None,
         };
         p.validate()?;
         Ok(p)
@@ -180,6 +217,11 @@ impl Program {
         // values kept from other constants (a clone's) do not hold for these
         self.made = literal::Made::default();
         self.validate()?;
+        if let Some(r) = self.scheduled.as_mut() {
+            r.constants = self.constants.clone();
+            r.made = literal::Made::default();
+            r.validate()?;
+        }
         Ok(self)
     }
 
@@ -256,6 +298,16 @@ impl Program {
         Ok(())
     }
 
+    /// The variant of this program scheduled for memory, if it differs: contractions that
+    /// only feed the outputs (weight gradients) moved to just after their operands exist
+    /// (`program/hoist.rs`), and element-wise values read long after they are made recomputed
+    /// there instead of being kept (`program/remat.rs`). [`Program::run`] runs it in place of
+    /// this one on NVIDIA GPUs, where the recomputations join the fused kernels that read
+    /// them; it computes the same operations on the same operands.
+    pub fn scheduled(&self) -> Option<&Program> {
+        self.scheduled.as_deref()
+    }
+
     /// Runs the program like [`Program::run`] and also returns what its `hook` instructions
     /// saw, in execution order: once per loop iteration for a hook in a `while` body, only
     /// when taken for a hook in a `cond` branch. The values are those tensors themselves (no
@@ -285,6 +337,9 @@ impl Program {
                 "program needs {} constants; build it with its constants",
                 self.consts
             )));
+        }
+        if let Some(r) = self.scheduled.as_deref().filter(|_| remat::on(device)) {
+            return r.run(inputs, device);
         }
         profile::on_device(device);
         let whole = profile::start();
@@ -459,13 +514,17 @@ impl Program {
     ) -> Result<std::result::Result<usize, usize>> {
         let first = values.len();
         let live = |len: usize| self.live_after(first, len, start + len);
+        // values of this run last read by the region's instructions
+        let own = self.inputs + self.consts;
+        let dies =
+            |a: usize, len: usize| a >= own && (start..start + len).contains(&self.last_use[a]);
         let literal = |k: usize| self.literal_of(start + k, device);
         let run = fuse::Run {
             instrs: &self.instrs[start..span],
             first,
             literals: &self.literals,
         };
-        Ok(match fuse::rows(&run, values, &live, &literal)? {
+        Ok(match fuse::rows(&run, values, &live, &dies, &literal)? {
             Ok(outs) => {
                 let end = start + outs.len();
                 values.extend(outs);

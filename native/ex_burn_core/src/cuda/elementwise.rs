@@ -63,6 +63,14 @@ static KERNELS: OnceLock<Mutex<Kernels>> = OnceLock::new();
 thread_local! {
     /// Kernels this thread queued (see [`launches`]).
     static LAUNCHES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Results this thread's kernels wrote over an operand's buffer (see [`reused_buffers`]).
+    static REUSED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many results of kernels queued by this thread were written over an operand's buffer
+/// instead of a new one (see [`reusable`]): lets tests tell that path apart.
+pub fn reused_buffers() -> u64 {
+    REUSED.with(|c| c.get())
 }
 
 /// How many fused kernels this thread queued: lets tests tell a fused run from one that fell
@@ -182,13 +190,20 @@ pub fn strided_index(shape: &[usize], strides: &[usize], full: &[usize]) -> Stri
 /// The opening of a kernel (qualifiers `before` its name): `inputs` f32 operands `e0..`,
 /// `outputs` f32 results `o0..` and the count `n`.
 pub(crate) fn header(before: &str, inputs: usize, outputs: usize) -> String {
+    header_with(before, inputs, outputs, true)
+}
+
+/// [`header`], with the pointers declared `__restrict__` or not (`restrict` false: a result
+/// may be written over an operand, see [`reusable`]).
+pub(crate) fn header_with(before: &str, inputs: usize, outputs: usize, restrict: bool) -> String {
     use std::fmt::Write;
+    let r = if restrict { " __restrict__" } else { "" };
     let mut s = format!("extern \"C\" __global__ void {before}{ENTRY}(");
     for j in 0..inputs {
-        let _ = write!(s, "const float* __restrict__ e{j}, ");
+        let _ = write!(s, "const float*{r} e{j}, ");
     }
     for q in 0..outputs {
-        let _ = write!(s, "float* __restrict__ o{q}, ");
+        let _ = write!(s, "float*{r} o{q}, ");
     }
     s.push_str("unsigned long long n) {\n");
     s
@@ -365,21 +380,46 @@ pub(crate) fn grid(n: usize) -> (u32, u32) {
 /// `program::fuse::rows`) with blocks of `block` threads computing `per_block` rows at a time
 /// (a grid-stride loop over rows beyond the grid): f32 results of `shapes`, contiguous;
 /// `None` as for [`launch`].
+///
+/// `reuse[o]`, where given, is the input whose buffer result `o` is written over (one that
+/// [`reusable`] accepted; the kernel must read each element of it before writing that element,
+/// and be compiled without `__restrict__`).
 pub fn launch_rows(
     source: &str,
     inputs: &[&Tensor],
     shapes: &[Vec<usize>],
     rows: usize,
     (block, per_block): (usize, usize),
+    reuse: &[Option<usize>],
 ) -> Result<Option<Vec<Tensor>>> {
     let blocks = rows.div_ceil(per_block.max(1)).min(MAX_BLOCKS) as u32;
-    counted(submit(
+    if !inputs.iter().all(|t| f32_cube(t.as_prim()).is_some()) {
+        return Ok(None);
+    }
+    counted(submit_for(
+        ELEMENTWISE,
         source,
         inputs,
         shapes,
         (blocks, block as u32),
         rows,
+        reuse,
     )?)
+}
+
+/// Whether a kernel may write a result of `count` f32 elements over `t`'s buffer: a CUDA f32
+/// tensor that is contiguous, fills its whole buffer (no view into a larger one) and whose
+/// buffer no other tensor holds (the caller's handle is the only one: the program's value,
+/// read for the last time, not a tensor Elixir or another value still holds).
+pub(crate) fn reusable(t: &Tensor, count: usize) -> bool {
+    f32_cube(t.as_prim()).is_some_and(|c| {
+        c.can_mut()
+            && c.is_contiguous()
+            && c.is_contiguous_buffer()
+            && c.handle.offset_start.unwrap_or(0) == 0
+            && c.handle.offset_end.unwrap_or(0) == 0
+            && t.numel() == count
+    })
 }
 
 /// Queues `source` on `(blocks, threads)` with parameter `n`: outputs of `shapes` (`None`:
@@ -394,7 +434,7 @@ pub(crate) fn submit(
     if !inputs.iter().all(|t| f32_cube(t.as_prim()).is_some()) {
         return Ok(None);
     }
-    submit_for(ELEMENTWISE, source, inputs, shapes, grid, n)
+    submit_for(ELEMENTWISE, source, inputs, shapes, grid, n, &[])
 }
 
 /// [`submit`] for a kernel compiled and entered as `build` says, whose inputs may also be
@@ -406,6 +446,7 @@ pub(crate) fn submit_for(
     shapes: &[Vec<usize>],
     (blocks, threads): (u32, u32),
     n: usize,
+    reuse: &[Option<usize>],
 ) -> Result<Option<Vec<Tensor>>> {
     let outputs = shapes.len();
     if n == 0 || outputs == 0 || !available() {
@@ -426,7 +467,20 @@ pub(crate) fn submit_for(
     };
     let client = first.client.clone();
     let counts: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
-    let handles: Vec<_> = counts.iter().map(|&c| client.empty(c * 4)).collect();
+    // results written over an operand's buffer (see `reusable`), else new buffers
+    let handles: Vec<_> = counts
+        .iter()
+        .enumerate()
+        .map(
+            |(o, &c)| match reuse.get(o).copied().flatten().and_then(|j| cubes.get(j)) {
+                Some(donor) => {
+                    REUSED.with(|r| r.set(r.get() + 1));
+                    donor.handle.clone()
+                }
+                None => client.empty(c * 4),
+            },
+        )
+        .collect();
     let mut bindings: Vec<_> = handles.iter().map(|h| h.clone().binding()).collect();
     bindings.extend(cubes.iter().map(|c| c.handle.clone().binding()));
     let outs: Vec<Output> = counts

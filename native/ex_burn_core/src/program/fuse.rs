@@ -109,25 +109,38 @@ pub(super) fn rows_on(device: Device) -> bool {
 /// Runs the longest row region at the start of `run` (instructions that may form one) as one
 /// kernel: `Ok(results)` for its instructions (`None` where `live_out(len)` says a result is
 /// not read after them), or `Err(n)`: no region starts at the next `n` instructions.
+///
+/// Operands the region reads for the last time (`dies(value, len)`: no instruction after its
+/// `len` instructions, nor the outputs, reads them) are taken from `values`, so that a result
+/// may be written over one of their buffers when nothing else holds it (one buffer less
+/// while the region runs: in a GPT-2 layer's backward pass, the softmax gradient over the
+/// probabilities' gradient, 96 MiB at 8 x 512 tokens); put back where no kernel ran.
 pub(super) fn rows(
     run: &Run,
-    values: &[Option<Tensor>],
+    values: &mut [Option<Tensor>],
     live_out: &dyn Fn(usize) -> Vec<bool>,
+    dies: &dyn Fn(usize, usize) -> bool,
     literal: &dyn Fn(usize) -> Result<Tensor>,
 ) -> Result<std::result::Result<Vec<Option<Tensor>>, usize>> {
     #[cfg(feature = "cuda")]
     {
         match rows::plan(run, values)? {
             rows::Attempt::Skip(n) => Ok(Err(n)),
-            rows::Attempt::Region(plan, len) => match plan.execute(&live_out(len), literal)? {
-                Some(out) => Ok(Ok(out)),
-                None => Ok(Err(1)),
-            },
+            rows::Attempt::Region(mut plan, len) => {
+                plan.take_last_reads(values, &|a| dies(a, len));
+                match plan.execute(&live_out(len), literal) {
+                    Ok(Some(out)) => Ok(Ok(out)),
+                    other => {
+                        plan.give_back(values);
+                        other.map(|_| Err(1))
+                    }
+                }
+            }
         }
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (run, values, live_out, literal);
+        let _ = (run, values, live_out, dies, literal);
         Ok(Err(usize::MAX))
     }
 }

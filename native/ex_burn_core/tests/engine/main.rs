@@ -21,6 +21,7 @@ mod program;
 mod reduce;
 mod rows;
 mod scatter;
+mod scheduled;
 mod shape;
 mod sort;
 mod tensor;

@@ -293,3 +293,71 @@ fn regions_stop_where_they_cannot_hold_an_instruction() {
     .unwrap();
     agrees(&wide, std::slice::from_ref(&x), 1.0e-12, 0, "f64 sum");
 }
+
+/// Results written over an operand's buffer on CUDA, where nothing else holds it.
+fn reused() -> u64 {
+    #[cfg(feature = "cuda")]
+    return ex_burn_core::cuda::elementwise::reused_buffers();
+    #[cfg(not(feature = "cuda"))]
+    0
+}
+
+/// A softmax over a product made inside the program, which the region reads for the last
+/// time: on CUDA the probabilities are written over the product's buffer (one buffer less),
+/// with the values of op-by-op evaluation; when the product is also returned, or is an
+/// input the caller holds, it is left alone (and still equal).
+#[test]
+fn regions_write_over_operands_they_read_last() {
+    let (rows, k, cols) = (24, 16, 256);
+    let a = f(&data(rows * k, k, 3, false), &[rows, k]);
+    let b = f(&data(k * cols, cols, 4, false), &[k, cols]);
+    let softmax = |outputs: Vec<usize>| {
+        Program::new(
+            2,
+            vec![
+                ins(matmul_op(ex_burn_core::op::Precision::Highest), &[0, 1]), // 2
+                ins(fold(ReduceKind::Max, &[1], true, None), &[2]),            // 3
+                ins(bin(Arith::Subtract), &[2, 3]),                            // 4
+                ins(Op::Unary(Unary::Exp), &[4]),                              // 5
+                ins(fold(ReduceKind::Sum, &[1], true, None), &[5]),            // 6
+                ins(bin(Arith::Divide), &[5, 6]),                              // 7
+            ],
+            outputs,
+        )
+        .unwrap()
+    };
+    for (outputs, over) in [(vec![7], 1), (vec![7, 2], 0)] {
+        let prog = softmax(outputs.clone());
+        let before = reused();
+        agrees(
+            &prog,
+            &[a.clone(), b.clone()],
+            1e-5,
+            1,
+            "softmax of a product",
+        );
+        let want = if fuses_rows() { over } else { 0 };
+        assert_eq!(
+            reused() - before,
+            want,
+            "outputs {outputs:?}: results written over"
+        );
+    }
+    // the caller's own tensor as the region's operand: never written over
+    let x = f(&data(rows * cols, cols, 5, false), &[rows, cols]);
+    let keep = v(&x);
+    let prog = Program::new(
+        1,
+        vec![
+            ins(fold(ReduceKind::Max, &[1], true, None), &[0]), // 1
+            ins(bin(Arith::Subtract), &[0, 1]),                 // 2
+            ins(Op::Unary(Unary::Exp), &[2]),                   // 3
+        ],
+        vec![3],
+    )
+    .unwrap();
+    let before = reused();
+    agrees(&prog, std::slice::from_ref(&x), 1e-6, 1, "exp(x - max)");
+    assert_eq!(reused() - before, 0, "an input is not written over");
+    assert_eq!(v(&x), keep, "the input is unchanged");
+}

@@ -152,6 +152,7 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
         &[out],
         (blocks as u32, THREADS as u32),
         blocks,
+        &[],
     )?
     .and_then(|mut o| o.pop()))
 }

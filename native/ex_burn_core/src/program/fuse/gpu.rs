@@ -9,7 +9,7 @@
 
 use super::map32::{Layout, Map, Plan, Src, Stage};
 use super::rows;
-use crate::cuda::elementwise::{grid_loop, header};
+use crate::cuda::elementwise::{grid_loop, header, header_with};
 use crate::op::exact32::Fun;
 use crate::op::Compare;
 use crate::{Result, Tensor};
@@ -154,16 +154,18 @@ pub(super) fn row_source(
     plan: &rows::Plan,
     written: &[usize],
     strides: &[Vec<usize>],
+    restrict: bool,
 ) -> Option<String> {
     let g = plan.threads();
     let (threads, lanes, per) = (g.threads, g.lanes, g.per);
     let warp = lanes == 32;
     let (cols, full) = (plan.cols, &plan.full);
     let mut s = String::from(BLOCK_FOLDS);
-    s.push_str(&header(
+    s.push_str(&header_with(
         &format!("__launch_bounds__({threads}) "),
         plan.ext.len(),
         written.len(),
+        restrict,
     ));
     if warp {
         // a warp per row: every fold is a warp's shuffles, no block synchronisation

@@ -94,6 +94,11 @@ pub(super) struct External {
     pub(super) tensor: Tensor,
     /// Per element, or once per row.
     pub(super) level: Level,
+    /// The program's value it is (`tensor` itself unless it is a mask cast to f32).
+    value: Option<usize>,
+    /// Whether the program handed its own tensor over (read for the last time here): a
+    /// result may be written over its buffer.
+    donated: bool,
 }
 
 /// A region compiled for one kernel.
@@ -367,7 +372,13 @@ impl Plan {
                     ext_ids.push(a);
                     // masks are read as 1.0/0.0
                     let tensor = ty.operand(t, t.device())?;
-                    self.ext.push(External { tensor, level });
+                    let value = (ty == Ty::F32).then_some(a);
+                    self.ext.push(External {
+                        tensor,
+                        level,
+                        value,
+                        donated: false,
+                    });
                     self.ext.len() - 1
                 }
             };
@@ -477,9 +488,61 @@ impl Plan {
         }
     }
 
+    /// Takes over from `values` the full-size operands that `dies` says the region reads
+    /// for the last time (the program's own tensors, so that when nothing else holds their
+    /// buffers a result can be written over one; see [`Plan::give_back`]).
+    pub(super) fn take_last_reads(
+        &mut self,
+        values: &mut [Option<Tensor>],
+        dies: &dyn Fn(usize) -> bool,
+    ) {
+        for e in self.ext.iter_mut() {
+            let Some(a) = e.value.filter(|&a| e.level == Level::Full && dies(a)) else {
+                continue;
+            };
+            if let Some(t) = values.get_mut(a).and_then(|v| v.take()) {
+                e.tensor = t;
+                e.donated = true;
+            }
+        }
+    }
+
+    /// Returns the operands [`Plan::take_last_reads`] took (when the region did not run).
+    pub(super) fn give_back(&self, values: &mut [Option<Tensor>]) {
+        for e in self.ext.iter().filter(|e| e.donated) {
+            if let Some(slot) = e.value.and_then(|a| values.get_mut(a)) {
+                *slot = Some(e.tensor.clone());
+            }
+        }
+    }
+
+    /// For each written result (in order), the operand whose buffer it may be written over:
+    /// a donated full-size operand of as many elements that no other tensor holds.
+    fn reuse(&self, written: &[usize]) -> Vec<Option<usize>> {
+        let mut used = vec![false; self.ext.len()];
+        written
+            .iter()
+            .map(|&k| {
+                let count: usize = self.shapes[k].iter().product();
+                if self.levels[k] != Level::Full || count != self.rows * self.cols {
+                    return None;
+                }
+                let j = (0..self.ext.len()).find(|&j| {
+                    !used[j]
+                        && self.ext[j].donated
+                        && crate::cuda::elementwise::reusable(&self.ext[j].tensor, count)
+                })?;
+                used[j] = true;
+                Some(j)
+            })
+            .collect()
+    }
+
     /// Runs the region (its results read after it: `live_out`; `literal(k)`: the kept tensor
     /// of constant step `k`) as one kernel; the live results in instruction order, or `None`
     /// where the kernel does not apply (a mask, count or scalar read after the region).
+    /// Results may be written over donated operands (see [`Plan::take_last_reads`]): each
+    /// thread reads all of its elements of every operand before it writes any.
     pub(super) fn execute(
         &self,
         live_out: &[bool],
@@ -498,7 +561,9 @@ impl Plan {
         let Some(strides) = super::gpu::operand_strides(self.ext.iter().map(|e| &e.tensor)) else {
             return Ok(None);
         };
-        let Some(code) = super::gpu::row_source(self, &written, &strides) else {
+        let reuse = self.reuse(&written);
+        let restrict = reuse.iter().all(Option::is_none);
+        let Some(code) = super::gpu::row_source(self, &written, &strides, restrict) else {
             return Ok(None);
         };
         let inputs: Vec<&Tensor> = self.ext.iter().map(|e| &e.tensor).collect();
@@ -510,6 +575,7 @@ impl Plan {
             &shapes,
             self.rows,
             (g.threads, g.rows_per_block()),
+            &reuse,
         )?
         else {
             return Ok(None);
@@ -610,7 +676,12 @@ mod tests {
                 s => (0..s.len()).map(|a| s[a + 1..].iter().product()).collect(),
             })
             .collect();
-        let source = crate::program::fuse::gpu::row_source(&plan, &[8, 4, 7], &strides).unwrap();
-        crate::cuda::elementwise::assert_compiles(&source);
+        for restrict in [true, false] {
+            let source =
+                crate::program::fuse::gpu::row_source(&plan, &[8, 4, 7], &strides, restrict)
+                    .unwrap();
+            assert_eq!(source.contains("__restrict__"), restrict);
+            crate::cuda::elementwise::assert_compiles(&source);
+        }
     }
 }
