@@ -25,16 +25,21 @@ fn rows(kind: ReduceKind) -> Op {
     }
 }
 
-/// `[b, n, n] x [n, n]` over the last axis.
-fn product() -> Op {
+/// A product contracting axis `a` of the first operand with axis `b` of the second.
+fn contraction(a: usize, b: usize) -> Op {
     Op::Dot {
-        contract_a: vec![2],
+        contract_a: vec![a],
         batch_a: vec![],
-        contract_b: vec![0],
+        contract_b: vec![b],
         batch_b: vec![],
         out: None,
         precision: ex_burn_core::op::Precision::Default,
     }
+}
+
+/// `[b, n, n] x [n, n]` over the last axis.
+fn product() -> Op {
+    contraction(2, 0)
 }
 
 /// Softmax of scores `x` (input 0), a product with `w` (input 2) and ten element-wise steps on
@@ -150,26 +155,12 @@ fn values_are_not_recomputed_from_values_that_would_be_dead() {
 
 /// `[a, b] x [c, b]` over the last axes (a product with the second operand transposed).
 fn by_transposed() -> Op {
-    Op::Dot {
-        contract_a: vec![1],
-        batch_a: vec![],
-        contract_b: vec![1],
-        batch_b: vec![],
-        out: None,
-        precision: ex_burn_core::op::Precision::Default,
-    }
+    contraction(1, 1)
 }
 
 /// `[a, b] x [a, c]` over the first axes (a weight gradient).
 fn over_rows() -> Op {
-    Op::Dot {
-        contract_a: vec![0],
-        batch_a: vec![],
-        contract_b: vec![0],
-        batch_b: vec![],
-        out: None,
-        precision: ex_burn_core::op::Precision::Default,
-    }
+    contraction(0, 0)
 }
 
 #[test]
