@@ -291,6 +291,12 @@ impl Tensor {
         }
         let dev = device.to_dispatch()?;
         device.check_dtype(self.dtype())?;
+        if self.kind == Kind::Bool {
+            // Burn's transfer hands another backend the source's boolean storage, which the
+            // GPU backends cannot read (a CPU comparison moved to CUDA panicked in
+            // `bool_from_data`): as u8, then compared with zero where it arrived
+            return Ok(self.cast(DType::U8)?.to_device(device)?.to_bool());
+        }
         let prim = self.prim.clone();
         let prim = match self.kind {
             Kind::Float => B::float_to_device(prim, &dev),

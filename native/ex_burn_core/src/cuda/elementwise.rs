@@ -256,7 +256,7 @@ fn small_power_source(shape: &[usize], strides: &[usize]) -> String {
     )
 }
 
-/// `f` (`"exp"` or `"log"`, a CUDA math library function of a double) of an f32 CUDA tensor,
+/// `f` (`"exp"`, `"log"` or `"cbrt"`, a CUDA math library function of a double) of an f32 CUDA tensor,
 /// computed in f64 and rounded once to f32 in one kernel (the fused kernels compute the same,
 /// `program::fuse::gpu`); `None` where it does not apply (see [`submit`]).
 pub fn rounded_from_f64(x: &Tensor, f: &'static str) -> Result<Option<Tensor>> {
@@ -264,7 +264,7 @@ pub fn rounded_from_f64(x: &Tensor, f: &'static str) -> Result<Option<Tensor>> {
         return Ok(None);
     };
     let shape = x.shape();
-    if xs.len() != shape.len() || !matches!(f, "exp" | "log") {
+    if xs.len() != shape.len() || !matches!(f, "exp" | "log" | "cbrt") {
         return Ok(None);
     }
     let source = rounded_source(shape, &xs, f);
@@ -546,7 +546,7 @@ mod tests {
 
     #[test]
     fn rounded_sources_compile() {
-        for f in ["exp", "log"] {
+        for f in ["exp", "log", "cbrt"] {
             super::assert_compiles(&super::rounded_source(&[96, 40], &[1, 96], f));
         }
     }

@@ -50,8 +50,9 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Ceil => float(x, B::float_ceil),
         Round => round(x),
         // f32 on CUDA: in f64, rounded once (CUDA's `expf` and `logf` are an ulp or two off
-        // the correctly rounded values that the CPU and Nx.BinaryBackend give)
-        Exp | Log if super::wide::gpu_f32(x) => match rounded_kernel(op, x)? {
+        // the correctly rounded values that the CPU and Nx.BinaryBackend give; Burn has no
+        // cube root, and `|x|^(1/3)` in f32 misses exact cubes: `svd` gave 1.0 for 0.99999994)
+        Exp | Log | Cbrt if super::wide::gpu_f32(x) => match rounded_kernel(op, x)? {
             Some(r) => Ok(r),
             None => super::wide::in_f64(&[x], |w| eval(op, &w[0])),
         },
@@ -137,12 +138,16 @@ fn on_host_only(op: Unary, x: &Tensor) -> bool {
         || (no_f64 && (op == Unary::ErfInv || library(op).is_some()))
 }
 
-/// f32 `exp` or `log` of a CUDA tensor in f64, rounded once, as one kernel
+/// f32 `exp`, `log` or `cbrt` of a CUDA tensor in f64, rounded once, as one kernel
 /// (`cuda::elementwise::rounded_from_f64`); `None`: another build or layout (then three
-/// kernels: a cast, Burn's f64 function, a cast).
+/// kernels: a cast, the f64 function, a cast).
 #[cfg(feature = "cuda")]
 fn rounded_kernel(op: Unary, x: &Tensor) -> Result<Option<Tensor>> {
-    let f = if op == Unary::Exp { "exp" } else { "log" };
+    let f = match op {
+        Unary::Exp => "exp",
+        Unary::Log => "log",
+        _ => "cbrt",
+    };
     crate::cuda::elementwise::rounded_from_f64(x, f)
 }
 

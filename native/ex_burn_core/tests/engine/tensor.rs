@@ -1,5 +1,5 @@
 use crate::common::*;
-use ex_burn_core::{DType, Device, Error, Tensor};
+use ex_burn_core::{DType, Device, Error, Op, Tensor};
 
 #[test]
 fn every_dtype_round_trips_byte_exactly() {
@@ -131,6 +131,34 @@ fn transfer_keeps_values() {
     if dev() != Device::Cpu {
         assert_eq!(v(&x.to_device(dev()).unwrap()), vec![1., 2., 3.]);
     }
+}
+
+#[test]
+fn booleans_move_between_devices() {
+    // comparison results (booleans) made on either side and moved to the other
+    let host = f(&[1., 2., 3., f64::NAN], &[4])
+        .to_device(Device::Cpu)
+        .unwrap();
+    let two = f(&[2.], &[]).to_device(Device::Cpu).unwrap();
+    let made_on_host = ev(Op::Compare(Compare::GreaterEqual), &[&host, &two]);
+    assert_eq!(made_on_host.device(), Device::Cpu);
+    let moved = made_on_host.to_device(dev()).unwrap();
+    assert_eq!(moved.device(), dev());
+    assert_eq!(v(&moved), vec![0., 1., 1., 0.]);
+    let there = host.to_device(dev()).unwrap();
+    let two_there = two.to_device(dev()).unwrap();
+    let made_there = ev(Op::Compare(Compare::Less), &[&there, &two_there]);
+    let back = made_there.to_device(Device::Cpu).unwrap();
+    assert_eq!(back.device(), Device::Cpu);
+    assert_eq!(v(&back), vec![1., 0., 0., 0.]);
+    // a boolean moved in is usable there: as a select's mask
+    let picked = ev(
+        Op::Select {
+            out: Some(DType::F32),
+        },
+        &[&moved, &there, &f(&[0.], &[]).to_device(dev()).unwrap()],
+    );
+    assert_eq!(v(&picked)[..3], [0., 2., 3.]);
 }
 
 #[test]

@@ -116,6 +116,29 @@ fn f32_grid(lo: f64, hi: f64, n: usize) -> Vec<f64> {
 /// f32 `exp` (3 + 2|x| ulp) and `log` (3 ulp, or 2^-21 absolute within [0.5, 2]): Mesa's
 /// lavapipe gave exp(-87) 20 ulp off, which ExBurn leaves to the driver (softmax's hot path).
 #[test]
+fn f32_cube_roots_are_correctly_rounded() {
+    // exact cubes (whose roots a power of 1/3 in f32 misses), tiny, huge and negative values
+    let mut xs: Vec<f64> = (-20..=20).map(|i| f64::from(i).powi(3)).collect();
+    xs.extend([
+        0.125, -0.001, 1e-30, -3e-38, 3e38, 2.0, 3.0, 10.0, 0.9999999,
+    ]);
+    xs.extend(f32_grid(-1000.0, 1000.0, 2001));
+    let xs: Vec<f64> = xs.into_iter().map(|x| x as f32 as f64).collect();
+    let got = v(&ev(Op::Unary(Unary::Cbrt), &[&f(&xs, &[xs.len()])]));
+    let exact = f64_on_device();
+    for (x, g) in xs.iter().zip(got) {
+        let want = x.cbrt() as f32 as f64;
+        // the wgpu devices compute no f64: within two f32 ulps there
+        let allowed = if exact {
+            0.0
+        } else {
+            2.0 * (want.abs() as f32).max(f32::MIN_POSITIVE) as f64 * f32::EPSILON as f64
+        };
+        assert!((g - want).abs() <= allowed, "cbrt({x}): {g}, want {want}");
+    }
+}
+
+#[test]
 fn f32_exp_and_log_are_rounded_once_from_f64_on_cuda() {
     let exact = matches!(dev(), ex_burn_core::Device::Cuda(_));
     let wgpu = !f64_on_device();
