@@ -126,8 +126,9 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
 ///   wgpu backends (CUDA calls its libm), erf_inv is refined through erf, and CUDA's f64
 ///   `atan`, `tan`, `asinh` are an ulp or two off the C library's (Nx.BinaryBackend's);
 /// * on the wgpu devices, which compute no f64 to round them from, `erf_inv` (computed through
-///   f64 in every type) and f32 `tan`, `asin`, ... (`library`; their drivers' own: `asin` 4e-4
-///   off on Mesa's lavapipe).
+///   f64 in every type), `cbrt` (Burn has none; a power of 1/3 in f32 misses exact cubes) and
+///   f32 `tan`, `asin`, ... (`library`; their drivers' own: `asin` 4e-4 off on Mesa's
+///   lavapipe).
 fn on_host_only(op: Unary, x: &Tensor) -> bool {
     if x.device() == crate::Device::Cpu {
         return false;
@@ -135,7 +136,7 @@ fn on_host_only(op: Unary, x: &Tensor) -> bool {
     let f64_in_library = op == Unary::ErfInv || super::hostmath::function(op).is_some();
     let no_f64 = !super::wide::f64_device(x.device());
     (x.dtype() == DType::F64 && f64_in_library)
-        || (no_f64 && (op == Unary::ErfInv || library(op).is_some()))
+        || (no_f64 && (matches!(op, Unary::ErfInv | Unary::Cbrt) || library(op).is_some()))
 }
 
 /// f32 `exp`, `log` or `cbrt` of a CUDA tensor in f64, rounded once, as one kernel
