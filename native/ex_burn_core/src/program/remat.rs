@@ -208,7 +208,9 @@ impl<'a> Shape<'a> {
                     copies.insert(w, (next, i));
                     next += 1;
                 }
-                args.push(copies[&a].0);
+                // (the chain always ends with `a`; were it missing, the value itself is read,
+                // alive longer but the same)
+                args.push(copies.get(&a).map_or(new[a], |c| c.0));
             }
             out.push(Instr {
                 op: ins.op.clone(),
