@@ -78,11 +78,10 @@ pub(super) fn rewrite(
             .map(|&a| slot[def[a]] + 1)
             .max()
             .unwrap_or(0);
-        let to = dots
-            .iter()
-            .copied()
-            .find(|&d| d >= ready && d != i)
-            .unwrap_or(i);
+        // the first `dot` at or after `ready` other than this one (binary search: programs
+        // of thousands of products stay cheap to plan)
+        let k = dots.partition_point(|&d| d < ready);
+        let to = dots[k..].iter().copied().find(|&d| d != i).unwrap_or(i);
         if to < i {
             slot[i] = to;
             moved = true;
