@@ -17,6 +17,7 @@ pub(crate) mod profile;
 mod reduce_fn;
 mod remat;
 mod step;
+mod values;
 
 pub use attention::attention_steps;
 pub use fuse::loop_runs;
@@ -28,7 +29,7 @@ pub use step::{eval, names, Step};
 use crate::{Device, Error, Result, Tensor};
 use serde::Deserialize;
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Values handed to hooks, in execution order: `(hook id, values)`.
 pub type HookLog = Vec<(u64, Vec<Tensor>)>;
@@ -125,11 +126,10 @@ pub struct Program {
     /// The literals and other input-free values made so far, by device, kept across runs.
     #[serde(skip)]
     made: literal::Made,
-    /// The program scheduled for memory: contractions that feed only outputs hoisted (see
-    /// `hoist`) and element-wise values recomputed where they are read late (see `remat`);
-    /// run instead of this one on devices that fuse the recomputation.
+    /// The program scheduled for memory (see [`Program::scheduled`]), made on first use:
+    /// only where it runs (devices that fuse the recomputations) or is asked for.
     #[serde(skip)]
-    scheduled: Option<Box<Program>>,
+    scheduled: OnceLock<Option<Box<Program>>>,
 }
 
 impl Program {
@@ -159,31 +159,6 @@ impl Program {
         instrs: Vec<Instr>,
         outputs: Vec<usize>,
     ) -> Result<Program> {
-        let mut p = Program::validated(inputs, consts, instrs, outputs)?;
-        if p.instrs.len() <= SCHEDULED_FROM {
-            return Ok(p);
-        }
-        let first = inputs + consts;
-        let hoisted = hoist::rewrite(&p.instrs, first, &p.outputs);
-        let (instrs, outputs) = match &hoisted {
-            Some((i, o)) => (i.as_slice(), o.as_slice()),
-            None => (p.instrs.as_slice(), p.outputs.as_slice()),
-        };
-        if let Some((instrs, outputs)) = remat::rewrite(instrs, first, outputs).or(hoisted) {
-            p.scheduled = Some(Box::new(Program::validated(
-                inputs, consts, instrs, outputs,
-            )?));
-        }
-        Ok(p)
-    }
-
-    /// A validated program of these parts, without a variant scheduled for memory.
-    fn validated(
-        inputs: usize,
-        consts: usize,
-        instrs: Vec<Instr>,
-        outputs: Vec<usize>,
-    ) -> Result<Program> {
         let mut p = Program {
             inputs,
             consts,
@@ -198,7 +173,7 @@ impl Program {
             literals: vec![],
             input_free: vec![],
             made: literal::Made::default(),
-            scheduled: None,
+            scheduled: OnceLock::new(),
         };
         p.validate()?;
         Ok(p)
@@ -217,11 +192,8 @@ impl Program {
         // values kept from other constants (a clone's) do not hold for these
         self.made = literal::Made::default();
         self.validate()?;
-        if let Some(r) = self.scheduled.as_mut() {
-            r.constants = self.constants.clone();
-            r.made = literal::Made::default();
-            r.validate()?;
-        }
+        // a variant made before holds none of these constants
+        self.scheduled = OnceLock::new();
         Ok(self)
     }
 
@@ -305,7 +277,33 @@ impl Program {
     /// this one on NVIDIA GPUs, where the recomputations join the fused kernels that read
     /// them; it computes the same operations on the same operands.
     pub fn scheduled(&self) -> Option<&Program> {
-        self.scheduled.as_deref()
+        self.scheduled
+            .get_or_init(|| self.schedule_for_memory())
+            .as_deref()
+    }
+
+    /// Makes the variant of [`Program::scheduled`]; `None` when neither rewrite changes
+    /// anything (and for programs of at most [`SCHEDULED_FROM`] instructions).
+    fn schedule_for_memory(&self) -> Option<Box<Program>> {
+        if self.instrs.len() <= SCHEDULED_FROM {
+            return None;
+        }
+        let first = self.inputs + self.consts;
+        let hoisted = hoist::rewrite(&self.instrs, first, &self.outputs);
+        let (instrs, outputs) = match &hoisted {
+            Some((i, o)) => (i.as_slice(), o.as_slice()),
+            None => (self.instrs.as_slice(), self.outputs.as_slice()),
+        };
+        let (instrs, outputs) = remat::rewrite(instrs, first, outputs).or(hoisted)?;
+        // both rewrites keep every read after its definition; were a variant invalid, this
+        // program (the same computation) would run instead
+        let made = Program::assemble(self.inputs, self.consts, instrs, outputs);
+        debug_assert!(made.is_ok(), "invalid scheduled program: {made:?}");
+        let mut p = made.ok()?;
+        p.constants = self.constants.clone();
+        // the variant runs as it is
+        let _ = p.scheduled.set(None);
+        Some(Box::new(p))
     }
 
     /// Runs the program like [`Program::run`] and also returns what its `hook` instructions
@@ -338,8 +336,11 @@ impl Program {
                 self.consts
             )));
         }
-        if let Some(r) = self.scheduled.as_deref().filter(|_| remat::on(device)) {
-            return r.run(inputs, device);
+        // on devices that fuse the recomputations, the variant scheduled for memory
+        if fuse::rows_on(device) {
+            if let Some(r) = self.scheduled() {
+                return r.run(inputs, device);
+            }
         }
         profile::on_device(device);
         let whole = profile::start();
@@ -648,31 +649,6 @@ impl Program {
             }
         }
     }
-}
-
-/// For each value number, the instruction that defines it (`usize::MAX` for inputs and
-/// constants, below `first`), and how often instructions read it (outputs count twice, so
-/// that a value returned is never "read once"). For the plans that rewrite a value's only use
-/// (`fold`, `attention`).
-fn definitions_and_uses(
-    instrs: &[Instr],
-    first: usize,
-    outputs: &[usize],
-) -> (Vec<usize>, Vec<usize>) {
-    let mut value = first;
-    let mut defined_by = vec![usize::MAX; first];
-    for (i, ins) in instrs.iter().enumerate() {
-        defined_by.resize(value + ins.op.results(), i);
-        value += ins.op.results();
-    }
-    let mut uses = vec![0usize; value];
-    for &a in instrs.iter().flat_map(|ins| ins.args.iter()) {
-        uses[a] += 1;
-    }
-    for &o in outputs {
-        uses[o] += 2;
-    }
-    (defined_by, uses)
 }
 
 /// The operands of `ins` among `values`.

@@ -379,11 +379,8 @@ pub(crate) fn grid(n: usize) -> (u32, u32) {
 /// Runs a row kernel `source` (parameters as for [`launch`], `n` the number of rows; see
 /// `program::fuse::rows`) with blocks of `block` threads computing `per_block` rows at a time
 /// (a grid-stride loop over rows beyond the grid): f32 results of `shapes`, contiguous;
-/// `None` as for [`launch`].
-///
-/// `reuse[o]`, where given, is the input whose buffer result `o` is written over (one that
-/// [`reusable`] accepted; the kernel must read each element of it before writing that element,
-/// and be compiled without `__restrict__`).
+/// `None` as for [`launch`]; results written over operands as `reuse` says (see
+/// [`submit_for`]).
 pub fn launch_rows(
     source: &str,
     inputs: &[&Tensor],
@@ -393,11 +390,7 @@ pub fn launch_rows(
     reuse: &[Option<usize>],
 ) -> Result<Option<Vec<Tensor>>> {
     let blocks = rows.div_ceil(per_block.max(1)).min(MAX_BLOCKS) as u32;
-    if !inputs.iter().all(|t| f32_cube(t.as_prim()).is_some()) {
-        return Ok(None);
-    }
-    counted(submit_for(
-        ELEMENTWISE,
+    counted(submit_reusing(
         source,
         inputs,
         shapes,
@@ -431,14 +424,29 @@ pub(crate) fn submit(
     grid: (u32, u32),
     n: usize,
 ) -> Result<Option<Vec<Tensor>>> {
+    submit_reusing(source, inputs, shapes, grid, n, &[])
+}
+
+/// [`submit`], with results written over operands as `reuse` says (see [`submit_for`]).
+fn submit_reusing(
+    source: &str,
+    inputs: &[&Tensor],
+    shapes: &[Vec<usize>],
+    grid: (u32, u32),
+    n: usize,
+    reuse: &[Option<usize>],
+) -> Result<Option<Vec<Tensor>>> {
     if !inputs.iter().all(|t| f32_cube(t.as_prim()).is_some()) {
         return Ok(None);
     }
-    submit_for(ELEMENTWISE, source, inputs, shapes, grid, n, &[])
+    submit_for(ELEMENTWISE, source, inputs, shapes, grid, n, reuse)
 }
 
 /// [`submit`] for a kernel compiled and entered as `build` says, whose inputs may also be
-/// boolean tensors (declared with their [`operand_layout`] type).
+/// boolean tensors (declared with their [`operand_layout`] type). `reuse[o]`, where given, is
+/// the input whose buffer result `o` is written over instead of a new one (an input that
+/// [`reusable`] accepted; the kernel must read each element of it before writing that
+/// element, and be compiled without `__restrict__`).
 pub(crate) fn submit_for(
     build: Build,
     source: &str,

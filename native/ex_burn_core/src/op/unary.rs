@@ -147,7 +147,8 @@ fn rounded_kernel(op: Unary, x: &Tensor) -> Result<Option<Tensor>> {
     let f = match op {
         Unary::Exp => "exp",
         Unary::Log => "log",
-        _ => "cbrt",
+        Unary::Cbrt => "cbrt",
+        _ => return Ok(None),
     };
     crate::cuda::elementwise::rounded_from_f64(x, f)
 }

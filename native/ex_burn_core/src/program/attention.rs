@@ -117,7 +117,9 @@ pub(super) fn plan(
     outputs: &[usize],
     literals: &[Option<Literal>],
 ) -> Vec<Option<Attention>> {
-    let (defined_by, uses) = super::definitions_and_uses(instrs, first, outputs);
+    let values = super::values::Values::of(instrs, first, outputs);
+    let uses = values.uses();
+    let defined_by = values.def;
     let m = Matcher {
         instrs,
         defined_by: &defined_by,

@@ -13,7 +13,9 @@ use crate::Tensor;
 /// instruction is a `dot`, its result is read once, by a two-axis transpose, and is not a
 /// program output. `first` is the value number of the first instruction's first result.
 pub(super) fn plan(instrs: &[Instr], first: usize, outputs: &[usize]) -> Vec<Option<usize>> {
-    let (defined_by, uses) = super::definitions_and_uses(instrs, first, outputs);
+    let values = super::values::Values::of(instrs, first, outputs);
+    let uses = values.uses();
+    let defined_by = values.def;
     let mut folds = vec![None; instrs.len()];
     for (j, ins) in instrs.iter().enumerate() {
         let two_axes = matches!(ins.op.as_op(), Some(Op::Transpose { axes: None }))

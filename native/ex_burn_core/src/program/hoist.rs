@@ -25,23 +25,12 @@ pub(super) fn rewrite(
     outputs: &[usize],
 ) -> Option<(Vec<Instr>, Vec<usize>)> {
     let n = instrs.len();
-    // value numbers: the first result of each instruction, and the defining instruction
-    let mut base = Vec::with_capacity(n);
-    let mut def = vec![usize::MAX; first];
-    for (i, ins) in instrs.iter().enumerate() {
-        base.push(def.len());
-        def.resize(def.len() + ins.op.results(), i);
-    }
-    let mut readers = vec![Vec::new(); def.len()];
-    for (i, ins) in instrs.iter().enumerate() {
-        for &a in &ins.args {
-            readers[a].push(i);
-        }
-    }
-    let mut output = vec![false; def.len()];
-    for &o in outputs {
-        output[o] = true;
-    }
+    let super::values::Values {
+        def,
+        first_of: base,
+        reads: readers,
+        output,
+    } = super::values::Values::of(instrs, first, outputs);
     // values that reach the outputs through transposes and reshapes alone (later first)
     let mut terminal = vec![false; def.len()];
     for v in (first..def.len()).rev() {

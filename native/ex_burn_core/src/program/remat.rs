@@ -19,14 +19,6 @@
 
 use super::{fuse, Instr};
 use crate::op::Op;
-use crate::Device;
-
-/// Whether programs run their variant scheduled for memory on `device`: where row regions
-/// fuse the recomputations into the kernels that read them (NVIDIA GPUs). Elsewhere a
-/// recomputation would be one more pass over memory, and host memory is less scarce.
-pub(super) fn on(device: Device) -> bool {
-    fuse::rows_on(device)
-}
 
 /// A read is late when it comes more than this many instructions after the definition.
 const LATE: usize = 8;
@@ -54,7 +46,8 @@ pub(super) fn rewrite(
             .iter()
             .rposition(|&u| u <= d + LATE || !fuse::row_capable(&instrs[u].op))
             .map_or(d, |k| reads[k]);
-        let late: Vec<usize> = reads.iter().copied().filter(|&u| u > keep).collect();
+        let mut late: Vec<usize> = reads.iter().copied().filter(|&u| u > keep).collect();
+        late.dedup();
         if late.is_empty() {
             continue;
         }
@@ -84,36 +77,18 @@ struct Shape<'a> {
 
 impl<'a> Shape<'a> {
     fn of(instrs: &'a [Instr], first: usize, outputs: &[usize]) -> Shape<'a> {
-        let mut def = vec![usize::MAX; first];
-        for (i, ins) in instrs.iter().enumerate() {
-            def.resize(def.len() + ins.op.results(), i);
-        }
-        let mut reads = vec![Vec::new(); def.len()];
-        for (i, ins) in instrs.iter().enumerate() {
-            for &a in &ins.args {
-                if let Some(r) = reads.get_mut(a) {
-                    if r.last() != Some(&i) {
-                        r.push(i);
-                    }
-                }
-            }
-        }
-        let mut output = vec![false; def.len()];
-        for &o in outputs {
-            if let Some(x) = output.get_mut(o) {
-                *x = true;
-            }
-        }
-        let kept = reads
+        let values = super::values::Values::of(instrs, first, outputs);
+        let kept = values
+            .reads
             .iter()
-            .map(|r: &Vec<usize>| r.last().copied().unwrap_or(0))
+            .map(|r| r.last().copied().unwrap_or(0))
             .collect();
         Shape {
             instrs,
             first,
-            def,
-            reads,
-            output,
+            def: values.def,
+            reads: values.reads,
+            output: values.output,
             kept,
         }
     }

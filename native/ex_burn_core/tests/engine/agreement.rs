@@ -196,14 +196,7 @@ fn gpu_agrees_with_cpu_on_every_family() {
             1e-6,
         ),
         (
-            Op::Dot {
-                contract_a: vec![1],
-                batch_a: vec![],
-                contract_b: vec![1],
-                batch_b: vec![],
-                out: None,
-                precision: Default::default(),
-            },
+            contraction(1, 1, Default::default()),
             vec![x.clone(), y.clone()],
             1e-2,
         ),

@@ -34,12 +34,7 @@ fn binary(op: Arith) -> Op {
 }
 
 fn reduce(kind: ReduceKind) -> Op {
-    Op::Reduce {
-        kind,
-        axes: Some(vec![3]),
-        keep_axes: true,
-        out: None,
-    }
+    reduce_op(kind, &[3], true, None)
 }
 
 /// Batch, heads, query rows, keys, head size of `q`/`k`, head size of `v`.

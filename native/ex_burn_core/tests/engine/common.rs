@@ -231,12 +231,27 @@ pub fn lit(v: f64, dtype: DType) -> Op {
 
 /// `[m, k] x [k, n]` as a `dot`.
 pub fn matmul_op(precision: ex_burn_core::op::Precision) -> Op {
+    contraction(1, 0, precision)
+}
+
+/// A `dot` contracting axis `a` of the first operand with axis `b` of the second.
+pub fn contraction(a: usize, b: usize, precision: ex_burn_core::op::Precision) -> Op {
     Op::Dot {
-        contract_a: vec![1],
+        contract_a: vec![a],
         batch_a: vec![],
-        contract_b: vec![0],
+        contract_b: vec![b],
         batch_b: vec![],
         out: None,
         precision,
+    }
+}
+
+/// A reduction of `kind` over `axes`.
+pub fn reduce_op(kind: ReduceKind, axes: &[usize], keep_axes: bool, out: Option<DType>) -> Op {
+    Op::Reduce {
+        kind,
+        axes: Some(axes.to_vec()),
+        keep_axes,
+        out,
     }
 }

@@ -13,15 +13,6 @@ fn bin(op: Arith) -> Op {
     }
 }
 
-fn fold(kind: ReduceKind, axes: &[usize], keep_axes: bool, out: Option<DType>) -> Op {
-    Op::Reduce {
-        kind,
-        axes: Some(axes.to_vec()),
-        keep_axes,
-        out,
-    }
-}
-
 /// Deterministic values in [-4, 4), with a few specials when `special` (an infinite entry in
 /// the first row, a NaN in the second, a third row of -inf).
 fn data(n: usize, cols: usize, seed: u64, special: bool) -> Vec<f64> {
@@ -141,10 +132,10 @@ fn softmax_regions_match_op_by_op_evaluation() {
                         &[1, 3, 4],
                     ), // 5
                     ins(lit(0.0, DType::F32), &[]),    // 6
-                    ins(fold(ReduceKind::Max, &[last], true, None), &[5]), // 7
+                    ins(reduce_op(ReduceKind::Max, &[last], true, None), &[5]), // 7
                     ins(bin(Arith::Subtract), &[5, 7]), // 8
                     ins(Op::Unary(Unary::Exp), &[8]),  // 9
-                    ins(fold(ReduceKind::Sum, &[last], true, None), &[9]), // 10
+                    ins(reduce_op(ReduceKind::Sum, &[last], true, None), &[9]), // 10
                     ins(bin(Arith::Divide), &[9, 10]), // 11
                 ],
                 outputs.clone(),
@@ -167,20 +158,26 @@ fn layer_norm_regions_match_op_by_op_evaluation() {
         let prog = Program::new(
             3,
             vec![
-                ins(fold(ReduceKind::Sum, &[1], true, Some(DType::F32)), &[0]), // 3
-                ins(lit(cols as f64, DType::S32), &[]),                         // 4
-                ins(bin(Arith::Divide), &[3, 4]),                               // 5: mean
-                ins(bin(Arith::Subtract), &[0, 5]),                             // 6
-                ins(lit(2.0, DType::S32), &[]),                                 // 7
-                ins(bin(Arith::Pow), &[6, 7]),                                  // 8
-                ins(fold(ReduceKind::Sum, &[1], true, Some(DType::F32)), &[8]), // 9
-                ins(bin(Arith::Divide), &[9, 4]),                               // 10
-                ins(lit(1.0e-5, DType::F32), &[]),                              // 11
-                ins(bin(Arith::Add), &[11, 10]),                                // 12
-                ins(Op::Unary(Unary::Rsqrt), &[12]),                            // 13
-                ins(bin(Arith::Multiply), &[6, 13]),                            // 14
-                ins(bin(Arith::Multiply), &[14, 1]),                            // 15
-                ins(bin(Arith::Add), &[15, 2]),                                 // 16
+                ins(
+                    reduce_op(ReduceKind::Sum, &[1], true, Some(DType::F32)),
+                    &[0],
+                ), // 3
+                ins(lit(cols as f64, DType::S32), &[]), // 4
+                ins(bin(Arith::Divide), &[3, 4]),       // 5: mean
+                ins(bin(Arith::Subtract), &[0, 5]),     // 6
+                ins(lit(2.0, DType::S32), &[]),         // 7
+                ins(bin(Arith::Pow), &[6, 7]),          // 8
+                ins(
+                    reduce_op(ReduceKind::Sum, &[1], true, Some(DType::F32)),
+                    &[8],
+                ), // 9
+                ins(bin(Arith::Divide), &[9, 4]),       // 10
+                ins(lit(1.0e-5, DType::F32), &[]),      // 11
+                ins(bin(Arith::Add), &[11, 10]),        // 12
+                ins(Op::Unary(Unary::Rsqrt), &[12]),    // 13
+                ins(bin(Arith::Multiply), &[6, 13]),    // 14
+                ins(bin(Arith::Multiply), &[14, 1]),    // 15
+                ins(bin(Arith::Add), &[15, 2]),         // 16
             ],
             vec![16, 5, 13, 6],
         )
@@ -211,10 +208,13 @@ fn gradient_shaped_regions_match_op_by_op_evaluation() {
     let prog = Program::new(
         2,
         vec![
-            ins(fold(ReduceKind::Max, &[1], true, None), &[0]), // 2: [rows, 1]
-            ins(Op::Compare(Compare::Equal), &[0, 2]),          // 3: mask
-            ins(fold(ReduceKind::Sum, &[1], true, Some(DType::U32)), &[3]), // 4: count
-            ins(fold(ReduceKind::Sum, &[1], false, None), &[1]), // 5: [rows]
+            ins(reduce_op(ReduceKind::Max, &[1], true, None), &[0]), // 2: [rows, 1]
+            ins(Op::Compare(Compare::Equal), &[0, 2]),               // 3: mask
+            ins(
+                reduce_op(ReduceKind::Sum, &[1], true, Some(DType::U32)),
+                &[3],
+            ), // 4: count
+            ins(reduce_op(ReduceKind::Sum, &[1], false, None), &[1]), // 5: [rows]
             ins(
                 Op::Broadcast {
                     shape: vec![rows, cols],
@@ -222,18 +222,18 @@ fn gradient_shaped_regions_match_op_by_op_evaluation() {
                 },
                 &[5],
             ), // 6
-            ins(bin(Arith::Multiply), &[1, 6]),                 // 7
-            ins(Op::Unary(Unary::Neg), &[7]),                   // 8
-            ins(bin(Arith::Multiply), &[8, 3]),                 // 9
-            ins(bin(Arith::Divide), &[9, 4]),                   // 10
-            ins(fold(ReduceKind::Min, &[1], false, None), &[10]), // 11: [rows]
+            ins(bin(Arith::Multiply), &[1, 6]),                      // 7
+            ins(Op::Unary(Unary::Neg), &[7]),                        // 8
+            ins(bin(Arith::Multiply), &[8, 3]),                      // 9
+            ins(bin(Arith::Divide), &[9, 4]),                        // 10
+            ins(reduce_op(ReduceKind::Min, &[1], false, None), &[10]), // 11: [rows]
             ins(
                 Op::Reshape {
                     shape: vec![rows, 1],
                 },
                 &[11],
             ), // 12
-            ins(bin(Arith::Subtract), &[10, 12]),               // 13
+            ins(bin(Arith::Subtract), &[10, 12]),                    // 13
         ],
         vec![13, 11, 6],
     )
@@ -251,9 +251,9 @@ fn regions_stop_where_they_cannot_hold_an_instruction() {
     let masked = Program::new(
         1,
         vec![
-            ins(fold(ReduceKind::Max, &[1], true, None), &[0]), // 1
-            ins(Op::Compare(Compare::Equal), &[0, 1]),          // 2
-            ins(bin(Arith::Multiply), &[0, 2]),                 // 3
+            ins(reduce_op(ReduceKind::Max, &[1], true, None), &[0]), // 1
+            ins(Op::Compare(Compare::Equal), &[0, 1]),               // 2
+            ins(bin(Arith::Multiply), &[0, 2]),                      // 3
         ],
         vec![3, 2],
     )
@@ -263,10 +263,10 @@ fn regions_stop_where_they_cannot_hold_an_instruction() {
     let leading = Program::new(
         1,
         vec![
-            ins(fold(ReduceKind::Sum, &[0], true, None), &[0]), // 1: [1, cols]
-            ins(bin(Arith::Multiply), &[0, 0]),                 // 2
-            ins(fold(ReduceKind::Sum, &[1], true, None), &[2]), // 3
-            ins(bin(Arith::Divide), &[2, 3]),                   // 4
+            ins(reduce_op(ReduceKind::Sum, &[0], true, None), &[0]), // 1: [1, cols]
+            ins(bin(Arith::Multiply), &[0, 0]),                      // 2
+            ins(reduce_op(ReduceKind::Sum, &[1], true, None), &[2]), // 3
+            ins(bin(Arith::Divide), &[2, 3]),                        // 4
         ],
         vec![4, 1],
     )
@@ -286,7 +286,10 @@ fn regions_stop_where_they_cannot_hold_an_instruction() {
         1,
         vec![
             ins(bin(Arith::Multiply), &[0, 0]), // 1
-            ins(fold(ReduceKind::Sum, &[1], true, Some(DType::F64)), &[1]), // 2
+            ins(
+                reduce_op(ReduceKind::Sum, &[1], true, Some(DType::F64)),
+                &[1],
+            ), // 2
         ],
         vec![2],
     )
@@ -316,10 +319,10 @@ fn regions_write_over_operands_they_read_last() {
             2,
             vec![
                 ins(matmul_op(ex_burn_core::op::Precision::Highest), &[0, 1]), // 2
-                ins(fold(ReduceKind::Max, &[1], true, None), &[2]),            // 3
+                ins(reduce_op(ReduceKind::Max, &[1], true, None), &[2]),       // 3
                 ins(bin(Arith::Subtract), &[2, 3]),                            // 4
                 ins(Op::Unary(Unary::Exp), &[4]),                              // 5
-                ins(fold(ReduceKind::Sum, &[1], true, None), &[5]),            // 6
+                ins(reduce_op(ReduceKind::Sum, &[1], true, None), &[5]),       // 6
                 ins(bin(Arith::Divide), &[5, 6]),                              // 7
             ],
             outputs,
@@ -349,9 +352,9 @@ fn regions_write_over_operands_they_read_last() {
     let prog = Program::new(
         1,
         vec![
-            ins(fold(ReduceKind::Max, &[1], true, None), &[0]), // 1
-            ins(bin(Arith::Subtract), &[0, 1]),                 // 2
-            ins(Op::Unary(Unary::Exp), &[2]),                   // 3
+            ins(reduce_op(ReduceKind::Max, &[1], true, None), &[0]), // 1
+            ins(bin(Arith::Subtract), &[0, 1]),                      // 2
+            ins(Op::Unary(Unary::Exp), &[2]),                        // 3
         ],
         vec![3],
     )

@@ -16,30 +16,9 @@ fn bin(op: Arith) -> Op {
     }
 }
 
-fn rows(kind: ReduceKind) -> Op {
-    Op::Reduce {
-        kind,
-        axes: Some(vec![2]),
-        keep_axes: true,
-        out: None,
-    }
-}
-
-/// A product contracting axis `a` of the first operand with axis `b` of the second.
-fn contraction(a: usize, b: usize) -> Op {
-    Op::Dot {
-        contract_a: vec![a],
-        batch_a: vec![],
-        contract_b: vec![b],
-        batch_b: vec![],
-        out: None,
-        precision: ex_burn_core::op::Precision::Default,
-    }
-}
-
 /// `[b, n, n] x [n, n]` over the last axis.
 fn product() -> Op {
-    contraction(2, 0)
+    contraction(2, 0, Default::default())
 }
 
 /// Softmax of scores `x` (input 0), a product with `w` (input 2) and ten element-wise steps on
@@ -47,13 +26,13 @@ fn product() -> Op {
 /// (input 1), reading `e` (value 5) and `p` (value 7) again.
 fn softmax_and_gradient() -> Program {
     let mut instrs = vec![
-        ins(rows(ReduceKind::Max), &[0]),   // 3 m
-        ins(bin(Arith::Subtract), &[0, 3]), // 4
-        ins(Op::Unary(Unary::Exp), &[4]),   // 5 e
-        ins(rows(ReduceKind::Sum), &[5]),   // 6 z
-        ins(bin(Arith::Divide), &[5, 6]),   // 7 p
-        ins(product(), &[7, 2]),            // 8
-        ins(lit(0.5, DType::F32), &[]),     // 9
+        ins(reduce_op(ReduceKind::Max, &[2], true, None), &[0]), // 3 m
+        ins(bin(Arith::Subtract), &[0, 3]),                      // 4
+        ins(Op::Unary(Unary::Exp), &[4]),                        // 5 e
+        ins(reduce_op(ReduceKind::Sum, &[2], true, None), &[5]), // 6 z
+        ins(bin(Arith::Divide), &[5, 6]),                        // 7 p
+        ins(product(), &[7, 2]),                                 // 8
+        ins(lit(0.5, DType::F32), &[]),                          // 9
     ];
     // 10..=19: the rest of the layer
     for k in 0..10 {
@@ -64,14 +43,14 @@ fn softmax_and_gradient() -> Program {
         });
     }
     instrs.extend([
-        ins(bin(Arith::Multiply), &[1, 7]),  // 20 g * p
-        ins(rows(ReduceKind::Sum), &[20]),   // 21
+        ins(bin(Arith::Multiply), &[1, 7]), // 20 g * p
+        ins(reduce_op(ReduceKind::Sum, &[2], true, None), &[20]), // 21
         ins(bin(Arith::Subtract), &[1, 21]), // 22
         ins(bin(Arith::Multiply), &[22, 7]), // 23 dx
         ins(bin(Arith::Multiply), &[23, 5]), // 24 dx * e
-        ins(bin(Arith::Add), &[24, 0]),      // 25 (reads x: kept to the end)
-        ins(bin(Arith::Add), &[25, 3]),      // 26 (reads m)
-        ins(bin(Arith::Add), &[26, 6]),      // 27 (reads z)
+        ins(bin(Arith::Add), &[24, 0]),     // 25 (reads x: kept to the end)
+        ins(bin(Arith::Add), &[25, 3]),     // 26 (reads m)
+        ins(bin(Arith::Add), &[26, 6]),     // 27 (reads z)
     ]);
     Program::new(3, instrs, vec![19, 27]).unwrap()
 }
@@ -155,12 +134,12 @@ fn values_are_not_recomputed_from_values_that_would_be_dead() {
 
 /// `[a, b] x [c, b]` over the last axes (a product with the second operand transposed).
 fn by_transposed() -> Op {
-    contraction(1, 1)
+    contraction(1, 1, Default::default())
 }
 
 /// `[a, b] x [a, c]` over the first axes (a weight gradient).
 fn over_rows() -> Op {
-    contraction(0, 0)
+    contraction(0, 0, Default::default())
 }
 
 #[test]
