@@ -338,6 +338,7 @@ defmodule ExBurn.Nif.Config do
       listed: listed_artifacts(),
       cargo?: System.find_executable("cargo") != nil,
       rustler?: Code.ensure_loaded?(Rustler),
+      elixir_version: System.version(),
       cuda_driver?: fn -> cuda_driver?(env: env) end
     }
   end
@@ -346,7 +347,9 @@ defmodule ExBurn.Nif.Config do
   Decides variant, artifact, forced build and features from `inputs` (see `inputs/2`; keys
   `:version`, `:target`, `:config_variant`, `:env`, `:listed` (artifact names in the checksum
   file; missing = none), `:cargo?`, `:rustler?`, `:cuda_driver?`, the last a boolean or a
-  zero-arity function). `error` is set when nothing fits.
+  zero-arity function, and `:elixir_version` (missing = not checked)). `error` is set when
+  nothing fits, and when a source build would run on an Elixir older than
+  `source_build_elixir/0`.
   """
   @spec plan(map()) :: plan()
   def plan(inputs) do
@@ -416,9 +419,47 @@ defmodule ExBurn.Nif.Config do
       error: nil
     }
 
-    if reason != nil and not (inputs.cargo? and inputs.rustler?),
-      do: %{plan | error: no_fit_message(plan, inputs)},
-      else: plan
+    cond do
+      reason != nil and not source_build_elixir?(inputs) ->
+        %{plan | error: old_elixir_message(plan, inputs)}
+
+      reason != nil and not (inputs.cargo? and inputs.rustler?) ->
+        %{plan | error: no_fit_message(plan, inputs)}
+
+      true ->
+        plan
+    end
+  end
+
+  @source_build_elixir "1.15.0"
+
+  @doc """
+  The oldest Elixir a source build works on: Rustler's build (rustler 0.37 and later) uses
+  options Elixir 1.14 lacks and stops there with `invalid option :lines`. Precompiled
+  libraries load on Elixir 1.14.
+  """
+  @spec source_build_elixir() :: String.t()
+  def source_build_elixir, do: @source_build_elixir
+
+  defp source_build_elixir?(inputs) do
+    case Map.get(inputs, :elixir_version) do
+      nil -> true
+      version -> Version.compare(version, @source_build_elixir) != :lt
+    end
+  end
+
+  defp old_elixir_message(plan, inputs) do
+    """
+    #{why(plan, inputs)}, and building ExBurn from source needs Elixir #{@source_build_elixir} or \
+    newer; this is Elixir #{inputs.elixir_version}.
+
+    Upgrade Elixir, or use a precompiled library (Elixir 1.14 is enough for those): unset \
+    EX_BURN_BUILD and RUSTLER_PRECOMPILED_FORCE_BUILD_ALL, and depend on a released version of \
+    ExBurn for one of the precompiled targets:
+    #{supported_targets()}
+
+    #{env_help()}
+    """
   end
 
   defp invalid(inputs, message) do
@@ -440,14 +481,7 @@ defmodule ExBurn.Nif.Config do
   @doc "The message raised when neither a precompiled artifact nor a source build can serve."
   @spec no_fit_message(plan(), map()) :: String.t()
   def no_fit_message(plan, inputs) do
-    why =
-      case plan.reason do
-        :unsupported_target -> "no precompiled ExBurn library exists for target #{plan.target}"
-        :unavailable_variant -> "no precompiled #{plan.variant} variant exists for #{plan.target}"
-        :dev_version -> "ExBurn #{inputs.version} is a development version, which builds from source"
-        :unlisted -> "#{plan.artifact} is not listed in ExBurn's checksum file (an unreleased commit?)"
-        :requested -> "a source build was requested (EX_BURN_BUILD / RUSTLER_PRECOMPILED_FORCE_BUILD_ALL)"
-      end
+    why = why(plan, inputs)
 
     missing =
       [
@@ -457,20 +491,31 @@ defmodule ExBurn.Nif.Config do
       |> Enum.filter(& &1)
       |> Enum.join(" and ")
 
-    supported =
-      Enum.map_join(targets(), "\n", fn t ->
-        extra = Map.get(variants(), t, [])
-        "  - #{t}" <> if(extra == [], do: "", else: " (variants: #{Enum.join(extra, ", ")})")
-      end)
-
     """
     #{why}, and building it from source needs #{missing}.
 
     Precompiled targets (NIF #{Enum.join(nif_versions(), ", ")}):
-    #{supported}
+    #{supported_targets()}
 
     #{env_help()}
     """
+  end
+
+  defp why(plan, inputs) do
+    case plan.reason do
+      :unsupported_target -> "no precompiled ExBurn library exists for target #{plan.target}"
+      :unavailable_variant -> "no precompiled #{plan.variant} variant exists for #{plan.target}"
+      :dev_version -> "ExBurn #{inputs.version} is a development version, which builds from source"
+      :unlisted -> "#{plan.artifact} is not listed in ExBurn's checksum file (an unreleased commit?)"
+      :requested -> "a source build was requested (EX_BURN_BUILD / RUSTLER_PRECOMPILED_FORCE_BUILD_ALL)"
+    end
+  end
+
+  defp supported_targets do
+    Enum.map_join(targets(), "\n", fn t ->
+      extra = Map.get(variants(), t, [])
+      "  - #{t}" <> if(extra == [], do: "", else: " (variants: #{Enum.join(extra, ", ")})")
+    end)
   end
 
   defp env_help do
