@@ -1,5 +1,6 @@
 # The main job: train a classifier natively (Burn autodiff inside Rust), save it, reload it
-# and predict, on the default device (the CPU unless configured otherwise).
+# and predict, on the default device (the CPU unless configured otherwise). Progress is a
+# redrawn bar on a terminal and one line per epoch otherwise (EX_BURN_PROGRESS=bar|lines).
 #
 #     bin/setup && mix run examples/train_classifier.exs                 # generated data
 #     bin/setup && mix run examples/train_classifier.exs /path/to/mnist  # MNIST IDX files
@@ -40,7 +41,9 @@ defmodule Example do
 
     labels = BurnBridge.random_uniform({n}, min: 0, max: 10, type: :s64, seed: seed)
     noise = BurnBridge.random_normal({n, 784}, std: 1.6, seed: seed + 1)
-    x = BurnBridge.add(ExBurn.Op.eval1(:take, [protos, labels], axis: 0), noise)
+    # One-hot rows times the prototype matrix pick each sample's prototype (exactly).
+    picked = labels |> Dataset.one_hot(num_classes: 10) |> BurnBridge.matmul(protos)
+    x = BurnBridge.add(picked, noise)
     {x, labels}
   end
 end
@@ -79,7 +82,7 @@ mlp =
     )
   end)
 
-{_, mlp_acc} = Training.evaluate(mlp, test, true)
+{_, mlp_acc} = Training.evaluate(mlp, test, accuracy: true)
 IO.puts("MLP validation accuracy: #{Float.round(mlp_acc * 100, 2)}%")
 
 n_train = elem(x_train.shape, 0)
@@ -108,7 +111,7 @@ cnn =
     Training.fit(cnn, cnn_train, epochs: 2, batch_size: 64, validation_data: images.(test))
   end)
 
-{_, cnn_acc} = Training.evaluate(cnn, images.(test), true)
+{_, cnn_acc} = Training.evaluate(cnn, images.(test), accuracy: true)
 IO.puts("CNN validation accuracy: #{Float.round(cnn_acc * 100, 2)}%")
 
 path = Path.join(System.tmp_dir!(), "ex_burn_classifier.safetensors")
