@@ -15,7 +15,53 @@ defmodule ExBurn.MixProject do
       package: package(),
       description: "Burn (Rust) deep learning from Elixir: Nx backend, Defn compiler, native training.",
       source_url: @source_url,
-      docs: [main: "readme", extras: ["README.md", "guides/installation.md"]]
+      docs: docs()
+    ]
+  end
+
+  # `mix docs` (ex_doc, a dev dependency): the README, the guides (their code is run by
+  # test/ex_burn/guides_test.exs), the changelog and the public modules by area.
+  defp docs do
+    [
+      main: "readme",
+      source_ref: "v#{@version}",
+      extras: [
+        {"README.md", title: "Overview"},
+        "guides/installation.md",
+        "guides/introduction.livemd",
+        "guides/training.md",
+        "guides/nx.md",
+        "guides/serving.md",
+        "guides/gpu.md",
+        "CHANGELOG.md",
+        {"CONTRIBUTING.md", title: "Contributing"}
+      ],
+      groups_for_extras: [
+        Guides: ~r{^guides/},
+        Project: ["CHANGELOG.md", "CONTRIBUTING.md"]
+      ],
+      groups_for_modules: [
+        "Tensors and devices": [
+          ExBurn,
+          ExBurn.Tensor,
+          ExBurn.BurnBridge,
+          ExBurn.Device,
+          ExBurn.Type,
+          ExBurn.Error
+        ],
+        "Native training": [
+          ExBurn.Layers,
+          ExBurn.Model,
+          ExBurn.Training,
+          ExBurn.Callbacks,
+          ExBurn.Dataset,
+          ExBurn.Axon,
+          ~r/^ExBurn\.Training\./
+        ],
+        Nx: [ExBurn.Backend, ExBurn.Compiler, ExBurn.Serving, ~r/^ExBurn\.Defn\./],
+        Installation: [ExBurn.Nif.Config, ExBurn.Nif.Matrix],
+        Internals: [ExBurn.Op]
+      ]
     ]
   end
 
