@@ -203,20 +203,54 @@ if Code.ensure_loaded?(Nx) do
       run(:triangular_solve, out, [a, b, opts])
     end
 
-    # Folds: the function becomes a sub-program over (element, acc) of Nx's output type.
+    # Folds: the function becomes a sub-program over (element, acc) of Nx's output type. A
+    # function that cannot be traced into one (a closure of Nx.Defn.Evaluator, which refuses
+    # expression arguments, or one that is not element-wise) is applied element by element on
+    # the host, as Nx.BinaryBackend does, and the result copied back.
 
     @impl true
-    @doc "Runs `Nx.reduce/4`; the function must be element-wise (it runs on whole slices)."
-    def reduce(out, t, acc, opts, fun), do: run(:reduce, out, [t, acc, opts, fold_body(fun, out)])
+    @doc """
+    Runs `Nx.reduce/4`. An element-wise function runs on the device (on whole slices); any
+    other function, and functions given by `Nx.Defn.Evaluator`, are applied element by element
+    on the host as `Nx.BinaryBackend` does.
+    """
+    def reduce(out, t, acc, opts, fun) do
+      case fold_body(fun, out) do
+        {:ok, body} -> run(:reduce, out, [t, acc, opts, body])
+        :host -> on_host(out, [t, acc], &Nx.BinaryBackend.reduce(out, &1, &2, opts, fun))
+      end
+    end
 
     @impl true
-    @doc "Runs `Nx.window_reduce/5`; the function must be element-wise."
-    def window_reduce(out, t, acc, window, opts, fun),
-      do: run(:window_reduce, out, [t, acc, window, opts, fold_body(fun, out)])
+    @doc "Runs `Nx.window_reduce/5`, on the device or the host as `reduce/5`."
+    def window_reduce(out, t, acc, window, opts, fun) do
+      case fold_body(fun, out) do
+        {:ok, body} ->
+          run(:window_reduce, out, [t, acc, window, opts, body])
+
+        :host ->
+          on_host(out, [t, acc], &Nx.BinaryBackend.window_reduce(out, &1, &2, window, opts, fun))
+      end
+    end
 
     defp fold_body(fun, %{type: type}) do
-      scalar = Nx.template({}, type)
-      fun |> Nx.Defn.debug_expr_apply([scalar, scalar]) |> ExBurn.Defn.Builder.fold_body(type)
+      if match?({:module, Nx.Defn.Evaluator}, Function.info(fun, :module)) do
+        :host
+      else
+        scalar = Nx.template({}, type)
+        {:ok, fun |> Nx.Defn.debug_expr_apply([scalar, scalar]) |> ExBurn.Defn.Builder.fold_body(type)}
+      end
+    rescue
+      e in ExBurn.Error -> if e.kind == :unsupported, do: :host, else: reraise(e, __STACKTRACE__)
+    end
+
+    # Computes `fun` of `args` copied to Nx.BinaryBackend (the default backend meanwhile, for
+    # tensors the function creates) and brings the result back to the device of `args`.
+    defp on_host(out, args, fun) do
+      device = device_of(args)
+      host = Enum.map(args, &Nx.backend_copy(&1, Nx.BinaryBackend))
+      result = Nx.with_default_backend(Nx.BinaryBackend, fn -> apply(fun, host) end)
+      from_binary(out, Nx.to_binary(result), device: device)
     end
 
     # ---- unsupported callbacks (derived) ----

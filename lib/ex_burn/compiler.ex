@@ -193,7 +193,7 @@ if Code.ensure_loaded?(Nx) do
 
         case resolve_hook(spec, overrides) do
           nil -> :ok
-          fun -> fun.(fill(template(template), Enum.map(values, &Tensor.wrap/1)))
+          fun -> fun.(fill(template, Enum.map(values, &Tensor.wrap/1)))
         end
       end)
     end

@@ -139,12 +139,15 @@ if Code.ensure_loaded?(Nx) do
       assert b.inputs == 2 and length(b.outputs) == 2
     end
 
-    test "cond branches capture what they read from the enclosing scope" do
+    test "cond branches capture what they read from the enclosing scope; later clauses nest" do
       lowered = ExBurn.Compiler.lower(&piecewise/1, [Nx.template({3}, :f32)])
-      assert %{op: {:cond, %{branches: [_, _, _] = branches}}, args: args} = List.last(lowered.term.instrs)
-      # two predicates, then x
-      assert length(args) == 3
+      assert %{op: {:cond, %{branches: [_, rest] = branches}}, args: args} = List.last(lowered.term.instrs)
+      # the first predicate, then x
+      assert length(args) == 2
       assert Enum.all?(branches, &(&1.inputs == 1))
+      # the second predicate is computed only inside the first clause's else branch
+      assert %{op: {:cond, %{branches: [_, _]}}} = List.last(rest.instrs)
+      assert Enum.any?(rest.instrs, &(op_name(&1.op) == :sum))
     end
 
     test "complex dots lower to part dots at the configured f32 dot precision" do

@@ -243,6 +243,14 @@ if Code.ensure_loaded?(Nx) do
       {single_or_list(t, refs), b}
     end
 
+    # Clauses are decided in order: a later predicate is computed only when the earlier ones
+    # are false (it may be invalid otherwise, e.g. an index checked by an earlier clause), so
+    # `cond(p1 -> a; p2 -> b; true -> c)` runs as `cond(p1 -> a; true -> cond(p2 -> b; true -> c))`.
+    defp lower_op(:cond, [[first | [_ | _] = rest], last], t, b) do
+      inner = %{t | data: %{t.data | id: make_ref(), args: [rest, last]}}
+      lower_op(:cond, [[first], inner], t, b)
+    end
+
     defp lower_op(:cond, [clauses, last], t, b) do
       {pred_refs, b} = Enum.map_reduce(clauses, b, fn {pred, _}, b -> lower(b, pred) end)
       branches = Enum.map(clauses, &elem(&1, 1)) ++ [last]
@@ -286,8 +294,34 @@ if Code.ensure_loaded?(Nx) do
       if MapSet.member?(b.skip_hooks, t.data.id) do
         {single_or_list(t, refs), b}
       else
-        emit_hook(b, t, refs, spec, expr)
+        {_, b} = emit_hook(b, t.data.id, refs, spec, expr)
+        {single_or_list(t, refs), b}
       end
+    end
+
+    # Nx < 0.13 expresses hooks as a token attached to each hooked leaf: the token's hooks
+    # (newest first) become `hook` instructions once, in the order they were declared, before
+    # the value they are attached to.
+    defp lower_op(:attach_token, [token, expr], _t, b) do
+      {_, b} = lower(b, token)
+      lower(b, expr)
+    end
+
+    defp lower_op(:token, [%{hooks: hooks}], t, b) do
+      b =
+        hooks
+        |> Enum.reverse()
+        |> Enum.with_index()
+        |> Enum.reduce(b, fn {%{expr: expr, name: name, callback: callback}, i}, b ->
+          {refs, b} = lower_container(b, expr)
+          node = {t.data.id, i}
+
+          if MapSet.member?(b.skip_hooks, node),
+            do: b,
+            else: b |> emit_hook(node, refs, {:named, name, callback}, expr) |> elem(1)
+        end)
+
+      {[], b}
     end
 
     defp lower_op(op, args, t, b) when op in [:reduce, :window_reduce] do
@@ -347,7 +381,9 @@ if Code.ensure_loaded?(Nx) do
 
     defp with_ref(%T{} = t, ref), do: %{t | data: {:ref, ref}}
 
-    defp emit_hook(b, t, refs, spec, expr) do
+    # A `hook` instruction logging `hrefs` under a fresh id; `node` names the hook for
+    # `:skip_hooks`. Returns the instruction's (empty) results.
+    defp emit_hook(b, node, refs, spec, expr) do
       {spec, hooked, hrefs, b} =
         case spec do
           {:token_hook, hooked, inner} ->
@@ -359,8 +395,11 @@ if Code.ensure_loaded?(Nx) do
         end
 
       id = System.unique_integer([:positive])
-      {_, b} = emit(b, :hook, [id: id, inputs: length(hrefs)], hrefs, 0)
-      {single_or_list(t, refs), %{b | hooks: [{id, spec, hooked, t.data.id} | b.hooks]}}
+      {out, b} = emit(b, :hook, [id: id, inputs: length(hrefs)], hrefs, 0)
+      # The value's template, not the expression: programs are cached, and an expression
+      # copied out of its DAG (into ETS or a message) costs time exponential in its depth.
+      template = Composite.traverse(hooked, &Nx.to_template/1)
+      {out, %{b | hooks: [{id, spec, template, node} | b.hooks]}}
     end
 
     defp emit_recipe(b, {inputs, instrs}) do
