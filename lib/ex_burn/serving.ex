@@ -91,14 +91,72 @@ if Code.ensure_loaded?(Nx) do
 
       fn defn_opts -> output.(batch_fun.(defn_opts)) end
       |> Nx.Serving.new(defn_options)
-      |> Nx.Serving.distributed_postprocessing(&to_binary_backend/1)
+      |> distributed()
     end
 
-    defp to_binary_backend(output),
-      do: Nx.Defn.Composite.traverse(output, &Nx.backend_transfer(&1, Nx.BinaryBackend))
+    @doc """
+    Makes any `Nx.Serving` (one that Bumblebee or your own code built, running on ExBurn) safe
+    to call from other nodes: results sent to another node are copied to `Nx.BinaryBackend`
+    first, after the serving's own distributed postprocessing (device memory does not cross
+    nodes; an ExBurn tensor received on another node has no data). Streaming results are
+    copied event by event.
+
+        serving = Bumblebee.Text.generation(model_info, tokenizer, config) |> ExBurn.Serving.distributed()
+        children = [{Nx.Serving, serving: serving, name: MyServing}]
+
+    Callers on other nodes send tensors the same way: `run/2` does it for
+    `{:distributed, name}`, or pass `&ExBurn.Serving.to_host/1` as the third argument of
+    `Nx.Serving.batched_run/3`. Servings made by `new/2` and `build/2` are already distributed.
+    """
+    @spec distributed(Nx.Serving.t()) :: Nx.Serving.t()
+    def distributed(%Nx.Serving{distributed_postprocessing: post} = serving),
+      do: Nx.Serving.distributed_postprocessing(serving, &moved_to_host(post.(&1)))
+
+    def distributed(other),
+      do: Options.fail(:serving, "expected an Nx.Serving, got #{Options.short(other)}")
+
+    @doc """
+    `term` with every tensor in it copied to `Nx.BinaryBackend` (tensors already there are
+    kept): in containers, lists, tuples, maps and structs, and lazily in streams. For
+    sending inputs or results to other nodes.
+    """
+    @spec to_host(term()) :: term()
+    def to_host(term), do: each_tensor(term, &Nx.backend_copy(&1, Nx.BinaryBackend))
+
+    # A result this process computed and sends away: its device memory is freed at once.
+    defp moved_to_host(term), do: each_tensor(term, &Nx.backend_transfer(&1, Nx.BinaryBackend))
+
+    # templates (e.g. an Nx.Batch's) have no data to copy
+    defp each_tensor(%Nx.Tensor{data: %backend{}} = tensor, _fun)
+         when backend in [Nx.BinaryBackend, Nx.TemplateBackend],
+         do: tensor
+
+    defp each_tensor(%Nx.Tensor{} = tensor, fun), do: fun.(tensor)
+    # a batch holds closures over its entries: its rows, materialised, make the new batch
+    defp each_tensor(%Nx.Batch{stack: [_ | _]} = batch, fun) do
+      rows = Nx.Defn.jit_apply(&Function.identity/1, [%{batch | pad: 0}], compiler: Nx.Defn.Evaluator)
+      %{Nx.Batch.concatenate([each_tensor(rows, fun)]) | pad: batch.pad, key: batch.key}
+    end
+
+    defp each_tensor(%Stream{} = stream, fun), do: Stream.map(stream, &each_tensor(&1, fun))
+    defp each_tensor(stream, fun) when is_function(stream, 2), do: Stream.map(stream, &each_tensor(&1, fun))
+    defp each_tensor(list, fun) when is_list(list), do: each_in_list(list, fun, [])
+
+    defp each_tensor(tuple, fun) when is_tuple(tuple),
+      do: tuple |> Tuple.to_list() |> each_in_list(fun, []) |> List.to_tuple()
+
+    # structs too (their __struct__ key is kept)
+    defp each_tensor(map, fun) when is_map(map),
+      do: map |> Map.to_list() |> Map.new(fn {k, v} -> {k, each_tensor(v, fun)} end)
+
+    defp each_tensor(other, _fun), do: other
+
+    defp each_in_list([h | t], fun, acc), do: each_in_list(t, fun, [each_tensor(h, fun) | acc])
+    defp each_in_list([], _fun, acc), do: Enum.reverse(acc)
+    defp each_in_list(tail, fun, acc), do: Enum.reverse(acc, each_tensor(tail, fun))
 
     defp output_fun(:device), do: & &1
-    defp output_fun(:host), do: fn run -> &to_binary_backend(run.(&1)) end
+    defp output_fun(:host), do: fn run -> &moved_to_host(run.(&1)) end
 
     # For the compiler options Nx.Serving passes, the function it runs on each batch.
     defp batch_fun(fun) when is_function(fun, 1), do: &Nx.Defn.jit(fun, &1)
@@ -184,8 +242,7 @@ if Code.ensure_loaded?(Nx) do
     def run(%Nx.Serving{} = serving, input), do: Nx.Serving.run(serving, batch(input))
 
     # Device memory does not cross nodes: inputs for other nodes go as binaries.
-    def run({:distributed, _} = name, %Nx.Tensor{} = input),
-      do: Nx.Serving.batched_run(name, batch(Nx.backend_copy(input, Nx.BinaryBackend)))
+    def run({:distributed, _} = name, input), do: Nx.Serving.batched_run(name, batch(input), &to_host/1)
 
     def run(name, input), do: Nx.Serving.batched_run(name, batch(input))
 

@@ -122,6 +122,59 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    # A plain Nx.Serving, as Bumblebee builds them, on ExBurn: made cross-node safe in one call.
+    @plain_serving """
+    {:ok, _} = Application.ensure_all_started(:nx)
+    serving =
+      Nx.Serving.new(fn opts -> Nx.Defn.jit(&%{y: Nx.multiply(&1, 3), n: Nx.sum(&1, axes: [1])}, opts) end,
+        compiler: ExBurn.Compiler)
+      |> Nx.Serving.batch_size(4)
+    serving = ExBurn.Serving.distributed(serving)
+    spawn(fn ->
+      {:ok, _} = Nx.Serving.start_link(serving: serving, name: ExBurn.PlainServing, batch_timeout: 5)
+      Process.sleep(:infinity)
+    end)
+    """
+
+    @tag :distributed
+    test "distributed/1: a plain Nx.Serving on one peer answers a client on another peer and here" do
+      with {:ok, server, server_node} <- start_peer(),
+           {:ok, client, client_node} <- start_peer() do
+        try do
+          :erpc.call(server_node, Code, :eval_string, [@plain_serving])
+          assert_eventually(fn -> ExBurn.Serving.status(ExBurn.PlainServing).nodes == %{server_node => 1} end)
+
+          # from this node, through Nx.Serving directly (the client-side copy as documented)
+          batch = Nx.Batch.stack([ExBurn.Backend.nx_tensor(ExBurn.Tensor.new([1.0, 2.0]))])
+          out = Nx.Serving.batched_run({:distributed, ExBurn.PlainServing}, batch, &ExBurn.Serving.to_host/1)
+          assert %Nx.BinaryBackend{} = out.y.data
+          assert Nx.to_list(out.y) == [[3.0, 6.0]] and Nx.to_list(out.n) == [3.0]
+
+          # from a second peer, which also sends an ExBurn tensor
+          {:ok, _} = :erpc.call(client_node, Application, :ensure_all_started, [:nx])
+          true = :erpc.call(client_node, Node, :connect, [server_node])
+
+          assert_eventually(fn ->
+            :erpc.call(client_node, :pg, :get_members, [Nx.Serving.PG, ExBurn.PlainServing]) != []
+          end)
+
+          remote = """
+          x = Nx.tensor([[4.0, 5.0]], backend: ExBurn.Backend)
+          out = ExBurn.Serving.run({:distributed, ExBurn.PlainServing}, x)
+          {out.y.data.__struct__, Nx.to_list(out.y), Nx.to_list(out.n)}
+          """
+
+          {result, _binding} = :erpc.call(client_node, Code, :eval_string, [remote])
+          assert result == {Nx.BinaryBackend, [[12.0, 15.0]], [9.0]}
+        after
+          :peer.stop(client)
+          :peer.stop(server)
+        end
+      else
+        {:skip, reason} -> IO.puts("\n  [distributed] skipped: #{reason}")
+      end
+    end
+
     # A peer node with this node's code paths (needs `epmd`; the test is skipped without it).
     defp start_peer do
       with :ok <- ensure_distributed() do

@@ -210,6 +210,16 @@ defmodule ExBurn.PackageTest do
     end
   end
 
+  test "hex deps: Nx 0.12 (what Bumblebee 0.7 requires) and 0.13, Axon of either" do
+    deps = ExBurn.MixProject.hex_deps()
+    {:nx, nx} = List.keyfind(deps, :nx, 0)
+    for v <- ~w(0.12.0 0.12.1 0.13.0 0.13.1), do: assert(Version.match?(v, nx), v)
+    for v <- ~w(0.11.0 0.14.0 1.0.0), do: refute(Version.match?(v, nx), v)
+
+    {:axon, axon, _opts} = List.keyfind(deps, :axon, 0)
+    for v <- ~w(0.8.0 0.9.0), do: assert(Version.match?(v, axon), v)
+  end
+
   test "the checksum file lists exactly a release's artifacts, or nothing for a -dev version" do
     version = Mix.Project.config()[:version]
     {map, _} = Code.eval_file(Path.join(@root, "checksum-Elixir.ExBurn.Nif.exs"))
