@@ -68,7 +68,7 @@ end
 if Code.ensure_loaded?(Nx) do
   defmodule ExBurn.NxDoctestTest do
     @moduledoc """
-    Nx 0.13.1's own doctests, run with `ExBurn.Backend` as the default backend and
+    Nx's own doctests (0.13.1 or 0.12.1, whichever is loaded), run with `ExBurn.Backend` as the default backend and
     `ExBurn.Compiler` as the default `defn` compiler.
 
     Counts on the CPU (flex), Nx 0.13.1 (run / passing / excluded): 1378 / 1375 / 3. By
@@ -122,8 +122,13 @@ if Code.ensure_loaded?(Nx) do
       # ExBurn's f64 erf_inv is Newton-refined to ~1e-16 (erf_inv(0.1) = 0.08885599049425769,
       # as mpmath's 0.0888559904942576919...); the reference's approximation is good to ~1e-8
       # (it prints 0.08885598780483887).
+      # (the same two examples are numbered differently in Nx 0.12's docs)
       "more accurate than the reference: f64 erf_inv" => [
-        {"Nx.erf_inv/1", [453, 476]}
+        {"Nx.erf_inv/1",
+         if(Version.match?(to_string(Application.spec(:nx, :vsn)), "~> 0.12.0"),
+           do: [442, 465],
+           else: [453, 476]
+         )}
       ]
     }
 

@@ -63,47 +63,64 @@ defmodule ExBurn.ResourcesTest do
 
   for {label, kind} <- @workloads do
     @tag timeout: 300_000
-    test "a normal-scheduler process keeps p99 < 5 ms during a #{label}" do
-      # Work left on a normal scheduler delays the pinger by the whole op (hundreds of ms);
-      # on a 2-core VM, CPU contention alone puts an occasional pair of the ~200 samples past
-      # 5 ms. So a second measurement is taken when the first misses, and the better one must
-      # pass: a real regression misses both.
+    test "a normal-scheduler process stays responsive during a #{label}" do
+      # Work left on a normal scheduler delays the pinger by the whole op (hundreds of ms).
+      # The bound is relative to the same pinger's latency with no native work, measured in the
+      # same run for as long as the op took, so a busy machine moves both: p99 within 5 ms plus
+      # four times that baseline. A second measurement is taken when the first misses (CPU
+      # contention alone puts an occasional pair of the ~200 samples past it); a real
+      # regression misses both.
       runs =
         Enum.reduce_while(1..2, [], fn _, acc ->
           run = measure(unquote(kind), unquote(label))
-          if run.p99 < 5_000, do: {:halt, [run | acc]}, else: {:cont, [run | acc]}
+          if run.p99 < run.bound, do: {:halt, [run | acc]}, else: {:cont, [run | acc]}
         end)
 
-      best = Enum.min_by(runs, & &1.p99)
+      best = Enum.min_by(runs, &(&1.p99 - &1.bound))
       assert best.result == :ok
       assert best.op_ms >= 300, "the work must be long for this test to mean anything"
       assert best.samples > 10
-      assert best.p99 < 5_000, "p99 #{Enum.map_join(runs, ", ", &"#{&1.p99} us")}"
+      assert best.p99 < best.bound, "p99 #{Enum.map_join(runs, ", ", &"#{&1.p99} us (bound #{&1.bound} us)")}"
     end
   end
 
   defp measure(kind, label) do
     workload = workload(kind)
-    parent = self()
-    pinger = spawn_link(fn -> send(parent, {:latencies, ping_loop([])}) end)
-
-    t0 = System.monotonic_time(:microsecond)
-    result = workload.()
-    op_ms = (System.monotonic_time(:microsecond) - t0) / 1000
-    send(pinger, :stop)
-    assert_receive {:latencies, lat}, 5_000
-
-    sorted = Enum.sort(lat)
-    p50 = Enum.at(sorted, div(length(sorted), 2))
-    p99 = Enum.at(sorted, min(length(sorted) - 1, div(length(sorted) * 99, 100)))
-    max = List.last(sorted)
+    {result, op_ms, lat} = pinged(workload)
+    {:ok, _, base} = pinged(fn -> Process.sleep(round(op_ms)) && :ok end)
+    %{p50: p50, p99: p99, max: max} = percentiles(lat)
+    baseline = percentiles(base).p99
+    bound = 5_000 + 4 * baseline
 
     IO.puts(
       "\n  [scheduler] #{label} took #{round(op_ms)} ms; #{length(lat)} pings every 5 ms, " <>
-        "extra latency p50 #{p50} us, p99 #{p99} us, max #{max} us"
+        "extra latency p50 #{p50} us, p99 #{p99} us, max #{max} us; without it p99 #{baseline} us"
     )
 
-    %{result: result, op_ms: op_ms, samples: length(lat), p99: p99}
+    %{result: result, op_ms: op_ms, samples: length(lat), p99: p99, bound: bound}
+  end
+
+  # Runs `fun` while a process pings every 5 ms; its result, milliseconds and the pings' delays.
+  defp pinged(fun) do
+    parent = self()
+    pinger = spawn_link(fn -> send(parent, {:latencies, ping_loop([])}) end)
+    t0 = System.monotonic_time(:microsecond)
+    result = fun.()
+    op_ms = (System.monotonic_time(:microsecond) - t0) / 1000
+    send(pinger, :stop)
+    assert_receive {:latencies, lat}, 5_000
+    {result, op_ms, lat}
+  end
+
+  defp percentiles(lat) do
+    sorted = Enum.sort(lat)
+    n = length(sorted)
+
+    %{
+      p50: Enum.at(sorted, div(n, 2)),
+      p99: Enum.at(sorted, min(n - 1, div(n * 99, 100))),
+      max: List.last(sorted)
+    }
   end
 
   defp workload(:matmul) do
