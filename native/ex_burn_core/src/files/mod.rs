@@ -5,5 +5,5 @@ pub mod atomic;
 pub mod integrity;
 pub mod safetensors;
 
-pub use atomic::write_atomic;
+pub use atomic::{read_regular, write_atomic};
 pub use safetensors::{tensors_from_bytes, tensors_to_bytes, NamedTensors};

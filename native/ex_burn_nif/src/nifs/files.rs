@@ -6,15 +6,13 @@ use crate::resource::{ModelRes, TensorRes};
 use crate::sched::{self, Class, Here};
 use ex_burn_core::files;
 use ex_burn_core::train::checkpoint;
-use ex_burn_core::{Error, Result, Tensor};
+use ex_burn_core::{Result, Tensor};
 use rustler::{Encoder, Env, ResourceArc, Term};
 use std::path::Path;
 
 fn bytes_of(source: Source<'_>) -> Result<std::borrow::Cow<'_, [u8]>> {
     Ok(match source {
-        Source::Path(p) => std::borrow::Cow::Owned(
-            std::fs::read(&p).map_err(|e| Error::Io(format!("cannot read {p}: {e}")))?,
-        ),
+        Source::Path(p) => std::borrow::Cow::Owned(files::read_regular(Path::new(&p))?),
         Source::Bytes(b) => std::borrow::Cow::Borrowed(b.as_slice()),
     })
 }
@@ -23,10 +21,7 @@ fn bytes_of(source: Source<'_>) -> Result<std::borrow::Cow<'_, [u8]>> {
 pub fn model_load<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::always(env, a, here, Class::DirtyIo, || {
         let dev = args::device(a[1])?;
-        let model = match args::source(a[0])? {
-            Source::Path(p) => checkpoint::load(Path::new(&p), dev)?,
-            Source::Bytes(b) => checkpoint::from_bytes(b.as_slice(), dev)?,
-        };
+        let model = checkpoint::from_bytes(&bytes_of(args::source(a[0])?)?, dev)?;
         Ok(ResourceArc::new(ModelRes::new(model)).encode(env))
     })
 }
