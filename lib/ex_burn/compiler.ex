@@ -23,6 +23,12 @@ if Code.ensure_loaded?(Nx) do
       * `:hooks` - a map of hook name to function, overriding the functions given to
         `Nx.Defn.Kernel.hook/3` (as in `Nx.Defn.Evaluator`)
       * `:max_concurrency` - the number of `Nx.Serving` partitions (default 1)
+      * `:timeout` - milliseconds a call may run (default `:infinity`); past it the engine
+        stops at the next instruction or loop iteration and the call raises `ExBurn.Error`
+        of kind `:cancelled`
+
+    A call whose process exits (killed, or its task shut down) stops the same way within one
+    instruction or loop iteration, and frees its scheduler.
 
     Hooks (`Nx.Defn.Kernel.hook/2,3`, also inside `while` bodies and `cond` branches) are
     called after the program has run, in the order the engine reached them, once per loop
@@ -56,8 +62,24 @@ if Code.ensure_loaded?(Nx) do
     def __compile__(key, vars, fun, opts) do
       device = device(opts)
       compiled = compile(key, vars, fun, device)
-      hooks = Keyword.get(opts, :hooks, %{})
-      fn args_list -> Enum.map(args_list, &run(compiled, &1, device, hooks)) end
+      run_opts = %{device: device, hooks: Keyword.get(opts, :hooks, %{}), timeout: timeout(opts)}
+      fn args_list -> Enum.map(args_list, &run(compiled, &1, run_opts)) end
+    end
+
+    defp timeout(opts) do
+      case Keyword.get(opts, :timeout, :infinity) do
+        :infinity ->
+          nil
+
+        ms when is_integer(ms) and ms >= 0 and ms < 4_294_967_296 ->
+          ms
+
+        other ->
+          ExBurn.Options.fail(
+            :defn,
+            "timeout must be :infinity or milliseconds, got #{ExBurn.Options.short(other)}"
+          )
+      end
     end
 
     @impl true
@@ -128,7 +150,7 @@ if Code.ensure_loaded?(Nx) do
 
     # ---- running ----
 
-    defp run(compiled, args, device, hooks) do
+    defp run(compiled, args, %{device: device, hooks: hooks} = run_opts) do
       # Arguments the programs never read are not materialised (templates, lazy containers).
       refs =
         args
@@ -139,21 +161,21 @@ if Code.ensure_loaded?(Nx) do
             else: placeholder(device)
         end)
 
-      refs = Enum.reduce(compiled.stages, refs, &(&2 ++ runtime_call(&1, &2, device, hooks)))
-      {outputs, log} = run_program(compiled.program, refs, device)
+      refs = Enum.reduce(compiled.stages, refs, &(&2 ++ runtime_call(&1, &2, run_opts)))
+      {outputs, log} = run_program(compiled.program, refs, run_opts)
       run_hooks(log, compiled.hooks, hooks)
       fill(compiled.output, Enum.map(outputs, &Tensor.wrap/1))
     end
 
-    defp run_program(program, refs, device) do
-      Native.call(:program_run, [program, refs, device], :defn)
+    defp run_program(program, refs, %{device: device, timeout: timeout}) do
+      Native.call(:program_run, [program, refs, device, timeout], :defn)
     end
 
     # Runs a stage's program (and its hooks), calls its function on the argument
     # (Nx.BinaryBackend tensors, as Nx expects from compilers) and returns the result's refs on
     # `device`.
-    defp runtime_call(stage, refs, device, hooks) do
-      {outputs, log} = run_program(stage.engine, refs, device)
+    defp runtime_call(stage, refs, %{device: device, hooks: hooks} = run_opts) do
+      {outputs, log} = run_program(stage.engine, refs, run_opts)
       run_hooks(log, stage.program.hooks, hooks)
       argument = stage.argument |> fill(Enum.map(outputs, &Tensor.wrap/1)) |> on_binary_backend()
       result = stage.fun.(argument, stage.opts)

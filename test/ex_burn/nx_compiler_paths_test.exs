@@ -142,6 +142,26 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    describe "stopping compiled calls" do
+      defn(endless(x), do: while(x, x < x + 1, do: x + 1))
+
+      test "a timeout stops a call with kind :cancelled; the caller's death stops it too" do
+        error = assert_raise ExBurn.Error, fn -> burn_jit(&endless/1, [Nx.tensor(0)], timeout: 200) end
+        assert error.kind == :cancelled and error.message =~ "timed out after 200 ms"
+
+        error = assert_raise ExBurn.Error, fn -> burn_jit(&endless/1, [Nx.tensor(0)], timeout: -1) end
+        assert error.kind == :argument
+
+        callers = for _ <- 1..4, do: spawn(fn -> burn_jit(&endless/1, [Nx.tensor(0)]) end)
+        Process.sleep(200)
+        Enum.each(callers, &Process.exit(&1, :kill))
+        # every dirty scheduler is free again: a compiled call runs at once
+        task = Task.async(fn -> burn_jit(&Nx.add(&1, 1), [Nx.tensor(1)]) end)
+        assert {:ok, two} = Task.yield(task, 10_000) || Task.shutdown(task, :brutal_kill)
+        assert Nx.to_number(two) == 2
+      end
+    end
+
     describe "functions given to reduce and window_reduce by Nx.Defn.Evaluator" do
       defn(custom_sum(t), do: Nx.reduce(t, 0, fn x, acc -> x + acc end))
       defn(custom_max(t), do: Nx.window_reduce(t, 0, {1, 2}, fn x, acc -> max(x, acc) end))

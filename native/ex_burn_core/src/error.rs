@@ -52,6 +52,9 @@ pub enum Error {
     /// A panic inside Burn or the engine, caught before it reached the VM.
     #[error("{0}")]
     Panic(String),
+    /// The work was stopped: its caller exited or its time ran out (`cancel`).
+    #[error("{0}")]
+    Cancelled(String),
 }
 
 impl Error {
@@ -72,6 +75,7 @@ impl Error {
             Error::NonFinite(_) => "non_finite",
             Error::Execution(_) => "execution",
             Error::Panic(_) => "panic",
+            Error::Cancelled(_) => "cancelled",
         }
     }
 

@@ -17,6 +17,7 @@
 //! | `wgpu`   | WebGPU through wgpu + `flex`              | exclusive with `vulkan`/`metal`         |
 #![warn(missing_docs)]
 
+pub mod cancel;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;

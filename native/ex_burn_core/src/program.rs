@@ -365,6 +365,7 @@ impl Program {
         };
         let mut i = 0;
         while i < self.instrs.len() {
+            crate::cancel::check()?;
             if attend && self.attention.inner[i] {
                 values.extend(std::iter::repeat_n(None, self.instrs[i].op.results()));
                 i += 1;

@@ -19,6 +19,7 @@ mod nifs;
 mod reply;
 mod resource;
 mod sched;
+mod watch;
 
 extern "C" {
     // mimalloc's option setter, from the library libmimalloc-sys links (its Rust binding is

@@ -3,6 +3,7 @@
 //! and the op) moves the call to a dirty scheduler with `enif_schedule_nif`, passing the same
 //! arguments. Cheap work (metadata, small host ops) answers at once; host compute goes to dirty
 //! CPU schedulers, GPU work and waits (locks, files, device queues) to dirty IO schedulers.
+//! Work on a dirty scheduler stops when its caller exits (`watch`).
 //!
 //! [`nif!`] generates, for each body, the registered NIF and the raw entry point the dirty
 //! scheduler calls.
@@ -125,7 +126,11 @@ pub fn run<'a, P>(
     if let Some(moved) = here.reschedule(env, args, class) {
         return moved;
     }
-    crate::reply::run(env, || work(p))
+    if here.dirty {
+        crate::watch::watched(env, || crate::reply::run(env, || work(p)))
+    } else {
+        crate::reply::run(env, || work(p))
+    }
 }
 
 /// Runs a NIF body that always belongs to `class` (moved there before decoding anything).
@@ -139,7 +144,11 @@ pub fn always<'a>(
     if let Some(moved) = here.reschedule(env, args, class) {
         return moved;
     }
-    crate::reply::run(env, work)
+    if here.dirty {
+        crate::watch::watched(env, || crate::reply::run(env, work))
+    } else {
+        crate::reply::run(env, work)
+    }
 }
 
 /// The body of a dirty entry: rebuilds the environment and arguments, runs `body`, and never

@@ -182,6 +182,7 @@ fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
         Step::While { cond, body, state } => {
             let (mut st, inv) = (inputs[..*state].to_vec(), &inputs[*state..]);
             loop {
+                crate::cancel::check()?;
                 let args: Vec<Tensor> = st.iter().chain(inv).cloned().collect();
                 if !truthy(&cond.run(args.clone(), device)?[0])? {
                     return Ok(st);

@@ -4,8 +4,9 @@ use crate::decode;
 use crate::resource::ProgramRes;
 use crate::sched::{self, Class, Here};
 use crate::{args, reply};
-use ex_burn_core::{guard, Program};
+use ex_burn_core::{cancel, guard, Program};
 use rustler::{Encoder, Env, ResourceArc, Term};
+use std::time::Duration;
 
 /// `(op, inputs, device)`: runs one op; creation ops place their result on `device`, the
 /// others run where their inputs are. Small host ops answer on the normal scheduler.
@@ -50,7 +51,8 @@ pub fn program_build<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     })
 }
 
-/// `(program, inputs, device)`: runs a program and returns `{outputs, hook_log}`. Programs
+/// `(program, inputs, device, timeout)`: runs a program and returns `{outputs, hook_log}`;
+/// `timeout` (milliseconds or `nil`) stops it with a `cancelled` error once passed. Programs
 /// (loops, long chains) always run on a dirty scheduler.
 pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::run(
@@ -61,11 +63,14 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             let p = args::program(a[0])?;
             let inputs = args::tensors(a[1])?;
             let device = args::device(a[2])?;
+            let timeout: Option<u64> = args::get(a[3], "timeout (milliseconds or nil)")?;
             let on = inputs.first().map_or(device, |t| t.device());
-            Ok(((p, inputs, device, on), sched::compute(on)))
+            Ok(((p, inputs, device, on, timeout), sched::compute(on)))
         },
-        |(p, inputs, device, on)| {
-            let (out, log) = guard::exclusive(on, || p.program.run_hooked(inputs, device))?;
+        |(p, inputs, device, on, timeout)| {
+            let (out, log) = cancel::within(timeout.map(Duration::from_millis), || {
+                guard::exclusive(on, || p.program.run_hooked(inputs, device))
+            })?;
             let log: Vec<Term> = log
                 .into_iter()
                 .map(|(id, values)| (id, reply::tensors(env, values)).encode(env))
