@@ -58,7 +58,12 @@ xla =
   case System.cmd("python3", [py, to_string(n)], stderr_to_stdout: true) do
     {out, 0} ->
       [ms, a, b, c | version] = out |> String.split("\n", trim: true) |> List.last() |> String.split(" ")
-      %{ms: String.to_float(ms), first: Enum.map([a, b, c], &String.to_float/1), version: Enum.join(version, " ")}
+
+      %{
+        ms: String.to_float(ms),
+        first: Enum.map([a, b, c], &String.to_float/1),
+        version: Enum.join(version, " ")
+      }
 
     {out, _} ->
       %{error: String.slice(out, -200, 200)}
@@ -66,12 +71,20 @@ xla =
 
 cpu = File.read!("/proc/cpuinfo") |> then(&Regex.run(~r/model name\s*:\s*(.*)/, &1)) |> List.last()
 IO.puts("machine: #{cpu}, #{System.schedulers_online()} schedulers; #{n} iterations")
-IO.puts("ExBurn.Compiler: #{Float.round(burn_ms, 1)} ms (#{Float.round(burn_ms * 1000 / n, 2)} us/iteration), first values #{inspect(got)}")
-IO.puts("Evaluator + BinaryBackend: #{Float.round(eval_ms, 1)} ms (scaled from #{m} iterations): ExBurn #{Float.round(eval_ms / burn_ms, 2)}x faster")
+
+IO.puts(
+  "ExBurn.Compiler: #{Float.round(burn_ms, 1)} ms (#{Float.round(burn_ms * 1000 / n, 2)} us/iteration), first values #{inspect(got)}"
+)
+
+IO.puts(
+  "Evaluator + BinaryBackend: #{Float.round(eval_ms, 1)} ms (scaled from #{m} iterations): ExBurn #{Float.round(eval_ms / burn_ms, 2)}x faster"
+)
 
 case xla do
   %{ms: ms, first: first, version: version} ->
-    IO.puts("XLA (#{version}, jax.lax.while_loop): #{Float.round(ms, 2)} ms, first values #{inspect(first)}: ExBurn / XLA speed #{Float.round(ms / burn_ms, 4)}x")
+    IO.puts(
+      "XLA (#{version}, jax.lax.while_loop): #{Float.round(ms, 2)} ms, first values #{inspect(first)}: ExBurn / XLA speed #{Float.round(ms / burn_ms, 4)}x"
+    )
 
   %{error: e} ->
     IO.puts("XLA: not run (#{e})")
