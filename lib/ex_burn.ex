@@ -133,7 +133,7 @@ defmodule ExBurn do
     raise ExBurn.Error.new(
             kind: :argument,
             op: :configure!,
-            message: "dot_precision must be :default or :highest, got #{inspect(p)}"
+            message: "dot_precision must be :default or :highest, got #{Options.short(p)}"
           )
   end
 
@@ -242,7 +242,7 @@ defmodule ExBurn do
 
     case result do
       {:ok, [[14.0, 20.0], [30.0, 44.0]]} -> :ok
-      {:ok, other} -> {:error, "unexpected result #{inspect(other)}"}
+      {:ok, other} -> {:error, "unexpected result #{Options.short(other)}"}
       {:error, e} -> {:error, Exception.message(e)}
     end
   end

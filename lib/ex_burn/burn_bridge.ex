@@ -253,7 +253,7 @@ defmodule ExBurn.BurnBridge do
     axes = opts[:axes] || Enum.to_list(0..(rank - 1)//1)
 
     if Enum.any?(axes, &(&1 >= rank)) or length(Enum.uniq(axes)) != length(axes) do
-      Options.fail(:mean, "axes #{inspect(axes)} are invalid for a tensor of rank #{rank}")
+      Options.fail(:mean, "axes #{Options.short(axes)} are invalid for a tensor of rank #{rank}")
     end
 
     count = Enum.reduce(axes, 1, &(elem(t.shape, &1) * &2))
@@ -499,7 +499,7 @@ defmodule ExBurn.BurnBridge do
         raise ExBurn.Error.new(
                 kind: :shape,
                 op: :to_nx,
-                message: "Nx has no tensors with zero-size dimensions (shape #{inspect(shape)})"
+                message: "Nx has no tensors with zero-size dimensions (shape #{Options.short(shape)})"
               )
       end
 

@@ -71,14 +71,17 @@ defmodule ExBurn.Callbacks do
   end
 
   defp fmt(x) when is_float(x), do: :erlang.float_to_binary(x, decimals: 4)
-  defp fmt(x), do: inspect(x)
+  defp fmt(x), do: Options.short(x)
 
   defp monitor(m, nil), do: Map.get(m, :val_loss, m.loss)
 
   defp monitor(m, key) do
     case Map.fetch(m, key) do
-      {:ok, v} -> v
-      :error -> Options.fail(:callback, "the monitored metric #{inspect(key)} is not in the epoch's metrics")
+      {:ok, v} ->
+        v
+
+      :error ->
+        Options.fail(:callback, "the monitored metric #{Options.short(key)} is not in the epoch's metrics")
     end
   end
 

@@ -176,7 +176,7 @@ defmodule ExBurn.Dataset do
     if tuple_size(labels.shape) != 1 or ExBurn.Type.float?(labels.type) do
       Options.fail(
         :one_hot,
-        "expected integer labels of shape {n}, got #{inspect(labels.type)} #{inspect(labels.shape)}"
+        "expected integer labels of shape {n}, got #{Options.short(labels.type)} #{Options.short(labels.shape)}"
       )
     end
 
@@ -187,7 +187,9 @@ defmodule ExBurn.Dataset do
 
   @doc """
   Summary statistics: `%{samples, input_shape, input_type, mean, std, min, max, classes}`
-  (`classes` counts distinct labels for integer targets).
+  (`classes` counts distinct labels for integer targets, on the device). Statistics of data
+  holding NaN or infinities are `:nan`, `:infinity` or `:neg_infinity`, as
+  `ExBurn.Tensor.to_list/1` reads them.
   """
   @spec stats(dataset()) :: map()
   def stats(data) do
@@ -195,19 +197,14 @@ defmodule ExBurn.Dataset do
     xf = to_float(x)
     scalar = fn t -> Tensor.to_list(t) end
     mean = scalar.(BurnBridge.mean(xf))
-
-    var =
-      scalar.(
-        BurnBridge.mean(BurnBridge.multiply(BurnBridge.subtract(xf, mean), BurnBridge.subtract(xf, mean)))
-      )
+    centered = BurnBridge.subtract(xf, mean)
+    var = scalar.(BurnBridge.mean(BurnBridge.multiply(centered, centered)))
 
     classes =
-      if ExBurn.Type.float?(y.type) and tuple_size(y.shape) == 2 do
-        elem(y.shape, 1)
-      else
-        if ExBurn.Type.float?(y.type),
-          do: nil,
-          else: y |> Tensor.to_list() |> List.flatten() |> Enum.uniq() |> length()
+      cond do
+        ExBurn.Type.float?(y.type) and tuple_size(y.shape) == 2 -> elem(y.shape, 1)
+        ExBurn.Type.float?(y.type) -> nil
+        true -> distinct(y)
       end
 
     %{
@@ -215,11 +212,31 @@ defmodule ExBurn.Dataset do
       input_shape: x.shape |> Tuple.delete_at(0),
       input_type: x.type,
       mean: mean,
-      std: :math.sqrt(max(var, 0.0)),
+      std: sqrt(var),
       min: scalar.(BurnBridge.reduce_min(xf)),
       max: scalar.(BurnBridge.reduce_max(xf)),
       classes: classes
     }
+  end
+
+  # The square root of a variance read back: a number, or :infinity / :nan.
+  defp sqrt(v) when is_number(v), do: :math.sqrt(max(v, 0.0))
+  defp sqrt(:infinity), do: :infinity
+  defp sqrt(_nan), do: :nan
+
+  # Distinct values of an integer tensor: sorted on the device, the changes between
+  # neighbours counted there (nothing proportional to the data comes to the host).
+  defp distinct(%Tensor{} = y) do
+    case Tensor.numel(y) do
+      0 ->
+        0
+
+      n ->
+        sorted = ExBurn.Op.eval1(:sort, [BurnBridge.reshape(y, {n})], axis: 0)
+        later = BurnBridge.slice(sorted, [1], [n - 1])
+        earlier = BurnBridge.slice(sorted, [0], [n - 1])
+        1 + (later |> BurnBridge.not_equal(earlier) |> BurnBridge.sum() |> Tensor.to_list())
+    end
   end
 
   @idx_types %{
@@ -339,7 +356,7 @@ defmodule ExBurn.Dataset do
             raise ExBurn.Error.new(
                     kind: :corrupt,
                     op: :mnist,
-                    message: "images of shape #{inspect(other)}, not {n, 28, 28}"
+                    message: "images of shape #{Options.short(other)}, not {n, 28, 28}"
                   )
         end
 

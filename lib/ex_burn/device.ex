@@ -23,8 +23,9 @@ defmodule ExBurn.Device do
   def normalize!(:cpu), do: :cpu
   def normalize!(family) when family in [:cuda, :vulkan, :metal], do: {family, 0}
 
-  def normalize!({family, i} = d) when family in [:cuda, :vulkan, :metal] and is_integer(i) and i >= 0,
-    do: d
+  def normalize!({family, i} = d)
+      when family in [:cuda, :vulkan, :metal] and is_integer(i) and i >= 0 and i <= 0xFFFFFFFF,
+      do: d
 
   def normalize!(other) do
     raise ExBurn.Error.new(

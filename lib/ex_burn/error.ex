@@ -42,28 +42,34 @@ defmodule ExBurn.Error do
       new(
         kind: :argument,
         op: :new,
-        message: "options must be a keyword list, got #{inspect(opts, limit: 8)}"
+        message: "options must be a keyword list, got #{ExBurn.Format.term(opts)}"
       )
       |> raise()
 
   def new(opts) do
-    unless Keyword.keyword?(opts),
-      do:
-        raise(
-          new(
-            kind: :argument,
-            op: :new,
-            message: "options must be a keyword list, got #{inspect(opts, limit: 8)}"
-          )
-        )
+    unless ExBurn.Format.at_most?(opts, 64) and Keyword.keyword?(opts),
+      do: refuse("options must be a keyword list, got #{ExBurn.Format.term(opts)}")
+
+    kind = Keyword.get(opts, :kind, :execution)
+    op = Keyword.get(opts, :op)
+
+    unless is_atom(kind) and is_atom(op),
+      do: refuse("kind and op must be atoms, got #{ExBurn.Format.term({kind, op})}")
 
     %__MODULE__{
-      kind: Keyword.get(opts, :kind, :execution),
-      op: Keyword.get(opts, :op),
-      message: Keyword.get(opts, :message) || Keyword.get(opts, :reason) || "unknown error",
+      kind: kind,
+      op: op,
+      message: text(Keyword.get(opts, :message) || Keyword.get(opts, :reason) || "unknown error"),
       details: Keyword.get(opts, :details)
     }
   end
+
+  defp refuse(message), do: raise(%__MODULE__{kind: :argument, op: :new, message: message})
+
+  # Messages are strings; another term is shown bounded (never formatted in full).
+  defp text(m) when is_binary(m), do: m
+  defp text(m) when is_atom(m), do: Atom.to_string(m)
+  defp text(m), do: ExBurn.Format.term(m)
 
   @doc """
   Wraps an `{:error, reason}` tuple (a string or a `{kind, message}` pair) in an error.
@@ -87,14 +93,14 @@ defmodule ExBurn.Error do
         new(
           kind: :argument,
           op: :from_tuple,
-          message: "expected {:error, reason}, got #{inspect(other, limit: 8)}"
+          message: "expected {:error, reason}, got #{ExBurn.Format.term(other)}"
         )
       )
 
   @doc "Formats an error with its kind, op and details for logs."
   @spec format_error(t()) :: String.t()
   def format_error(%__MODULE__{details: nil} = e), do: message(e)
-  def format_error(%__MODULE__{details: d} = e), do: message(e) <> " " <> inspect(d)
+  def format_error(%__MODULE__{details: d} = e), do: message(e) <> " " <> ExBurn.Format.term(d)
 
   def format_error(other),
     do:
@@ -102,7 +108,7 @@ defmodule ExBurn.Error do
         new(
           kind: :argument,
           op: :format_error,
-          message: "expected an ExBurn.Error, got #{inspect(other, limit: 8)}"
+          message: "expected an ExBurn.Error, got #{ExBurn.Format.term(other)}"
         )
       )
 end

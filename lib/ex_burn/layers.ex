@@ -468,7 +468,7 @@ defmodule ExBurn.Layers do
       raise ExBurn.Error.new(
               kind: :argument,
               op: :compile,
-              message: "duplicate layer names #{inspect(Enum.uniq(dup))}"
+              message: "duplicate layer names #{Options.short(Enum.uniq(dup))}"
             )
     end
 

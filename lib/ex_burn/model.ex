@@ -386,7 +386,7 @@ defmodule ExBurn.Model do
       raise ExBurn.Error.new(
               kind: :dtype,
               op: :quantize,
-              message: "quantize needs a float type, got #{inspect(type)}"
+              message: "quantize needs a float type, got #{Options.short(type)}"
             )
     end
 
@@ -555,7 +555,7 @@ defmodule ExBurn.Model do
               Map.put(acc, new, Tensor.wrap(t))
 
             opts[:strict] ->
-              Options.fail(:import_params, "the model has no parameter #{inspect(new)}")
+              Options.fail(:import_params, "the model has no parameter #{Options.short(new)}")
 
             true ->
               acc

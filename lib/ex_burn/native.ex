@@ -27,8 +27,11 @@ defmodule ExBurn.Native do
   rescue
     e in ErlangError ->
       case e.original do
-        :nif_not_loaded -> raise not_loaded(op)
-        other -> reraise Error.new(kind: :execution, op: op, message: inspect(other)), __STACKTRACE__
+        :nif_not_loaded ->
+          raise not_loaded(op)
+
+        other ->
+          reraise Error.new(kind: :execution, op: op, message: ExBurn.Format.term(other)), __STACKTRACE__
       end
 
     # A precompiled library that failed to load leaves ExBurn.Nif itself unloaded.

@@ -63,7 +63,7 @@ defmodule ExBurn.Op do
       nil ->
         Options.fail(
           :names,
-          "unknown op family #{inspect(family)}; families: #{inspect(Keyword.keys(@families))}"
+          "unknown op family #{Options.short(family)}; families: #{inspect(Keyword.keys(@families))}"
         )
     end
   end
@@ -128,6 +128,13 @@ defmodule ExBurn.Op do
     )
   end
 
+  # Inputs per NIF call: decoding one costs about a microsecond on a normal scheduler, so
+  # longer joins (concatenate, stack) run as a tree of calls and other ops (which take one to
+  # three) refuse longer lists before reading them, as they do attribute lists longer than
+  # any op has.
+  @per_call 1_024
+  @max_attrs 64
+
   @eval_opts [
     device: [
       type: {:or, [nil, :device]},
@@ -137,7 +144,9 @@ defmodule ExBurn.Op do
   ]
 
   @doc """
-  Runs one op on `inputs` and returns its result tensors.
+  Runs one op on `inputs` and returns its result tensors. An op takes at most 1,024 inputs;
+  `:concatenate` and `:stack` take any number (more than 1,024 run as a tree of joins, after
+  checking that the parts and the result fit the device together).
 
   ## Options
 
@@ -150,10 +159,62 @@ defmodule ExBurn.Op do
     refs = refs!(inputs, name)
     attrs = attrs!(attrs, name)
     device = device_of(inputs, opts[:device])
+    op = encode(name, attrs)
 
-    :eval_op
-    |> Native.call([encode(name, attrs), refs, device], name)
-    |> Enum.map(&Tensor.wrap/1)
+    if ExBurn.Format.at_most?(refs, @per_call) do
+      :eval_op |> Native.call([op, refs, device], name) |> Enum.map(&Tensor.wrap/1)
+    else
+      fits!(inputs, device, name)
+      [Tensor.wrap(joined(op, encode(:concatenate, Keyword.take(attrs, [:axis])), refs, device, name))]
+    end
+  end
+
+  # The parts of a tree join and its result live together: both must fit the device (one
+  # call is checked by the engine; the parts of a tree each fit on their own).
+  defp fits!(inputs, device, name) do
+    elements = Enum.reduce(inputs, 0, &(Tensor.numel(&1) + &2))
+    bytes = 2 * elements * (inputs |> Enum.map(&ExBurn.Type.byte_size(&1.type)) |> Enum.max())
+    info = Native.call(:device_info, [device], name)
+
+    case Enum.reject([info.memory_limit, info.memory_available], &is_nil/1) do
+      [] ->
+        :ok
+
+      limits ->
+        if bytes > Enum.min(limits) do
+          raise ExBurn.Error.new(
+                  kind: :out_of_memory,
+                  op: name,
+                  message:
+                    "joining #{length(inputs)} tensors would take #{bytes} bytes on #{inspect(device)} " <>
+                      "(the parts and the result), more than the #{Enum.min(limits)} bytes it can hold; " <>
+                      "refused before allocating"
+                )
+        end
+    end
+  end
+
+  # A join of many tensors as a tree of joins of at most @per_call each (every call decodes
+  # its inputs on a normal scheduler: a bounded number of them); `concat` joins the parts.
+  # NIF calls cost the process no reductions: it yields between them, so a long join never
+  # holds its scheduler for more than one call.
+  defp joined(op, concat, refs, device, name) do
+    parts =
+      for chunk <- Enum.chunk_every(refs, @per_call) do
+        [part] = Native.call(:eval_op, [op, chunk, device], name)
+        :erlang.yield()
+        part
+      end
+
+    case parts do
+      [one] ->
+        one
+
+      _ ->
+        result = joined(concat, concat, Enum.map(parts, &elem(&1, 0)), device, name)
+        for {ref, _, _, _} <- parts, do: Native.call(:tensor_deallocate, [ref], name)
+        result
+    end
   end
 
   @doc "Like `eval/4` for ops with one result."
@@ -166,6 +227,13 @@ defmodule ExBurn.Op do
   end
 
   defp refs!(inputs, op) when is_list(inputs) do
+    unless op in [:concatenate, :stack] or ExBurn.Format.at_most?(inputs, @per_call),
+      do:
+        Options.fail(
+          op,
+          "at most #{@per_call} inputs per op (concatenate and stack take more), got #{Options.short(inputs)}"
+        )
+
     unless Options.proper_list?(inputs), do: Options.fail(op, "expected a proper list of ExBurn.Tensor")
 
     Enum.map(inputs, fn
@@ -177,9 +245,13 @@ defmodule ExBurn.Op do
   defp refs!(other, op), do: Options.fail(op, "expected a list of ExBurn.Tensor, got #{Options.short(other)}")
 
   defp attrs!(attrs, op) do
-    if is_list(attrs) and Keyword.keyword?(attrs),
+    if is_list(attrs) and ExBurn.Format.at_most?(attrs, @max_attrs) and Keyword.keyword?(attrs),
       do: attrs,
-      else: Options.fail(op, "attributes must be a keyword list, got #{Options.short(attrs)}")
+      else:
+        Options.fail(
+          op,
+          "attributes must be a keyword list of at most #{@max_attrs} entries, got #{Options.short(attrs)}"
+        )
   end
 
   defp device_of([%Tensor{device: d} | _], _device), do: d

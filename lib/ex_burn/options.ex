@@ -7,16 +7,26 @@ defmodule ExBurn.Options do
   # accepted.
   #
   # Types: :any, :boolean, :atom, :string, :pid, :map, :keyword, :integer, :pos_integer,
-  # :non_neg_integer, :number (finite), :pos_number, :non_neg_number, {:number, min, max},
+  # :non_neg_integer (integers within 64 bits), :number (finite), :pos_number, :non_neg_number,
+  # {:number, min, max},
   # {:in, values}, {:list, type}, {:fun, arity}, :device, :type, nil, {:or, [types]},
   # {:custom, fun} or {:custom, fun, "what is expected"} (fun returns {:ok, value} or :error).
 
   alias ExBurn.Error
 
+  # Integers of the 64-bit range (signed or unsigned): every count, size, seed and byte limit.
+  @max_int 18_446_744_073_709_551_615
+  @min_int -9_223_372_036_854_775_808
+  # Longer option lists are refused before they are read (no function has a tenth as many).
+  @max_options 256
+
   @doc false
   # The options with defaults filled in (and devices and types normalised), in schema order.
   def validate!(opts, schema, op) do
-    unless is_list(opts) and proper_list?(opts) and Enum.all?(opts, &match?({k, _} when is_atom(k), &1)) do
+    unless is_list(opts) and ExBurn.Format.at_most?(opts, @max_options),
+      do: fail(op, "options must be a keyword list of at most #{@max_options} entries, got #{short(opts)}")
+
+    unless proper_list?(opts) and Enum.all?(opts, &match?({k, _} when is_atom(k), &1)) do
       fail(op, "options must be a keyword list, got #{short(opts)}")
     end
 
@@ -83,9 +93,9 @@ defmodule ExBurn.Options do
   defp conform(v, :pid) when is_pid(v), do: {:ok, v}
   defp conform(v, :map) when is_map(v), do: {:ok, v}
   defp conform(v, :keyword) when is_list(v), do: if(Keyword.keyword?(v), do: {:ok, v}, else: :error)
-  defp conform(v, :integer) when is_integer(v), do: {:ok, v}
-  defp conform(v, :pos_integer) when is_integer(v) and v > 0, do: {:ok, v}
-  defp conform(v, :non_neg_integer) when is_integer(v) and v >= 0, do: {:ok, v}
+  defp conform(v, :integer) when is_integer(v) and v >= @min_int and v <= @max_int, do: {:ok, v}
+  defp conform(v, :pos_integer) when is_integer(v) and v > 0 and v <= @max_int, do: {:ok, v}
+  defp conform(v, :non_neg_integer) when is_integer(v) and v >= 0 and v <= @max_int, do: {:ok, v}
   defp conform(v, :number) when is_number(v), do: finite(v)
   defp conform(v, :pos_number) when is_number(v) and v > 0, do: finite(v)
   defp conform(v, :non_neg_number) when is_number(v) and v >= 0, do: finite(v)
@@ -159,9 +169,9 @@ defmodule ExBurn.Options do
   def describe(:pid), do: "a pid"
   def describe(:map), do: "a map"
   def describe(:keyword), do: "a keyword list"
-  def describe(:integer), do: "an integer"
-  def describe(:pos_integer), do: "a positive integer"
-  def describe(:non_neg_integer), do: "a non-negative integer"
+  def describe(:integer), do: "a 64-bit integer"
+  def describe(:pos_integer), do: "a positive integer below 2^64"
+  def describe(:non_neg_integer), do: "a non-negative integer below 2^64"
   def describe(:number), do: "a number"
   def describe(:pos_number), do: "a positive number"
   def describe(:non_neg_number), do: "a non-negative number"
@@ -177,8 +187,9 @@ defmodule ExBurn.Options do
   def describe({:custom, _}), do: "a valid value"
 
   @doc false
-  # A bounded rendering of a term for messages.
-  def short(term), do: inspect(term, limit: 8, printable_limit: 64)
+  # A bounded rendering of a term for messages (`ExBurn.Format`: bignums by bit size, one node
+  # budget for the whole term).
+  def short(term), do: ExBurn.Format.term(term)
 
   @doc false
   def fail(op, message), do: raise(Error.new(kind: :argument, op: op, message: message))

@@ -175,26 +175,34 @@ defmodule ExBurn.Tensor do
   # The error of a public function given something that is not an ExBurn.Tensor.
   def not_a_tensor(other, op), do: Options.fail(op, "expected an ExBurn.Tensor, got #{Options.short(other)}")
 
+  # Axes a tensor may have (the engine's limit).
+  @max_rank 64
+  @max_dim 18_446_744_073_709_551_615
+
   @doc false
-  def normalize_shape!(shape) when is_tuple(shape), do: normalize_shape!(Tuple.to_list(shape))
+  # A shape as a tuple of dimensions: at most 64 axes, each a non-negative integer of 64 bits
+  # (larger ones are refused here, before anything is built or formatted in full).
+  def normalize_shape!(shape) when is_tuple(shape) and tuple_size(shape) <= @max_rank,
+    do: normalize_shape!(Tuple.to_list(shape))
 
   def normalize_shape!(shape) when is_list(shape) do
-    if proper?(shape) and Enum.all?(shape, &(is_integer(&1) and &1 >= 0)) do
-      List.to_tuple(shape)
-    else
-      Options.fail(
-        :shape,
-        "invalid shape #{Options.short(shape)} (expected a tuple of non-negative integers)"
-      )
+    cond do
+      not ExBurn.Format.at_most?(shape, @max_rank) ->
+        bad_shape!(shape, "at most #{@max_rank} axes")
+
+      proper?(shape) and Enum.all?(shape, &(is_integer(&1) and &1 >= 0 and &1 <= @max_dim)) ->
+        List.to_tuple(shape)
+
+      true ->
+        bad_shape!(shape, "a tuple of non-negative integers below 2^64")
     end
   end
 
-  def normalize_shape!(other),
-    do:
-      Options.fail(
-        :shape,
-        "invalid shape #{Options.short(other)} (expected a tuple of non-negative integers)"
-      )
+  def normalize_shape!(shape) when is_tuple(shape), do: bad_shape!(shape, "at most #{@max_rank} axes")
+  def normalize_shape!(other), do: bad_shape!(other, "a tuple of non-negative integers below 2^64")
+
+  defp bad_shape!(shape, expected),
+    do: Options.fail(:shape, "invalid shape #{Options.short(shape)} (expected #{expected})")
 
   defp proper?([]), do: true
   defp proper?([_ | t]), do: proper?(t)

@@ -42,7 +42,8 @@ defmodule ExBurn.Training do
                 default: [],
                 doc:
                   "functions `metrics -> metrics` called after each epoch (see `ExBurn.Callbacks`); " <>
-                    "`stop_training: true` in the returned map stops training"
+                    "`stop_training: true` in the returned map stops training, another `:learning_rate` " <>
+                    "(a finite non-negative number) sets the rate of the following epochs"
               ],
               verbose: [
                 type: :boolean,
@@ -56,7 +57,8 @@ defmodule ExBurn.Training do
                 default: nil,
                 doc:
                   "`{:step, base, every, gamma}`, `{:exponential, base, gamma}`, `{:cosine, base, min}` " <>
-                    "(per epoch; default: the model's learning rate)"
+                    "of finite non-negative numbers (per epoch; default: the model's learning rate); a rate " <>
+                    "beyond the float range is an `ExBurn.Error` of kind `:argument`"
               ],
               warmup: [
                 type: :non_neg_integer,
@@ -90,22 +92,22 @@ defmodule ExBurn.Training do
   def pair(_), do: :error
 
   @doc false
-  def schedule(lr) when is_number(lr) and lr >= 0, do: {:ok, lr}
+  # A schedule's numbers are finite (floats, or integers in the float range) and non-negative.
+  def schedule(lr) when is_number(lr), do: if(rate?(lr), do: {:ok, lr}, else: :error)
 
   def schedule({:step, base, every, gamma} = s)
-      when is_number(base) and base >= 0 and is_integer(every) and every > 0 and is_number(gamma) and
-             gamma >= 0,
-      do: {:ok, s}
+      when is_integer(every) and every > 0 and every <= 18_446_744_073_709_551_615,
+      do: if(rate?(base) and rate?(gamma), do: {:ok, s}, else: :error)
 
-  def schedule({:exponential, base, gamma} = s)
-      when is_number(base) and base >= 0 and is_number(gamma) and gamma >= 0,
-      do: {:ok, s}
+  def schedule({:exponential, base, gamma} = s),
+    do: if(rate?(base) and rate?(gamma), do: {:ok, s}, else: :error)
 
-  def schedule({:cosine, base, min} = s)
-      when is_number(base) and base >= 0 and is_number(min) and min >= 0,
-      do: {:ok, s}
-
+  def schedule({:cosine, base, min} = s), do: if(rate?(base) and rate?(min), do: {:ok, s}, else: :error)
   def schedule(_), do: :error
+
+  defp rate?(x) when is_float(x), do: x >= 0
+  defp rate?(x) when is_integer(x), do: x >= 0 and x < 1.0e300
+  defp rate?(_), do: false
 
   @doc """
   Trains for `:epochs` epochs and returns the model with `history` (one metrics map per
@@ -130,20 +132,28 @@ defmodule ExBurn.Training do
     n = samples(data)
     if n == 0, do: Options.fail(:fit, "the training data has no samples")
 
-    steps_per_epoch =
-      div(ceil_div(n, opts[:batch_size]) + opts[:accumulate_gradients] - 1, opts[:accumulate_gradients])
-
     accuracy? = if opts[:accuracy] == nil, do: model.loss != :mse, else: opts[:accuracy]
     progress = if opts[:verbose] and opts[:epochs] > 0, do: Progress.start(opts[:epochs], n), else: nil
 
-    state = %{model: model, lr_scale: 1.0, history: [], step: 0}
+    # The progress process ends with the call, however the call ends (a callback raising too).
+    try do
+      train(model, data, val, n, accuracy?, progress, opts)
+    after
+      Progress.stop(progress)
+    end
+  end
+
+  def fit(%Model{}, data, _opts),
+    do: Options.fail(:fit, "expected the data as {inputs, targets}, got #{Options.short(data)}")
+
+  def fit(other, _data, _opts), do: Model.not_a_model(other, :fit)
+
+  defp train(model, data, val, n, accuracy?, progress, opts) do
+    state = %{history: [], step: 0, lr_scale: 1.0}
 
     final =
       Enum.reduce_while(1..opts[:epochs]//1, state, fn epoch, state ->
-        base =
-          schedule_lr(opts[:lr_schedule] || model.learning_rate, epoch - 1, opts[:epochs]) * state.lr_scale
-
-        lrs = for k <- 0..(steps_per_epoch - 1), do: base * warmup(state.step + k, opts[:warmup])
+        base = epoch_rate(opts[:lr_schedule] || model.learning_rate, epoch, opts[:epochs], state.lr_scale)
         Progress.epoch(progress, epoch)
 
         stats =
@@ -158,7 +168,9 @@ defmodule ExBurn.Training do
                   do: rem(model.seed * 1_000_003 + epoch, 18_446_744_073_709_551_616),
                   else: nil
                 ),
-              lrs: lrs,
+              learning_rate: base,
+              warmup: opts[:warmup],
+              first_step: state.step,
               accumulate: opts[:accumulate_gradients],
               progress_every: if(progress, do: max(1, div(ceil_div(n, opts[:batch_size]), 50)), else: 0),
               accuracy: accuracy?,
@@ -196,14 +208,30 @@ defmodule ExBurn.Training do
         if metrics[:stop_training] || stats.stopped, do: {:halt, state}, else: {:cont, state}
       end)
 
-    Progress.stop(progress)
     %{model | history: Enum.reverse(final.history)}
   end
 
-  def fit(%Model{}, data, _opts),
-    do: Options.fail(:fit, "expected the data as {inputs, targets}, got #{Options.short(data)}")
+  # The rate of an epoch (1-based): the schedule's times the callbacks' scale, a finite float.
+  defp epoch_rate(schedule, epoch, epochs, scale) do
+    with {:ok, lr} <- scheduled(schedule, epoch - 1, epochs),
+         {:ok, rate} <- finite_product(lr, scale) do
+      rate
+    else
+      :error ->
+        Options.fail(
+          :fit,
+          "the learning rate of epoch #{epoch} (lr_schedule #{Options.short(schedule)} times " <>
+            "#{scale} from callbacks) is beyond the float range"
+        )
+    end
+  end
 
-  def fit(other, _data, _opts), do: Model.not_a_model(other, :fit)
+  defp finite_product(a, b) do
+    # + 0.0 makes a negative zero (a callback returning -0.0) the plain 0.0
+    {:ok, a * b * 1.0 + 0.0}
+  rescue
+    ArithmeticError -> :error
+  end
 
   defp put_if(map, true, key, value) when not is_nil(value), do: Map.put(map, key, value)
   defp put_if(map, _, _, _), do: map
@@ -215,11 +243,33 @@ defmodule ExBurn.Training do
     metrics |> Map.put(:val_loss, s.loss) |> put_if(acc?, :val_accuracy, Map.get(s, :accuracy))
   end
 
-  # A callback may lower the learning rate by returning a smaller :learning_rate.
-  defp lr_scale(%{learning_rate: lr}, base, scale) when is_number(lr) and lr >= 0 and base > 0,
-    do: scale * lr / base
+  # A callback changes the rate of the following epochs by returning another :learning_rate: a
+  # finite non-negative number (kept as a scale of the schedule's rate).
+  defp lr_scale(%{learning_rate: lr}, base, scale) when lr === base, do: scale
 
-  defp lr_scale(_, _, scale), do: scale
+  defp lr_scale(%{learning_rate: lr}, base, scale) do
+    unless rate?(lr) do
+      Options.fail(
+        :fit,
+        "a callback returned learning_rate #{Options.short(lr)} (expected a finite non-negative number)"
+      )
+    end
+
+    if base > 0, do: scaled(scale, lr, base), else: scale
+  end
+
+  defp lr_scale(_metrics, _base, scale), do: scale
+
+  defp scaled(scale, lr, base) do
+    scale * lr / base
+  rescue
+    ArithmeticError ->
+      Options.fail(
+        :fit,
+        "a callback returned learning_rate #{Options.short(lr)}, which over this epoch's #{base} " <>
+          "puts the next epochs' rate beyond the float range"
+      )
+  end
 
   defp override_optimizer(model, opts) do
     overrides =
@@ -255,28 +305,56 @@ defmodule ExBurn.Training do
   """
   @spec schedule_lr(number() | tuple(), non_neg_integer(), pos_integer()) :: float()
   def schedule_lr(schedule, epoch, epochs)
-      when not (is_integer(epoch) and epoch >= 0 and is_integer(epochs) and epochs > 0) do
+      when not (is_integer(epoch) and epoch >= 0 and is_integer(epochs) and epochs > 0 and
+                  epochs <= 18_446_744_073_709_551_615 and epoch <= 18_446_744_073_709_551_615) do
     Options.fail(
       :schedule_lr,
-      "expected epoch >= 0 and epochs > 0, got #{Options.short({schedule, epoch, epochs})}"
+      "expected 64-bit integers epoch >= 0 and epochs > 0, got #{Options.short({schedule, epoch, epochs})}"
     )
   end
 
-  def schedule_lr(lr, _epoch, _epochs) when is_number(lr), do: lr * 1.0
-  def schedule_lr({:step, base, every, gamma}, epoch, _), do: base * :math.pow(gamma, div(epoch, every))
-  def schedule_lr({:exponential, base, gamma}, epoch, _), do: base * :math.pow(gamma, epoch)
+  def schedule_lr(schedule, epoch, epochs) do
+    if schedule(schedule) == :error,
+      do:
+        Options.fail(
+          :schedule_lr,
+          "invalid lr_schedule #{Options.short(schedule)} (expected a rate, {:step, base, every, gamma}, " <>
+            "{:exponential, base, gamma} or {:cosine, base, min} of finite non-negative numbers)"
+        )
 
-  def schedule_lr({:cosine, base, min}, epoch, epochs) do
+    case scheduled(schedule, epoch, epochs) do
+      {:ok, lr} ->
+        lr
+
+      :error ->
+        Options.fail(
+          :schedule_lr,
+          "lr_schedule #{Options.short(schedule)} gives a learning rate beyond the float range at epoch #{epoch}"
+        )
+    end
+  end
+
+  # A validated schedule's rate, or :error when it leaves the float range.
+  defp scheduled(schedule, epoch, epochs) do
+    {:ok, rate(schedule, epoch, epochs)}
+  rescue
+    ArithmeticError -> :error
+  end
+
+  defp rate(lr, _epoch, _epochs) when is_number(lr), do: lr * 1.0
+  defp rate({:step, base, every, gamma}, epoch, _), do: base * :math.pow(gamma, div(epoch, every))
+  defp rate({:exponential, base, gamma}, epoch, _), do: base * :math.pow(gamma, epoch)
+
+  defp rate({:cosine, base, min}, epoch, epochs) do
     min + 0.5 * (base - min) * (1 + :math.cos(:math.pi() * epoch / max(epochs - 1, 1)))
   end
 
-  def schedule_lr(other, _, _),
-    do: Options.fail(:schedule_lr, "unknown lr_schedule #{Options.short(other)}")
-
   @doc "The linear-warmup factor at optimizer step `step` (0-based) for `warmup` steps."
   @spec warmup(non_neg_integer(), non_neg_integer()) :: float()
-  def warmup(step, warmup) when not (is_integer(step) and step >= 0 and is_integer(warmup) and warmup >= 0),
-    do: Options.fail(:warmup, "expected non-negative integers, got #{Options.short({step, warmup})}")
+  def warmup(step, warmup)
+      when not (is_integer(step) and step >= 0 and step <= 18_446_744_073_709_551_615 and
+                  is_integer(warmup) and warmup >= 0 and warmup <= 18_446_744_073_709_551_615),
+      do: Options.fail(:warmup, "expected non-negative 64-bit integers, got #{Options.short({step, warmup})}")
 
   def warmup(_step, 0), do: 1.0
   def warmup(step, warmup), do: min(1.0, (step + 1) / warmup)
@@ -450,7 +528,14 @@ defmodule ExBurn.Training do
   def device_data(model, inputs, targets, op) do
     inputs = if is_list(inputs), do: inputs, else: [inputs]
     if inputs == [], do: Options.fail(op, "expected at least one input tensor")
-    unless Options.proper_list?(inputs), do: Options.fail(op, "inputs: expected a proper list of tensors")
+
+    unless ExBurn.Format.at_most?(inputs, 65_536) and Options.proper_list?(inputs),
+      do:
+        Options.fail(
+          op,
+          "inputs: expected a proper list of at most 65536 tensors, got #{Options.short(inputs)}"
+        )
+
     tensors = Enum.map(inputs, &to_tensor(&1, model.device, op))
 
     %{

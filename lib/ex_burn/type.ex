@@ -50,7 +50,7 @@ defmodule ExBurn.Type do
   def normalize!(type) when is_atom(type) do
     case Regex.run(~r/^(bf|f|s|u|c)(\d+)$/, Atom.to_string(type)) do
       [_, class, bits] -> normalize!({String.to_atom(class), String.to_integer(bits)})
-      _ -> raise ExBurn.Error.new(kind: :argument, message: "unknown type #{inspect(type)}")
+      _ -> raise ExBurn.Error.new(kind: :argument, message: "unknown type #{ExBurn.Format.term(type)}")
     end
   end
 
@@ -58,13 +58,13 @@ defmodule ExBurn.Type do
     raise ExBurn.Error.new(
             kind: :unsupported_dtype,
             message:
-              "type #{inspect(type)} is not supported by Burn " <>
+              "type #{ExBurn.Format.term(type)} is not supported by Burn " <>
                 "(supported: #{Enum.map_join(@supported, ", ", &inspect/1)})"
           )
   end
 
   def normalize!(other),
-    do: raise(ExBurn.Error.new(kind: :argument, message: "not a type: #{inspect(other)}"))
+    do: raise(ExBurn.Error.new(kind: :argument, message: "not a type: #{ExBurn.Format.term(other)}"))
 
   @doc "Bytes per element."
   @spec byte_size(t()) :: pos_integer()

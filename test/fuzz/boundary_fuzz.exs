@@ -5,9 +5,14 @@
 #
 # Each call gets random terms, mutations of valid arguments, or valid arguments. A public
 # function must return or raise ExBurn.Error; a NIF must answer {:ok, _} or
-# {:error, {kind, message}}. Anything else is recorded. The last line printed is
-# "FUZZ RESULT <base64 of the summary term>". Paths handed to functions never leave the
-# working directory (the parent runs this in a temporary one).
+# {:error, {kind, message}}. Anything else is recorded, and so are a call that holds a normal
+# scheduler for a second or more without yielding (the VM's long_schedule monitor) and
+# processes left alive at the end. Terms include integers of 2^64 and 2^1,000,000, lists,
+# keyword lists and tuples of two million elements (shared through persistent_term, so no
+# call copies them), schedules and callbacks giving extreme numbers, and datasets holding NaN
+# and infinities. The last line printed is "FUZZ RESULT <base64 of the summary term>". Paths
+# handed to functions never leave the working directory (the parent runs this in a temporary
+# one).
 
 defmodule ExBurn.Fuzz do
   alias ExBurn.{BurnBridge, Layers, Model, Tensor}
@@ -21,11 +26,17 @@ defmodule ExBurn.Fuzz do
                    kernel_size strides padding channels rate alpha memory_limit default_device
                    dot_precision nx_backend monitor factor min_lr restore_best drop_last)a
 
+  # A call holding a normal scheduler this long without yielding stalls the VM (a bug; the
+  # heaviest legitimate NIF work is dirty and Elixir code yields).
+  @stall_ms 1_000
+
   def run(seed, calls) do
     :rand.seed(:exsss, {seed, seed * 7 + 1, seed * 13 + 3})
     fixtures = fixtures()
     targets = targets()
     nifs = ExBurn.Nif.nifs()
+    before = MapSet.new(Process.list())
+    :erlang.system_monitor(self(), [{:long_schedule, @stall_ms}])
 
     stats =
       Enum.reduce(
@@ -47,6 +58,9 @@ defmodule ExBurn.Fuzz do
           end
         end
       )
+
+    :erlang.system_monitor(:undefined)
+    stats = Enum.reduce(left_behind(before, 30), stats, &bad(&2, {:left_behind, &1}))
 
     %{
       stats
@@ -83,6 +97,25 @@ defmodule ExBurn.Fuzz do
     end
   end
 
+  # Processes alive now that were not before the run, once the stopping ones are gone (a
+  # stopped process ends shortly after the call that stopped it).
+  defp left_behind(before, tries) do
+    left = Enum.reject(Process.list(), &MapSet.member?(before, &1))
+
+    cond do
+      left == [] ->
+        []
+
+      tries == 0 ->
+        Enum.map(left, &Process.info(&1, [:current_function, :initial_call, :dictionary]))
+        |> Enum.map(&short/1)
+
+      true ->
+        Process.sleep(100)
+        left_behind(before, tries - 1)
+    end
+  end
+
   # Calls that change node-wide settings are undone, so later calls test what they should.
   defp reset do
     ExBurn.configure!(default_device: :cpu, memory_limit: :auto, dot_precision: :default)
@@ -98,6 +131,17 @@ defmodule ExBurn.Fuzz do
       |> Layers.dense(3, name: "d")
       |> Model.compile(seed: 1)
 
+    # Huge terms live in persistent_term: handing them to a call's process copies nothing.
+    :persistent_term.put({__MODULE__, :huge}, %{
+      ints: [2 ** 64, -(2 ** 64), 2 ** 1_000_000, -(2 ** 1_000_000)],
+      lists: [
+        List.duplicate(1, 2_000_000),
+        List.duplicate({:axes, [0]}, 2_000_000),
+        List.duplicate(t, 2_000_000),
+        List.to_tuple(List.duplicate(0, 2_000_000))
+      ]
+    })
+
     %{
       model_bytes: Model.serialize_params(model),
       tensors: [
@@ -111,7 +155,13 @@ defmodule ExBurn.Fuzz do
       ],
       model: model,
       layers: Layers.input("x", shape: {nil, 2}),
-      data: {t, Tensor.new([0, 1], type: :s64)}
+      data: {t, Tensor.new([0, 1], type: :s64)},
+      # NaN and infinities in inputs and in float targets
+      odd_data: [
+        {Tensor.new([[:nan, 1.0], [:infinity, 2.0]]), Tensor.new([0, 1], type: :s64)},
+        {Tensor.new([[:neg_infinity, 1.0], [3.0, 2.0]]),
+         Tensor.new([[0.0, :nan, 1.0], [1.0, 0.0, :infinity]])}
+      ]
     }
   end
 
@@ -120,7 +170,7 @@ defmodule ExBurn.Fuzz do
   defp pick(list), do: Enum.random(list)
 
   def term(fx, depth \\ 0) do
-    case :rand.uniform(if depth > 2, do: 14, else: 20) do
+    case :rand.uniform(if depth > 2, do: 14, else: 22) do
       1 ->
         pick([0, 1, -1, 2, 7, 255, 256, -129])
 
@@ -197,7 +247,49 @@ defmodule ExBurn.Fuzz do
 
       20 ->
         large()
+
+      21 ->
+        huge()
+
+      22 ->
+        pick([extreme(), schedule(), callback(), pick(fx.odd_data)])
     end
+  end
+
+  # Integers beyond 64 bits (often), or a list, keyword list or tuple of two million elements.
+  defp huge do
+    h = :persistent_term.get({__MODULE__, :huge})
+    if :rand.uniform() < 0.6, do: pick(h.ints), else: pick(h.lists)
+  end
+
+  # Numbers at and beyond the edges of a float, and things that are not numbers.
+  defp extreme do
+    [two_64, _, two_1m, _] = :persistent_term.get({__MODULE__, :huge}).ints
+    pick([1.0e308, -1.0e308, -0.0, 0.0, 5.0e-324, two_64, two_1m, -1, :nan, :infinity, "0.1", nil])
+  end
+
+  defp schedule do
+    x = fn -> extreme() end
+
+    pick([
+      {:exponential, 1.0e300, 1.0e300},
+      {:step, x.(), pick([1, 0, 2 ** 64]), x.()},
+      {:exponential, x.(), x.()},
+      {:cosine, x.(), x.()},
+      x.()
+    ])
+  end
+
+  # Callbacks giving extreme learning rates, other returns, a stop, or an ExBurn.Error.
+  defp callback do
+    v = extreme()
+
+    pick([
+      fn m -> Map.put(m, :learning_rate, v) end,
+      fn _ -> v end,
+      fn m -> Map.put(m, :stop_training, true) end,
+      fn _ -> raise ExBurn.Error.new(kind: :argument, message: "from a callback") end
+    ])
   end
 
   defp keyword(fx, depth) do
@@ -371,7 +463,9 @@ defmodule ExBurn.Fuzz do
       epoch: 1,
       batch_size: 2,
       shuffle: nil,
-      lrs: [0.01],
+      learning_rate: 0.01,
+      warmup: 0,
+      first_step: 0,
       accumulate: 1,
       progress_every: 0,
       accuracy: true,
@@ -388,6 +482,7 @@ defmodule ExBurn.Fuzz do
     st = %{st | calls: st.calls + 1, nif: st.nif + 1}
 
     case timed(fn -> apply(ExBurn.Nif, name, args) end) do
+      {:stalled, ms, _} -> bad(st, {:nif, name, :stalled_ms, ms, short(args)})
       {:ok, {:ok, _}} -> %{st | ok: st.ok + 1}
       {:ok, {:error, {kind, msg}}} when is_atom(kind) and is_binary(msg) -> count(st, kind, {name, msg})
       {:ok, other} -> bad(st, {:nif, name, :bad_reply, short(other), short(args)})
@@ -406,6 +501,7 @@ defmodule ExBurn.Fuzz do
     st = %{st | calls: st.calls + 1, public: st.public + 1}
 
     case timed(fn -> apply(mod, fun, args) end) do
+      {:stalled, ms, _} -> bad(st, {mod, fun, arity, :stalled_ms, ms, short(args)})
       {:ok, _} -> %{st | ok: st.ok + 1}
       {:raised, %ExBurn.Error{kind: kind, message: msg}} -> count(st, kind, {mod, fun, msg})
       {:raised, e} -> bad(st, {mod, fun, arity, e.__struct__, short(Exception.message(e)), short(args)})
@@ -419,7 +515,9 @@ defmodule ExBurn.Fuzz do
     [t | _] = fx.tensors
 
     case {mod, fun, arity} do
-      {ExBurn.Training, :fit, 3} -> [fx.model, fx.data, [epochs: 1, batch_size: 2, verbose: false]]
+      {ExBurn.Training, :fit, 3} -> [fx.model, pick([fx.data | fx.odd_data]), fit_opts()]
+      {ExBurn.Training, :schedule_lr, 3} -> [schedule(), pick([0, 1, 5, 2 ** 64]), pick([1, 10])]
+      {ExBurn.Dataset, fun, _} when fun in [:stats, :split, :shuffle] -> [pick([fx.data | fx.odd_data])]
       {ExBurn.Training, :train_step, _} -> [fx.model, fx.data, []]
       {ExBurn.Training, :evaluate, _} -> [fx.model, fx.data, []]
       {ExBurn.Training, :predict, _} -> [fx.model, elem(fx.data, 0), []]
@@ -442,6 +540,13 @@ defmodule ExBurn.Fuzz do
     end
   end
 
+  defp fit_opts do
+    [epochs: pick([1, 2, 3]), batch_size: 2, verbose: pick([false, false, true])]
+    |> Keyword.put(:lr_schedule, pick([nil, schedule()]))
+    |> Keyword.put(:callbacks, pick([[], [callback()], [callback(), callback()]]))
+    |> Keyword.put(:on_non_finite, pick([:raise, :skip, :stop]))
+  end
+
   defp timed(fun) do
     task =
       Task.async(fn ->
@@ -457,10 +562,26 @@ defmodule ExBurn.Fuzz do
         end
       end)
 
-    case Task.yield(task, 15_000) || Task.shutdown(task, :brutal_kill) do
-      {:ok, r} -> r
-      {:exit, reason} -> {:caught, :exit, reason}
-      nil -> :timeout
+    result =
+      case Task.yield(task, 15_000) || Task.shutdown(task, :brutal_kill) do
+        {:ok, r} -> r
+        {:exit, reason} -> {:caught, :exit, reason}
+        nil -> :timeout
+      end
+
+    case stalls(task.pid, 0) do
+      0 -> result
+      ms -> {:stalled, ms, result}
+    end
+  end
+
+  # The longest time (ms) `pid` held a normal scheduler without yielding, past @stall_ms.
+  defp stalls(pid, acc) do
+    receive do
+      {:monitor, ^pid, :long_schedule, info} -> stalls(pid, max(acc, info[:timeout]))
+      {:monitor, _other, :long_schedule, _} -> stalls(pid, acc)
+    after
+      0 -> acc
     end
   end
 
@@ -472,7 +593,8 @@ defmodule ExBurn.Fuzz do
   end
 
   defp bad(st, entry), do: %{st | bad: [entry | st.bad]}
-  defp short(term), do: inspect(term, limit: 6, printable_limit: 80) |> String.slice(0, 300)
+  # Bounded (ExBurn.Format: bignums by bit size); inspect would print 2^1,000,000 in full.
+  defp short(term), do: ExBurn.Format.term(term) |> String.slice(0, 300)
 end
 
 :ok = Application.load(:ex_burn)

@@ -7,89 +7,253 @@ use crate::resource::{ModelRes, ProgramRes, TensorRes};
 use ex_burn_core::{DType, Device, Error, Result, Tensor};
 use rustler::{Atom, Binary, Decoder, LocalPid, ResourceArc, Term};
 
+/// Longest list, tuple or map a fixed-shape argument may hold (tensor and parameter lists):
+/// a longer one is refused after looking at `MAX_ITEMS + 1` of its elements, before anything
+/// is decoded.
+pub const MAX_ITEMS: usize = 1 << 16;
+
 /// Decodes `term` as `T`; `what` names the argument in the error. Improper lists are refused
-/// first (rustler's list decoding panics on them).
+/// first (rustler's list decoding panics on them), and so are containers of more than
+/// [`MAX_ITEMS`] elements.
 pub fn get<'a, T: Decoder<'a>>(term: Term<'a>, what: &str) -> Result<T> {
-    if !proper(term, 4) {
+    if let Err(problem) = bounded(term, 4) {
         return Err(Error::Argument(format!(
-            "invalid {what}: it holds an improper list"
+            "invalid {what}: it holds {problem}"
         )));
     }
     term.decode()
         .map_err(|_| Error::Argument(format!("invalid {what}: {}", preview(term))))
 }
 
-/// The elements of a proper list; `None` for an improper one or a term that is not a list
-/// (rustler's list decoding panics on an improper list: every list is read through here).
-pub fn list_items(term: Term) -> Option<Vec<Term>> {
-    term.list_length().ok()?;
-    term.decode::<Vec<Term>>().ok()
+/// A list walked cell by cell, at most `max` elements.
+pub enum Walk<'a> {
+    /// A proper list of at most `max` elements.
+    Items(Vec<Term<'a>>),
+    /// A list with more than `max` elements (only `max + 1` were looked at).
+    Longer,
+    /// An improper list.
+    Improper,
+    /// Not a list.
+    NotList,
 }
 
-/// Whether every list in `term`, down to `depth` levels, is proper (the fixed-shape arguments
-/// decoded with `get` are shallow; deeper terms fail to decode anyway).
-fn proper(term: Term, depth: usize) -> bool {
-    use rustler::TermType;
-    let items: Vec<Term> = match term.get_type() {
-        TermType::List => match list_items(term) {
-            Some(items) => items,
-            None => return false,
-        },
-        TermType::Tuple => rustler::types::tuple::get_tuple(term).unwrap_or_default(),
-        TermType::Map => match rustler::types::map::MapIterator::new(term) {
-            Some(it) => it.map(|(_, v)| v).collect(),
-            None => return false,
-        },
-        _ => return true,
-    };
-    depth == 0 || items.iter().all(|t| proper(*t, depth - 1))
+/// The elements of `term` if it is a proper list of at most `max` elements (the walk stops
+/// at element `max + 1`: the cost is bounded whatever the list). Lists are read through here
+/// or cell by cell: rustler's list decoding panics on an improper list.
+pub fn walk(term: Term, max: usize) -> Walk {
+    if !term.is_list() {
+        return Walk::NotList;
+    }
+    let (mut items, mut cursor) = (Vec::new(), term);
+    loop {
+        if cursor.is_empty_list() {
+            return Walk::Items(items);
+        }
+        if items.len() == max {
+            return Walk::Longer;
+        }
+        match cursor.list_get_cell() {
+            Ok((head, tail)) => {
+                items.push(head);
+                cursor = tail;
+            }
+            Err(_) => return Walk::Improper,
+        }
+    }
 }
 
-/// A short rendering of a term for error messages: scalars and small flat containers as they
-/// are, anything larger or nested described by its type and size (terms can be huge or deep).
-pub fn preview(term: Term) -> String {
-    use rustler::TermType;
-    let scalar = |t: &Term| {
-        matches!(
-            t.get_type(),
-            TermType::Atom | TermType::Integer | TermType::Float
+/// The arity of a tuple without copying its elements (`None`: not a tuple).
+pub fn tuple_arity(term: Term) -> Option<usize> {
+    let mut arity: rustler::sys::c_int = 0;
+    let mut array: *const rustler::sys::ErlNifTerm = std::ptr::null();
+    // SAFETY: the term belongs to its environment; the VM only writes the two out-pointers.
+    let ok = unsafe {
+        rustler::sys::enif_get_tuple(
+            term.get_env().as_c_arg(),
+            term.as_c_arg(),
+            &mut arity,
+            &mut array,
         )
     };
-    let flat = match term.get_type() {
-        TermType::List => match term.list_length() {
-            Ok(n) if n > 16 => return format!("a list of {n} elements"),
-            _ => match list_items(term) {
-                Some(items) if items.iter().all(scalar) => true,
-                Some(items) => return format!("a list of {} elements", items.len()),
-                None => return "an improper list".into(),
-            },
-        },
-        TermType::Tuple => match rustler::types::tuple::get_tuple(term) {
-            Ok(items) if items.len() <= 16 && items.iter().all(scalar) => true,
-            Ok(items) => return format!("a tuple of {} elements", items.len()),
-            Err(_) => false,
-        },
-        TermType::Map => return format!("a map of {} keys", term.map_size().unwrap_or(0)),
-        TermType::Binary => match term.decode::<Binary>() {
-            Ok(b) if b.len() <= 64 => true,
-            Ok(b) => return format!("a binary of {} bytes", b.len()),
-            Err(_) => false,
-        },
-        _ => true,
-    };
-    if !flat {
-        return format!("a {:?}", term.get_type());
+    (ok != 0).then(|| usize::try_from(arity).unwrap_or(0))
+}
+
+/// The elements of a tuple of at most `max` elements (`None`: not a tuple, or a longer one;
+/// the arity is read first, so a huge tuple costs nothing).
+pub fn tuple_items(term: Term, max: usize) -> Option<Vec<Term>> {
+    match tuple_arity(term) {
+        Some(n) if n <= max => rustler::types::tuple::get_tuple(term).ok(),
+        _ => None,
     }
-    let mut s = format!("{term:?}");
-    if s.len() > 160 {
-        let mut end = 160;
-        while !s.is_char_boundary(end) {
-            end -= 1;
+}
+
+/// Whether every list, tuple and map in `term`, down to `depth` levels, is proper and holds
+/// at most [`MAX_ITEMS`] elements; otherwise what is wrong (the fixed-shape arguments decoded
+/// with `get` are shallow; deeper terms fail to decode anyway).
+fn bounded(term: Term, depth: usize) -> std::result::Result<(), String> {
+    use rustler::TermType;
+    let too_many = || format!("more than {MAX_ITEMS} elements");
+    let items: Vec<Term> = match term.get_type() {
+        TermType::List => match walk(term, MAX_ITEMS) {
+            Walk::Items(items) => items,
+            Walk::Longer => return Err(format!("a list of {}", too_many())),
+            _ => return Err("an improper list".into()),
+        },
+        TermType::Tuple => {
+            tuple_items(term, MAX_ITEMS).ok_or_else(|| format!("a tuple of {}", too_many()))?
         }
-        s.truncate(end);
-        s.push_str("...");
+        TermType::Map => match term.map_size() {
+            Ok(n) if n <= MAX_ITEMS => rustler::types::map::MapIterator::new(term)
+                .map(|it| it.map(|(_, v)| v).collect())
+                .unwrap_or_default(),
+            _ => return Err(format!("a map of {}", too_many())),
+        },
+        _ => return Ok(()),
+    };
+    if depth == 0 {
+        return Ok(());
     }
-    s
+    items.iter().try_for_each(|t| bounded(*t, depth - 1))
+}
+
+/// A short rendering of a term for error messages: one budget of elements for the whole term,
+/// containers with their size, integers beyond 64 bits and long binaries by their size (a
+/// term can be huge, deep, or a bignum whose digits take seconds to print).
+pub fn preview(term: Term) -> String {
+    let mut out = String::new();
+    render(term, &mut out, &mut 12, 0);
+    out
+}
+
+fn render(term: Term, out: &mut String, budget: &mut usize, depth: usize) {
+    use rustler::TermType;
+    use std::fmt::Write;
+    if *budget == 0 || depth > 3 {
+        out.push_str("...");
+        return;
+    }
+    *budget -= 1;
+    let items = |out: &mut String, budget: &mut usize, items: &[Term]| {
+        for (i, t) in items.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            if *budget == 0 {
+                out.push_str("...");
+                return;
+            }
+            render(*t, out, budget, depth + 1);
+        }
+    };
+    match term.get_type() {
+        TermType::Atom => match term.atom_to_string() {
+            Ok(a) if matches!(a.as_str(), "nil" | "true" | "false") => out.push_str(&a),
+            Ok(a) => {
+                let _ = write!(out, ":{a}");
+            }
+            Err(_) => out.push_str("an atom"),
+        },
+        TermType::Integer => {
+            if let Ok(i) = term.decode::<i64>() {
+                let _ = write!(out, "{i}");
+            } else if let Ok(u) = term.decode::<u64>() {
+                let _ = write!(out, "{u}");
+            } else {
+                out.push_str("<an integer beyond 64 bits>");
+            }
+        }
+        TermType::Float => match term.decode::<f64>() {
+            Ok(f) => {
+                let _ = write!(out, "{f:?}");
+            }
+            Err(_) => out.push_str("a float"),
+        },
+        TermType::Binary => match term.decode::<Binary>() {
+            Ok(b) => {
+                let head = &b.as_slice()[..b.len().min(48)];
+                match std::str::from_utf8(head) {
+                    Ok(s) if b.len() <= 48 => {
+                        let _ = write!(out, "{s:?}");
+                    }
+                    Ok(s) => {
+                        let _ = write!(out, "<a binary of {} bytes, starting {s:?}>", b.len());
+                    }
+                    Err(_) => {
+                        let _ = write!(out, "<a binary of {} bytes>", b.len());
+                    }
+                }
+            }
+            Err(_) => out.push_str("a bitstring"),
+        },
+        TermType::List => {
+            let shown = (*budget).clamp(1, 8);
+            let (cells, rest) = match walk(term, shown) {
+                Walk::Items(v) => (v, None),
+                Walk::Longer => (head_cells(term, shown), Some(count(term))),
+                _ => (
+                    head_cells(term, shown),
+                    Some("an improper tail".to_string()),
+                ),
+            };
+            out.push('[');
+            items(out, budget, &cells);
+            if let Some(rest) = rest {
+                let _ = write!(out, ", ... ({rest})");
+            }
+            out.push(']');
+        }
+        TermType::Tuple => {
+            let n = tuple_arity(term).unwrap_or(0);
+            let shown: Vec<Term> = tuple_items(term, MAX_ITEMS)
+                .unwrap_or_default()
+                .into_iter()
+                .take((*budget).clamp(1, 8))
+                .collect();
+            out.push('{');
+            items(out, budget, &shown);
+            if shown.len() < n {
+                let _ = write!(out, ", ... ({n} elements)");
+            }
+            out.push('}');
+        }
+        TermType::Map => {
+            let _ = write!(out, "a map of {} keys", term.map_size().unwrap_or(0));
+        }
+        other => {
+            let _ = write!(out, "a {other:?}");
+        }
+    }
+}
+
+/// The first `n` cells of a list (proper or not).
+fn head_cells(term: Term, n: usize) -> Vec<Term> {
+    let (mut cells, mut cursor) = (Vec::new(), term);
+    while cells.len() < n {
+        match cursor.list_get_cell() {
+            Ok((h, t)) => {
+                cells.push(h);
+                cursor = t;
+            }
+            Err(_) => break,
+        }
+    }
+    cells
+}
+
+/// "N elements" for a list of up to 10,000 cells, "more than 10000 elements" beyond.
+fn count(term: Term) -> String {
+    const CAP: usize = 10_000;
+    let (mut n, mut cursor) = (0, term);
+    while n <= CAP {
+        match cursor.list_get_cell() {
+            Ok((_, t)) => {
+                n += 1;
+                cursor = t;
+            }
+            Err(_) => return format!("{n} elements"),
+        }
+    }
+    format!("more than {CAP} elements")
 }
 
 /// A tagged term, `:tag` or `{:tag, value}`: the tag and the value. (Decoded by hand:
@@ -99,7 +263,7 @@ pub fn tagged(term: Term) -> Option<(String, Option<Term>)> {
     if let Ok(tag) = term.atom_to_string() {
         return Some((tag, None));
     }
-    match rustler::types::tuple::get_tuple(term).ok()?.as_slice() {
+    match tuple_items(term, 2)?.as_slice() {
         [tag, value] => Some((tag.atom_to_string().ok()?, Some(*value))),
         _ => None,
     }
@@ -141,18 +305,18 @@ pub const MAX_RANK: usize = 64;
 
 /// A shape: a tuple of non-negative integers.
 pub fn shape(term: Term) -> Result<Vec<usize>> {
-    let dims = rustler::types::tuple::get_tuple(term).map_err(|_| {
+    let rank = tuple_arity(term).ok_or_else(|| {
         Error::Argument(format!(
             "invalid shape {} (expected a tuple)",
             preview(term)
         ))
     })?;
-    if dims.len() > MAX_RANK {
+    if rank > MAX_RANK {
         return Err(Error::Argument(format!(
-            "a shape of rank {} (at most {MAX_RANK} axes are supported)",
-            dims.len()
+            "a shape of rank {rank} (at most {MAX_RANK} axes are supported)"
         )));
     }
+    let dims = tuple_items(term, MAX_RANK).unwrap_or_default();
     dims.iter()
         .map(|d| {
             d.decode::<u64>()
@@ -205,8 +369,10 @@ fn foreign_handle_hint(error: Error, term: Term) -> Error {
     use rustler::TermType;
     let is_ref = |t: Term| t.get_type() == TermType::Ref;
     let foreign = is_ref(term)
-        || (term.get_type() == TermType::List
-            && list_items(term).is_some_and(|items| items.iter().any(|t| is_ref(*t))));
+        || match walk(term, MAX_ITEMS) {
+            Walk::Items(items) => items.iter().any(|t| is_ref(*t)),
+            _ => false,
+        };
     match error {
         Error::Argument(message) if foreign => Error::Argument(format!(
             "{message} (a reference that is not an ExBurn tensor of this node: tensors live in \

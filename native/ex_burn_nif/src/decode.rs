@@ -10,7 +10,7 @@
 //! Terms nested deeper than [`MAX_DEPTH`] are refused (the decoder recurses with the term), and
 //! the core types refuse unknown keys, naming the accepted ones.
 
-use crate::args::list_items;
+use crate::args::{tuple_arity, tuple_items};
 use ex_burn_core::{Error, Result};
 use rustler::{Term, TermType};
 use serde::de::{
@@ -31,9 +31,22 @@ impl fmt::Display for DeError {
 
 impl std::error::Error for DeError {}
 
+/// Longest message kept from serde (whose messages quote the offending value: a key or a
+/// string can be megabytes long).
+const MAX_MESSAGE: usize = 600;
+
 impl de::Error for DeError {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        DeError(msg.to_string())
+        let mut m = msg.to_string();
+        if m.len() > MAX_MESSAGE {
+            let mut end = MAX_MESSAGE;
+            while !m.is_char_boundary(end) {
+                end -= 1;
+            }
+            m.truncate(end);
+            m.push_str("...");
+        }
+        DeError(m)
     }
 }
 
@@ -124,15 +137,41 @@ fn child(term: Term, depth: usize) -> Result<De, DeError> {
     Ok(De(term, depth + 1))
 }
 
-fn is_keyword(term: Term) -> bool {
-    match list_items(term) {
-        Some(items) => items.iter().all(|t| {
-            rustler::types::tuple::get_tuple(*t)
-                .map(|e| e.len() == 2 && e[0].is_atom())
-                .unwrap_or(false)
-        }),
-        None => false,
+/// The elements of a list, one work unit spent per element (a long list stops at the budget
+/// instead of being walked whole first); `Ok(None)` for an improper list.
+fn budgeted_items(term: Term) -> Result<Option<Vec<Term>>, DeError> {
+    let (mut items, mut cursor) = (Vec::new(), term);
+    while !cursor.is_empty_list() {
+        spend(1)?;
+        match cursor.list_get_cell() {
+            Ok((head, tail)) => {
+                items.push(head);
+                cursor = tail;
+            }
+            Err(_) => return Ok(None),
+        }
     }
+    Ok(Some(items))
+}
+
+/// `{key, value}` when `t` is a pair whose key is an atom.
+fn keyword_pair(t: Term) -> Option<(Term, Term)> {
+    match tuple_items(t, 2)?.as_slice() {
+        [k, v] if k.is_atom() => Some((*k, *v)),
+        _ => None,
+    }
+}
+
+/// The pairs of a keyword list (`Ok(None)`: not one), within the work budget.
+fn keyword(term: Term) -> Result<Option<Vec<(Term, Term)>>, DeError> {
+    Ok(budgeted_items(term)?.and_then(|items| items.into_iter().map(keyword_pair).collect()))
+}
+
+/// The elements of a tuple, after spending a unit per element (the arity is read first).
+fn budgeted_tuple(t: Term) -> Result<Vec<Term>, DeError> {
+    let n = tuple_arity(t).ok_or_else(|| DeError("bad tuple".into()))?;
+    spend(u32::try_from(n).unwrap_or(u32::MAX - 1))?;
+    tuple_items(t, n).ok_or_else(|| DeError("bad tuple".into()))
 }
 
 impl<'de, 'a> Deserializer<'de> for De<'a> {
@@ -163,10 +202,7 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
                 v.visit_f64(t.decode::<f64>().map_err(|_| DeError("bad float".into()))?)
             }
             TermType::List => v.visit_seq(Seq::list(t, depth)),
-            TermType::Tuple => v.visit_seq(Seq::new(
-                rustler::types::tuple::get_tuple(t).map_err(|_| DeError("bad tuple".into()))?,
-                depth,
-            )),
+            TermType::Tuple => v.visit_seq(Seq::new(budgeted_tuple(t)?, depth)),
             TermType::Map => v.visit_map(Map::from_map(t, depth)?),
             TermType::Binary => {
                 let b: rustler::Binary = t.decode().map_err(|_| DeError("bad binary".into()))?;
@@ -182,11 +218,11 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
 
     fn deserialize_f64<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
         match self.0.get_type() {
-            TermType::Integer => v.visit_f64(
-                self.0
-                    .decode::<i64>()
-                    .map_err(|_| DeError("bad integer".into()))? as f64,
-            ),
+            TermType::Integer => match (self.0.decode::<i64>(), self.0.decode::<u64>()) {
+                (Ok(i), _) => v.visit_f64(i as f64),
+                (_, Ok(u)) => v.visit_f64(u as f64),
+                _ => Err(DeError("integer out of 64-bit range".into())),
+            },
             TermType::Atom => match self.0.atom_to_string().unwrap_or_default().as_str() {
                 "nan" => v.visit_f64(f64::NAN),
                 "infinity" => v.visit_f64(f64::INFINITY),
@@ -217,7 +253,10 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
     ) -> Result<V::Value, DeError> {
         match self.0.get_type() {
             TermType::Map => v.visit_map(Map::from_map(self.0, self.1)?),
-            TermType::List if is_keyword(self.0) => v.visit_map(Map::from_keyword(self.0, self.1)?),
+            TermType::List => match keyword(self.0)? {
+                Some(pairs) => v.visit_map(Map::from_pairs(pairs, self.1)),
+                None => Err(DeError("expected a map or keyword list".into())),
+            },
             _ => Err(DeError("expected a map or keyword list".into())),
         }
     }
@@ -237,8 +276,10 @@ impl<'de, 'a> Deserializer<'de> for De<'a> {
                 depth: self.1,
             });
         }
-        let items = rustler::types::tuple::get_tuple(t)
-            .map_err(|_| DeError("expected an atom or a tagged tuple".into()))?;
+        if !t.is_tuple() {
+            return Err(DeError("expected an atom or a tagged tuple".into()));
+        }
+        let items = budgeted_tuple(t)?;
         let name = items
             .first()
             .and_then(|h| h.atom_to_string().ok())
@@ -334,6 +375,8 @@ struct Map<'a> {
 
 impl<'a> Map<'a> {
     fn from_map(t: Term<'a>, depth: usize) -> Result<Self, DeError> {
+        let n = t.map_size().map_err(|_| DeError("bad map".into()))?;
+        spend(u32::try_from(n).unwrap_or(u32::MAX - 1))?;
         let iter =
             rustler::types::map::MapIterator::new(t).ok_or_else(|| DeError("bad map".into()))?;
         Ok(Map {
@@ -343,19 +386,12 @@ impl<'a> Map<'a> {
         })
     }
 
-    fn from_keyword(t: Term<'a>, depth: usize) -> Result<Self, DeError> {
-        let items = list_items(t).ok_or_else(|| DeError("bad keyword list".into()))?;
-        let mut entries = Vec::with_capacity(items.len());
-        for i in items {
-            let e = rustler::types::tuple::get_tuple(i)
-                .map_err(|_| DeError("bad keyword entry".into()))?;
-            entries.push((e[0], e[1]));
-        }
-        Ok(Map {
-            entries: entries.into_iter(),
+    fn from_pairs(pairs: Vec<(Term<'a>, Term<'a>)>, depth: usize) -> Self {
+        Map {
+            entries: pairs.into_iter(),
             value: None,
             depth,
-        })
+        }
     }
 
     fn empty(depth: usize) -> Self {

@@ -19,10 +19,22 @@ pub fn run<'a>(env: Env<'a>, f: impl FnOnce() -> Result<Term<'a>>) -> Term<'a> {
     }
 }
 
-/// `{:error, {kind, message}}`.
+/// Longest error message returned (messages quote values; a value can be huge).
+const MAX_MESSAGE: usize = 4096;
+
+/// `{:error, {kind, message}}`, the message cut to [`MAX_MESSAGE`] bytes.
 pub fn error<'a>(env: Env<'a>, e: &Error) -> Term<'a> {
     let kind = Atom::from_str(env, e.kind()).unwrap_or_else(|_| atoms::error());
-    (atoms::error(), (kind, e.to_string())).encode(env)
+    let mut message = e.to_string();
+    if message.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    (atoms::error(), (kind, message)).encode(env)
 }
 
 /// A float that encodes as an Erlang float when finite and as `:nan`, `:infinity` or

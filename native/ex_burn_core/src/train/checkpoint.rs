@@ -14,7 +14,7 @@ use super::spec::ModelSpec;
 use crate::files::{self, integrity, tensors_from_bytes, tensors_to_bytes};
 use crate::{DType, Device, Error, Result, Tensor};
 use burn::module::ParamId;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// The format tag written in the metadata.
@@ -111,6 +111,19 @@ fn rebuild(
         .ok_or_else(|| Error::Corrupt("the optimizer state is missing".into()))?;
     let mut model = Model::new(spec, options, device)
         .map_err(|e| Error::Corrupt(format!("the stored model is invalid: {e}")))?;
+    // Every parameter of the spec is in the file, with its id: a parameter left as freshly
+    // initialised (or an optimizer state that no longer finds it) would load silently wrong.
+    let stored: HashSet<&str> = tensors.iter().map(|(n, _)| n.as_str()).collect();
+    let expected: Vec<String> = model.parameters()?.into_iter().map(|(n, _)| n).collect();
+    missing(
+        "parameter",
+        expected.iter().filter(|n| !stored.contains(n.as_str())),
+    )?;
+    let trainable: Vec<String> = model.param_ids()?.into_iter().map(|(n, _)| n).collect();
+    missing(
+        "parameter id",
+        trainable.iter().filter(|n| !ids.contains_key(*n)),
+    )?;
     let tensors: Vec<(String, Tensor)> = tensors
         .into_iter()
         .map(|(n, t)| Ok((n, t.to_device(device)?)))
@@ -131,6 +144,23 @@ fn rebuild(
     Ok(model)
 }
 
+/// A `Corrupt` error naming the first few of `names` (the spec's entries the file lacks).
+fn missing<'a>(what: &str, names: impl Iterator<Item = &'a String>) -> Result<()> {
+    let names: Vec<&String> = names.collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&String> = names.iter().take(8).copied().collect();
+    let more = if names.len() > shown.len() {
+        format!(" and {} more", names.len() - shown.len())
+    } else {
+        String::new()
+    };
+    Err(Error::Corrupt(format!(
+        "the checkpoint lacks the {what}s {shown:?}{more} of its model spec"
+    )))
+}
+
 /// Saves a model to `path` atomically.
 pub fn save(model: &Model, path: &Path) -> Result<()> {
     files::write_atomic(path, &to_bytes(model)?)
@@ -141,4 +171,62 @@ pub fn load(path: &Path, device: Device) -> Result<Model> {
     let bytes = std::fs::read(path)
         .map_err(|e| Error::Io(format!("cannot read {}: {e}", path.display())))?;
     from_bytes(&bytes, device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> Model {
+        let spec: ModelSpec = serde_json::from_str(
+            r#"{"layers": [{"name": "x", "op": {"input": {"shape": [3]}}},
+                           {"name": "d", "op": {"dense": {"units": 2}}, "inputs": [0]},
+                           {"name": "bn", "op": {"batch_norm": {}}, "inputs": [1]}],
+                "output": 2}"#,
+        )
+        .expect("spec");
+        let options: CompileOptions =
+            serde_json::from_str(r#"{"loss": "mse", "optimizer": {"kind": "adam"}, "seed": 3}"#)
+                .expect("options");
+        Model::new(spec, options, Device::Cpu).expect("model")
+    }
+
+    /// A file whose integrity code was recomputed after a parameter was taken out must not
+    /// load with that parameter freshly initialised.
+    #[test]
+    fn a_resealed_checkpoint_without_a_parameter_is_corrupt() {
+        let m = model();
+        let (tensors, meta) =
+            tensors_from_bytes(&to_bytes(&m).expect("bytes"), Device::Cpu).expect("parse");
+        let resealed = tensors_to_bytes(&tensors, meta.clone()).expect("reseal");
+        assert!(from_bytes(&resealed, Device::Cpu).is_ok());
+        for gone in ["d.kernel", "d.bias", "bn.gamma", "bn.mean", "bn.var"] {
+            let kept: Vec<(String, Tensor)> =
+                tensors.iter().filter(|(n, _)| n != gone).cloned().collect();
+            let bytes = tensors_to_bytes(&kept, meta.clone()).expect("reseal");
+            match from_bytes(&bytes, Device::Cpu) {
+                Err(Error::Corrupt(msg)) => assert!(msg.contains(gone), "{msg}"),
+                Err(e) => panic!("{gone}: expected a corrupt file, got {e}"),
+                Ok(_) => panic!("{gone}: loaded a checkpoint without it"),
+            }
+        }
+    }
+
+    /// The optimizer state is keyed by parameter id: an id missing from the metadata would
+    /// leave that parameter's state behind silently.
+    #[test]
+    fn a_resealed_checkpoint_without_a_parameter_id_is_corrupt() {
+        let m = model();
+        let (tensors, mut meta) =
+            tensors_from_bytes(&to_bytes(&m).expect("bytes"), Device::Cpu).expect("parse");
+        let mut ids: HashMap<String, String> = parse(&meta, "param_ids").expect("ids");
+        ids.remove("d.kernel");
+        meta.insert("param_ids".into(), json(&ids).expect("json"));
+        let bytes = tensors_to_bytes(&tensors, meta).expect("reseal");
+        match from_bytes(&bytes, Device::Cpu) {
+            Err(Error::Corrupt(msg)) => assert!(msg.contains("d.kernel"), "{msg}"),
+            Err(e) => panic!("expected a corrupt file, got {e}"),
+            Ok(_) => panic!("loaded a checkpoint without a parameter id"),
+        }
+    }
 }

@@ -531,6 +531,12 @@ fn output_shape(op: &LayerOp, ins: &[&Vec<usize>]) -> Result<Vec<usize>> {
             keep_axes,
         } => {
             need(1)?;
+            if ins[0].is_empty() {
+                return Err(Error::Shape(
+                    "global_avg_pool needs an input with a channel axis, got samples of shape []"
+                        .into(),
+                ));
+            }
             let (sp, c) = spatial(ins[0], *channels);
             if *keep_axes {
                 Ok(with_channels(vec![1; sp.len()], c, *channels))
@@ -597,6 +603,39 @@ fn output_shape(op: &LayerOp, ins: &[&Vec<usize>]) -> Result<Vec<usize>> {
                     .ok_or_else(|| Error::Shape("concatenation too large".into()))?;
             }
             Ok(s)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn after_scalar_input(op: &str) -> ModelSpec {
+        serde_json::from_str(&format!(
+            r#"{{"layers": [{{"name": "x", "op": {{"input": {{"shape": []}}}}}},
+                            {{"name": "l", "op": {op}, "inputs": [0]}}],
+                 "output": 1}}"#
+        ))
+        .expect("spec")
+    }
+
+    /// A layer that needs axes the input lacks is a shape error of its own, before any
+    /// indexing of the missing axes.
+    #[test]
+    fn layers_needing_axes_refuse_scalar_samples_as_shape_errors() {
+        for op in [
+            r#"{"global_avg_pool": {}}"#,
+            r#"{"global_avg_pool": {"keep_axes": true, "channels": "first"}}"#,
+            r#"{"dense": {"units": 2}}"#,
+            r#"{"conv": {"filters": 2, "kernel_size": [1]}}"#,
+            r#"{"max_pool": {"kernel_size": [1]}}"#,
+            r#"{"avg_pool": {"kernel_size": [1, 1]}}"#,
+        ] {
+            match after_scalar_input(op).infer_shapes() {
+                Err(Error::Shape(_)) => {}
+                other => panic!("{op}: expected a shape error, got {other:?}"),
+            }
         }
     }
 }

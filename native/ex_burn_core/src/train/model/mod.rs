@@ -69,6 +69,26 @@ impl CompileOptions {
     }
 }
 
+/// Whether `lr` can be a step's learning rate: finite and not negative.
+fn valid_lr(lr: f64) -> bool {
+    lr.is_finite() && lr >= 0.0
+}
+
+fn bad_lr(lr: f64) -> Error {
+    Error::Argument(format!(
+        "learning rates must be finite non-negative numbers, got {lr}"
+    ))
+}
+
+/// The linear-warmup factor of optimizer step `step` (0-based) over `warmup` steps.
+fn warmup_factor(step: u64, warmup: u64) -> f64 {
+    if warmup == 0 {
+        1.0
+    } else {
+        ((step as f64 + 1.0) / warmup as f64).min(1.0)
+    }
+}
+
 fn default_dtype() -> DType {
     DType::F32
 }
@@ -116,8 +136,14 @@ pub struct EpochOptions {
     pub batch_size: usize,
     /// Shuffle with this seed (none: keep order).
     pub shuffle: Option<u64>,
-    /// Learning rate of each optimizer step (the last repeats).
+    /// Learning rate of each optimizer step (the last repeats; empty: 1e-3).
     pub lrs: Vec<f64>,
+    /// Linear warmup over this many optimizer steps of the model's training (0: none): step
+    /// `s` (0-based; this epoch's `k`-th is `first_step + k`) trains at
+    /// `min(1, (s + 1) / warmup)` of its rate.
+    pub warmup: u64,
+    /// Optimizer steps taken before this epoch (where the warmup stands).
+    pub first_step: u64,
     /// Micro-batches per optimizer step (gradient accumulation; 1 = none).
     pub accumulate: usize,
     /// Report progress every this many batches (0: never).
@@ -396,6 +422,9 @@ impl Model {
     /// One optimizer step on a batch. A non-finite loss is found before the backward pass:
     /// [`OnNonFinite::Raise`] fails, the others leave the model unchanged (`applied: false`).
     pub fn train_step(&mut self, batch: &Data, lr: f64, on: OnNonFinite) -> Result<Step> {
+        if !valid_lr(lr) {
+            return Err(bad_lr(lr));
+        }
         let n = self.check_data(batch, true)?;
         self.check_batch_memory(n, true)?;
         let f = self.forward_loss(batch, false)?;
@@ -519,9 +548,21 @@ impl Model {
         if opts.batch_size == 0 {
             return Err(Error::Argument("batch_size must be positive".into()));
         }
+        if let Some(&bad) = opts.lrs.iter().find(|&&lr| !valid_lr(lr)) {
+            return Err(bad_lr(bad));
+        }
         let t0 = Instant::now();
         let data = &ids_as_s32(data)?;
         self.check_batch_memory(opts.batch_size.min(n), true)?;
+        // The permutation is built on the host: eight bytes per sample.
+        let _order = opts
+            .shuffle
+            .map(|_| {
+                crate::memory::reserve(Device::Cpu, (n as u128).saturating_mul(8), &|| {
+                    format!("the shuffling order of {n} samples")
+                })
+            })
+            .transpose()?;
         let order = opts
             .shuffle
             .map(|seed| permutation(n, seed, self.device))
@@ -532,7 +573,10 @@ impl Model {
         let mut tally = Tally::new(opts.batch_size);
         let mut acc: Option<burn::optim::GradientsAccumulator<Net<B>>> = None;
         let (mut pending, mut steps, mut seen, mut skipped, mut stopped) = (0, 0, 0, 0, false);
-        let lr_at = |k: usize| opts.lrs.get(k).or(opts.lrs.last()).copied().unwrap_or(1e-3);
+        let lr_at = |k: usize| {
+            let lr = opts.lrs.get(k).or(opts.lrs.last()).copied().unwrap_or(1e-3);
+            lr * warmup_factor(opts.first_step.saturating_add(k as u64), opts.warmup)
+        };
         for b in 0..batches {
             let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
             let batch = cut(data, lo, hi, order.as_ref())?;
@@ -680,6 +724,9 @@ impl Model {
     /// Times forward, backward and optimizer phases of one step (synchronising the device
     /// after each).
     pub fn profile_step(&mut self, batch: &Data, lr: f64) -> Result<StepProfile> {
+        if !valid_lr(lr) {
+            return Err(bad_lr(lr));
+        }
         let n = self.check_data(batch, true)?;
         self.check_batch_memory(n, true)?;
         let dev = ad_device(self.device)?;
@@ -707,5 +754,98 @@ impl Model {
             backward_ms: ms(t1, t2),
             optimizer_ms: ms(t2, t3),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scalar_model(op: &str) -> Result<Model> {
+        let spec: ModelSpec = serde_json::from_str(&format!(
+            r#"{{"layers": [{{"name": "x", "op": {{"input": {{"shape": []}}}}}},
+                            {{"name": "l", "op": {op}, "inputs": [0]}}],
+                 "output": 1}}"#
+        ))
+        .map_err(|e| Error::Argument(e.to_string()))?;
+        let options: CompileOptions =
+            serde_json::from_str(r#"{"loss": "mse", "optimizer": {"kind": "sgd"}}"#)
+                .map_err(|e| Error::Argument(e.to_string()))?;
+        Model::new(spec, options, Device::Cpu)
+    }
+
+    fn floats(values: &[f32], shape: &[usize]) -> Tensor {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Tensor::from_bytes(&bytes, shape, DType::F32, Device::Cpu).expect("tensor")
+    }
+
+    /// Every layer after an input of scalar samples either refuses it with an error or builds
+    /// and trains: a panic (caught at the boundary as `:panic`) means a check came too late.
+    #[test]
+    fn scalar_samples_never_panic_in_any_layer() {
+        for op in [
+            r#"{"global_avg_pool": {}}"#,
+            r#"{"dense": {"units": 2}}"#,
+            r#""flatten""#,
+            r#"{"dropout": {"rate": 0.5}}"#,
+            r#"{"batch_norm": {}}"#,
+            r#"{"layer_norm": {}}"#,
+            r#"{"activation": {"activation": "softmax"}}"#,
+            r#"{"activation": {"activation": "log_softmax"}}"#,
+            r#"{"embedding": {"vocab_size": 4, "embedding_size": 2}}"#,
+            r#"{"conv": {"filters": 2, "kernel_size": [1]}}"#,
+            r#"{"concatenate": {}}"#,
+        ] {
+            let run = crate::guard::catch(|| {
+                let mut m = scalar_model(op)?;
+                let x = floats(&[1.0, 2.0, 3.0, 4.0], &[4]);
+                let out = m.predict(std::slice::from_ref(&x), 4)?;
+                let target = floats(&vec![0.0; out.numel()], out.shape());
+                let data = Data {
+                    inputs: vec![x],
+                    target: Some(target),
+                };
+                m.train_step(&data, 0.1, OnNonFinite::Raise).map(|_| ())
+            });
+            assert!(run.is_ok(), "{op}: panicked: {:?}", run.err());
+        }
+    }
+
+    /// Learning rates reach the optimizer only when finite and not negative.
+    #[test]
+    fn non_finite_or_negative_learning_rates_are_argument_errors() {
+        let mut m = scalar_model(r#""flatten""#).expect("model");
+        let x = floats(&[1.0, 2.0], &[2]);
+        let data = Data {
+            inputs: vec![x.clone()],
+            target: Some(floats(&[0.0, 0.0], &[2, 1])),
+        };
+        for lr in [f64::NAN, f64::INFINITY, -1.0, -f64::MAX] {
+            assert!(matches!(
+                m.train_step(&data, lr, OnNonFinite::Raise),
+                Err(Error::Argument(_))
+            ));
+            assert!(matches!(m.profile_step(&data, lr), Err(Error::Argument(_))));
+            let opts = EpochOptions {
+                batch_size: 1,
+                lrs: vec![0.1, lr],
+                ..Default::default()
+            };
+            assert!(matches!(
+                m.train_epoch(&data, &opts, &mut |_, _, _| {}),
+                Err(Error::Argument(_))
+            ));
+        }
+        assert_eq!(m.steps(), 0);
+    }
+
+    /// The warmup factor rises linearly to 1 over `warmup` steps, counted across epochs.
+    #[test]
+    fn warmup_counts_steps_from_the_first_one() {
+        assert_eq!(warmup_factor(0, 0), 1.0);
+        assert_eq!(warmup_factor(0, 4), 0.25);
+        assert_eq!(warmup_factor(2, 4), 0.75);
+        assert_eq!(warmup_factor(3, 4), 1.0);
+        assert_eq!(warmup_factor(u64::MAX, 4), 1.0);
     }
 }
