@@ -1,24 +1,41 @@
 //! The allocation guard: before an allocation whose size is known, the bytes asked are compared
 //! with what the device can hold, and the request is refused with
-//! [`Error::OutOfMemory`] instead of letting the allocator abort the process.
+//! [`Error::OutOfMemory`] instead of letting the allocator abort the process or the kernel
+//! kill it.
 //!
-//! What a device can hold: the configured limit ([`set_limit`], `ExBurn.configure!/1`'s
-//! `:memory_limit`) when there is one, and otherwise, for the host, the memory the kernel says
-//! is available (`MemAvailable`, and the cgroup's remaining quota) or the physical memory on
-//! other Unix systems; for CUDA devices their total memory. Small requests (under
-//! [`CHECK_FROM`]) skip the system query.
+//! What a device can hold ([`bound`]): for the host, the least of the configured limit
+//! ([`set_limit`], `ExBurn.configure!/1`'s `:memory_limit`), `MemAvailable`, what every
+//! cgroup (v2 `memory.max`, v1 `memory.limit_in_bytes`) from the process's own up to the
+//! hierarchy's root leaves, and the address space `RLIMIT_AS` leaves above the process's
+//! `VmSize`; the physical memory on other Unix systems; for CUDA devices their total memory.
+//!
+//! Requests are counted in one ledger: [`reserve`] returns a [`Reservation`] that holds its
+//! bytes until it is dropped, and a request is refused when it and the bytes held by live
+//! reservations exceed what the device can hold, so two requests that each fit but not
+//! together cannot both pass. Held bytes are counted again in the system's figures once they
+//! are allocated: the guard errs on the side of refusing. Small requests (under
+//! [`CHECK_FROM`]) are counted but skip the system query.
 
 use crate::{Device, Error, Result};
+#[cfg(target_os = "linux")]
+use figures::{cgroup_bound, cgroup_v1_memory_path, cgroup_v2_path, kib_field, V1, V2};
+use std::cell::RefCell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Requests below this many bytes are not checked against the system (unless a smaller limit
 /// is configured): reading the kernel's figures costs more than a small op.
 pub const CHECK_FROM: u128 = 64 << 20;
 
+/// Limits at or above this many bytes mean "no limit" (cgroup v1 writes its unlimited value
+/// as the largest page-aligned `i64`, 2^63 - 4096).
+const UNLIMITED: u64 = 1 << 62;
+
 /// The configured limit in bytes (0: none, the device decides).
 static LIMIT: AtomicU64 = AtomicU64::new(0);
 
-/// Sets the largest allocation ExBurn makes on any device (`None`: what the device can hold).
+/// Sets the most ExBurn holds at once on any device (`None`: what the device can hold).
 pub fn set_limit(bytes: Option<u64>) {
     LIMIT.store(bytes.unwrap_or(0), Ordering::Relaxed);
 }
@@ -31,15 +48,43 @@ pub fn limit() -> Option<u64> {
     }
 }
 
+/// What a device can still hold, and what sets that figure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    /// Bytes that can still be allocated.
+    pub bytes: u64,
+    /// Where the figure comes from (`MemAvailable`, a cgroup's file, `RLIMIT_AS`, ...).
+    pub source: String,
+}
+
+impl Bound {
+    fn new(bytes: u64, source: impl Into<String>) -> Bound {
+        Bound {
+            bytes,
+            source: source.into(),
+        }
+    }
+}
+
 /// Bytes the device can hold now, as far as the system tells (`None`: unknown); on the wgpu
-/// devices the largest single buffer (see `wgpu_largest_buffer`).
+/// devices the largest single buffer (see `wgpu_largest_buffer`). The configured limit and
+/// the bytes held by reservations are not subtracted.
 pub fn available(device: Device) -> Option<u64> {
+    bound(device).map(|b| b.bytes)
+}
+
+/// The tightest of the system's bounds on what `device` can hold now (see [`available`]).
+pub fn bound(device: Device) -> Option<Bound> {
     match device {
-        Device::Cpu => host_available(),
+        Device::Cpu => host_bound(),
         #[cfg(feature = "cuda")]
-        Device::Cuda(i) => crate::cuda::total_memory(i).ok(),
+        Device::Cuda(i) => crate::cuda::total_memory(i)
+            .ok()
+            .map(|b| Bound::new(b, "the GPU's memory")),
         #[cfg(any(feature = "vulkan", feature = "metal"))]
-        Device::Vulkan(_) | Device::Metal(_) => wgpu_largest_buffer(device),
+        Device::Vulkan(_) | Device::Metal(_) => {
+            wgpu_largest_buffer(device).map(|b| Bound::new(b, "the largest buffer of the device"))
+        }
         #[allow(unreachable_patterns)]
         _ => None,
     }
@@ -94,53 +139,161 @@ pub fn start_queued(device: Device) {
     let _ = device;
 }
 
-/// Refuses a request of `bytes` on `device` that exceeds the configured limit or what the
-/// device can hold; `what` names the request in the error.
-pub fn reserve(device: Device, bytes: u128, what: &dyn Fn() -> String) -> Result<()> {
-    reserve_within(limit(), device, bytes, what)
+// ---- the ledger ----
+
+/// Bytes held by live reservations, per device (all threads).
+static HELD: Mutex<Vec<(Device, u128)>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// Bytes held by this thread's live reservations, per device: a request made inside a
+    /// reservation (an op's own check of a temporary, an op inside a training step) is taken
+    /// from it first, so planned bytes are not counted twice.
+    static COVERED: RefCell<Vec<(Device, u128)>> = const { RefCell::new(Vec::new()) };
 }
 
-fn reserve_within(
-    limit: Option<u64>,
+fn entry(v: &mut Vec<(Device, u128)>, device: Device) -> &mut u128 {
+    let i = match v.iter().position(|(d, _)| *d == device) {
+        Some(i) => i,
+        None => {
+            v.push((device, 0));
+            v.len() - 1
+        }
+    };
+    &mut v[i].1
+}
+
+fn get(v: &[(Device, u128)], device: Device) -> u128 {
+    v.iter().find(|(d, _)| *d == device).map_or(0, |(_, b)| *b)
+}
+
+fn ledger() -> std::sync::MutexGuard<'static, Vec<(Device, u128)>> {
+    // the ledger is only added to and subtracted from: a panic elsewhere leaves it whole
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Bytes held now on `device` by live reservations (of every thread).
+pub fn held(device: Device) -> u128 {
+    get(&ledger(), device)
+}
+
+/// Bytes granted by [`reserve`], held in the ledger until this is dropped. Keep it alive for
+/// as long as the work it was asked for allocates (`let _held = reserve(...)?;`); it stays
+/// on the thread that made it.
+#[must_use = "the bytes are held only while the reservation lives: bind it to a variable \
+              for the duration of the work"]
+#[derive(Debug)]
+pub struct Reservation {
+    device: Device,
+    /// Bytes this reservation added to the ledger (a nested request adds only what the
+    /// thread's outer reservations do not cover).
+    bytes: u128,
+    /// Not `Send`: the thread's covered bytes are given back on the thread that took them.
+    _thread: PhantomData<*const ()>,
+}
+
+impl Reservation {
+    /// Bytes this reservation holds in the ledger.
+    pub fn bytes(&self) -> u128 {
+        self.bytes
+    }
+
+    /// The device it holds them on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.bytes == 0 {
+            return;
+        }
+        {
+            let mut held = ledger();
+            let h = entry(&mut held, self.device);
+            *h = h.saturating_sub(self.bytes);
+        }
+        // (during the thread's teardown the thread-local may be gone: nothing left to cover)
+        let _ = COVERED.try_with(|c| {
+            let mut c = c.borrow_mut();
+            let h = entry(&mut c, self.device);
+            *h = h.saturating_sub(self.bytes);
+        });
+    }
+}
+
+/// Reserves `bytes` on `device` for the work `what` names (in the error): refused with
+/// [`Error::OutOfMemory`] when they and the bytes held by live reservations exceed the
+/// configured limit or what the device can hold ([`bound`]); granted, they are held until the
+/// returned [`Reservation`] is dropped.
+pub fn reserve(device: Device, bytes: u128, what: &dyn Fn() -> String) -> Result<Reservation> {
+    reserve_with(device, bytes, limit(), &|| bound(device), what)
+}
+
+fn reserve_with(
     device: Device,
     bytes: u128,
+    limit: Option<u64>,
+    system: &dyn Fn() -> Option<Bound>,
     what: &dyn Fn() -> String,
-) -> Result<()> {
+) -> Result<Reservation> {
+    let covered = COVERED.try_with(|c| get(&c.borrow(), device)).unwrap_or(0);
+    let extra = bytes.saturating_sub(covered);
+    let granted = |bytes| Reservation {
+        device,
+        bytes,
+        _thread: PhantomData,
+    };
+    if extra == 0 {
+        return Ok(granted(0));
+    }
+    let mut held = ledger();
+    let all = get(&held, device);
+    let total = extra.saturating_add(all);
+    // held by other threads (this thread's own part is what `covered` took from `bytes`)
+    let others = all.saturating_sub(covered);
     if let Some(limit) = limit {
-        if bytes > limit as u128 {
-            return Err(refusal(
-                device,
-                bytes,
-                limit,
-                "the configured memory_limit",
-                what,
-            ));
+        if total > limit as u128 {
+            let b = Bound::new(limit, "the configured memory_limit");
+            return Err(refusal(device, bytes, others, &b, what));
         }
     }
-    if bytes < CHECK_FROM {
-        return Ok(());
-    }
-    match available(device) {
-        Some(avail) if bytes > avail as u128 => {
-            Err(refusal(device, bytes, avail, "available", what))
+    if extra >= CHECK_FROM {
+        if let Some(b) = system() {
+            if total > b.bytes as u128 {
+                return Err(refusal(device, bytes, others, &b, what));
+            }
         }
-        _ => Ok(()),
     }
+    *entry(&mut held, device) += extra;
+    drop(held);
+    let _ = COVERED.try_with(|c| *entry(&mut c.borrow_mut(), device) += extra);
+    Ok(granted(extra))
 }
 
 fn refusal(
     device: Device,
     bytes: u128,
-    have: u64,
-    source: &str,
+    others: u128,
+    bound: &Bound,
     what: &dyn Fn() -> String,
 ) -> Error {
+    let have = bound.bytes as u128;
+    let held = if others > 0 {
+        format!(
+            " with {} ({others} bytes) held by work in progress",
+            human(others)
+        )
+    } else {
+        String::new()
+    };
     Error::OutOfMemory(format!(
-        "{} would take {} ({bytes} bytes) on {device}, more than {source} ({} = {have} \
+        "{} would take {} ({bytes} bytes) on {device}{held}, more than {} allows ({} = {have} \
          bytes); refused before allocating",
         what(),
         human(bytes),
-        human(have as u128)
+        bound.source,
+        human(have)
     ))
 }
 
@@ -160,34 +313,45 @@ pub fn human(bytes: u128) -> String {
     }
 }
 
-#[cfg(target_os = "linux")]
-fn host_available() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let avail = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb.saturating_mul(1024))?;
-    Some(match cgroup_remaining() {
-        Some(c) => avail.min(c),
-        None => avail,
-    })
-}
+// ---- the host's figures ----
 
-/// What the process's cgroup (v2) may still allocate, when it has a limit.
 #[cfg(target_os = "linux")]
-fn cgroup_remaining() -> Option<u64> {
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
-    let dir = std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
-    let max: u64 = read("memory.max")?.trim().parse().ok()?;
-    let current: u64 = read("memory.current")?.trim().parse().ok()?;
-    Some(max.saturating_sub(current))
+fn host_bound() -> Option<Bound> {
+    use std::path::Path;
+    let read = |p: &Path| std::fs::read_to_string(p).ok();
+    let mut bounds = Vec::with_capacity(4);
+    if let Some(b) = read(Path::new("/proc/meminfo")).and_then(|t| kib_field(&t, "MemAvailable:")) {
+        bounds.push(Bound::new(b, "MemAvailable"));
+    }
+    if let Some(cgroups) = read(Path::new("/proc/self/cgroup")) {
+        let m = mounts();
+        let v2 = m.v2.as_ref().zip(cgroup_v2_path(&cgroups));
+        if let Some(levels) = v2.and_then(|(m, p)| m.levels(p)) {
+            bounds.extend(cgroup_bound(&levels, V2, &read));
+        }
+        let v1 = m.v1_memory.as_ref().zip(cgroup_v1_memory_path(&cgroups));
+        if let Some(levels) = v1.and_then(|(m, p)| m.levels(p)) {
+            bounds.extend(cgroup_bound(&levels, V1, &read));
+        }
+    }
+    if let Some(soft) = address_space_limit() {
+        let size = read(Path::new("/proc/self/status")).and_then(|t| kib_field(&t, "VmSize:"));
+        if let Some(size) = size {
+            bounds.push(Bound::new(
+                soft.saturating_sub(size),
+                format!(
+                    "the address space RLIMIT_AS leaves ({} less the process's {} VmSize)",
+                    human(soft as u128),
+                    human(size as u128)
+                ),
+            ));
+        }
+    }
+    bounds.into_iter().min_by_key(|b| b.bytes)
 }
 
 #[cfg(all(unix, not(target_os = "linux")))]
-fn host_available() -> Option<u64> {
+fn host_bound() -> Option<Bound> {
     // SAFETY: sysconf only reads system constants.
     let (pages, size) = unsafe {
         (
@@ -195,28 +359,258 @@ fn host_available() -> Option<u64> {
             libc::sysconf(libc::_SC_PAGESIZE),
         )
     };
-    (pages > 0 && size > 0).then(|| pages as u64 * size as u64)
+    (pages > 0 && size > 0).then(|| Bound::new(pages as u64 * size as u64, "the physical memory"))
 }
 
 #[cfg(not(unix))]
-fn host_available() -> Option<u64> {
+fn host_bound() -> Option<Bound> {
     None
+}
+
+/// The soft `RLIMIT_AS` (`ulimit -v`), when one is set.
+#[cfg(unix)]
+fn address_space_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limits into `r`, which lives for the call.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } == 0;
+    // (`rlim_t` is not u64 on every Unix)
+    #[allow(clippy::unnecessary_cast)]
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur as u64)
+}
+
+/// The files of `/proc` and of the cgroup hierarchies, parsed (pure functions of their text).
+mod figures {
+    #![cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    use super::{Bound, UNLIMITED};
+
+    /// A `Name:   1234 kB` field of `/proc/meminfo` or `/proc/self/status`, in bytes.
+    pub(super) fn kib_field(text: &str, name: &str) -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb.saturating_mul(1024))
+    }
+
+    /// A limit file's value: `None` for `max` (v2) and the huge values that mean no limit (v1).
+    pub(super) fn limit_value(text: &str) -> Option<u64> {
+        text.trim().parse::<u64>().ok().filter(|&v| v < UNLIMITED)
+    }
+
+    /// A `name value` line of a cgroup's `memory.stat`.
+    pub(super) fn stat_field(stat: &str, name: &str) -> Option<u64> {
+        stat.lines().find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == name).then(|| v.trim().parse().ok()).flatten()
+        })
+    }
+
+    /// The process's cgroup v2 path (the `0::` line of `/proc/self/cgroup`).
+    pub(super) fn cgroup_v2_path(cgroups: &str) -> Option<&str> {
+        cgroups
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .map(str::trim)
+    }
+
+    /// The process's cgroup v1 path in the hierarchy that holds the memory controller (the
+    /// `N:...memory...:path` line of `/proc/self/cgroup`).
+    pub(super) fn cgroup_v1_memory_path(cgroups: &str) -> Option<&str> {
+        cgroups.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then_some(path.trim())
+        })
+    }
+
+    /// Which files a cgroup version keeps its limit, usage and reclaimable cache in.
+    pub(super) struct Files {
+        limit: &'static str,
+        usage: &'static str,
+        /// `memory.stat`'s count of inactive file pages, which the kernel reclaims before it
+        /// kills anything (what container runtimes subtract for the "working set").
+        inactive_file: &'static str,
+        /// `memory.stat`'s limit inherited from the ancestors, where the version keeps one.
+        inherited: Option<&'static str>,
+        version: &'static str,
+    }
+
+    pub(super) const V2: &Files = &Files {
+        limit: "memory.max",
+        usage: "memory.current",
+        inactive_file: "inactive_file",
+        inherited: None,
+        version: "v2",
+    };
+
+    pub(super) const V1: &Files = &Files {
+        limit: "memory.limit_in_bytes",
+        usage: "memory.usage_in_bytes",
+        inactive_file: "total_inactive_file",
+        inherited: Some("hierarchical_memory_limit"),
+        version: "v1",
+    };
+
+    /// What one cgroup's files leave, `limit - (usage - inactive file pages)` (`None`: no limit).
+    pub(super) fn cgroup_left(limit: &str, usage: &str, stat: &str, files: &Files) -> Option<u64> {
+        let inherited = files
+            .inherited
+            .and_then(|f| stat_field(stat, f))
+            .filter(|&v| v < UNLIMITED);
+        let limit = match (limit_value(limit), inherited) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        let usage: u64 = usage.trim().parse().ok()?;
+        let reclaimable = stat_field(stat, files.inactive_file).unwrap_or(0);
+        Some(limit.saturating_sub(usage.saturating_sub(reclaimable)))
+    }
+
+    /// The tightest of what the cgroups in `levels` (the hierarchy's root first, the process's
+    /// own last) leave.
+    pub(super) fn cgroup_bound(
+        levels: &[std::path::PathBuf],
+        files: &Files,
+        read: &dyn Fn(&std::path::Path) -> Option<String>,
+    ) -> Option<Bound> {
+        levels
+            .iter()
+            .filter_map(|dir| {
+                // most levels have no limit: their usage and statistics are not read
+                let limit = read(&dir.join(files.limit))?;
+                let stat = read(&dir.join("memory.stat")).unwrap_or_default();
+                if limit_value(&limit).is_none()
+                    && files
+                        .inherited
+                        .and_then(|f| stat_field(&stat, f))
+                        .is_none_or(|v| v >= UNLIMITED)
+                {
+                    return None;
+                }
+                let usage = read(&dir.join(files.usage))?;
+                let left = cgroup_left(&limit, &usage, &stat, files)?;
+                Some(Bound::new(
+                    left,
+                    format!("the cgroup ({}) {}", files.version, dir.display()),
+                ))
+            })
+            .min_by_key(|b| b.bytes)
+    }
+
+    /// A cgroup hierarchy's mount: the cgroup it shows at its mount point, and where.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(super) struct Mount {
+        pub(super) root: String,
+        pub(super) point: std::path::PathBuf,
+    }
+
+    impl Mount {
+        /// The directories of the cgroup at `path` (as `/proc/self/cgroup` writes it) and of its
+        /// ancestors up to the mount point, the root first (`None`: outside this mount).
+        pub(super) fn levels(&self, path: &str) -> Option<Vec<std::path::PathBuf>> {
+            let rel = if self.root == "/" {
+                path
+            } else {
+                let rest = path.strip_prefix(self.root.as_str())?;
+                if !rest.is_empty() && !rest.starts_with('/') {
+                    return None;
+                }
+                rest
+            };
+            let mut dir = self.point.clone();
+            let mut levels = vec![dir.clone()];
+            for part in rel.split('/').filter(|p| !p.is_empty()) {
+                if part == ".." {
+                    return None;
+                }
+                dir = dir.join(part);
+                levels.push(dir.clone());
+            }
+            Some(levels)
+        }
+    }
+
+    /// Where the cgroup v2 hierarchy and the v1 memory controller's hierarchy are mounted.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub(super) struct Mounts {
+        pub(super) v2: Option<Mount>,
+        pub(super) v1_memory: Option<Mount>,
+    }
+
+    /// Reads the cgroup mounts out of `/proc/self/mountinfo` (`ID PARENT DEV ROOT POINT OPTIONS
+    /// [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS`); the first of each kind.
+    pub(super) fn parse_mountinfo(text: &str) -> Mounts {
+        let mut m = Mounts::default();
+        for line in text.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let l: Vec<&str> = left.split(' ').collect();
+            let r: Vec<&str> = right.split(' ').collect();
+            let (Some(root), Some(point), Some(fstype)) = (l.get(3), l.get(4), r.first()) else {
+                continue;
+            };
+            let mount = || Mount {
+                root: root.to_string(),
+                point: point.replace("\\040", " ").into(),
+            };
+            match *fstype {
+                "cgroup2" if m.v2.is_none() => m.v2 = Some(mount()),
+                "cgroup"
+                    if m.v1_memory.is_none()
+                        && r.get(2)
+                            .is_some_and(|o| o.split(',').any(|o| o == "memory")) =>
+                {
+                    m.v1_memory = Some(mount())
+                }
+                _ => {}
+            }
+        }
+        m
+    }
+}
+
+/// This process's cgroup mounts, read once (mounts rarely change; the process's cgroup,
+/// which may, is read at every check).
+#[cfg(target_os = "linux")]
+fn mounts() -> &'static figures::Mounts {
+    static MOUNTS: std::sync::OnceLock<figures::Mounts> = std::sync::OnceLock::new();
+    MOUNTS.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|t| figures::parse_mountinfo(&t))
+            .unwrap_or_default()
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::figures::*;
     use super::*;
+    use std::path::{Path, PathBuf};
+
+    fn none() -> Option<Bound> {
+        None
+    }
 
     #[test]
     fn a_configured_limit_refuses_larger_requests_with_both_sizes() {
-        let e = reserve_within(Some(1000), Device::Cpu, 1001, &|| "a test".into()).unwrap_err();
+        let e = reserve_with(Device::Metal(901), 1001, Some(1000), &none, &|| {
+            "a test".into()
+        })
+        .unwrap_err();
         assert_eq!(e.kind(), "out_of_memory");
         let msg = e.to_string();
         assert!(
             msg.contains("1001 bytes") && msg.contains("1000 bytes"),
             "{msg}"
         );
-        assert!(reserve_within(None, Device::Cpu, 1001, &|| "a test".into()).is_ok());
+        let ok = reserve_with(Device::Metal(901), 1001, None, &none, &|| "a test".into());
+        assert_eq!(ok.unwrap().bytes(), 1001);
     }
 
     #[test]
@@ -224,5 +618,197 @@ mod tests {
         let e = reserve(Device::Cpu, 1 << 60, &|| "a huge tensor".into()).unwrap_err();
         assert_eq!(e.kind(), "out_of_memory");
         assert!(e.to_string().contains("a huge tensor"));
+    }
+
+    #[test]
+    fn live_reservations_count_against_later_requests_until_dropped() {
+        let d = Device::Metal(902);
+        let gib = 1u128 << 30;
+        let four = || Some(Bound::new(4 << 30, "a 4 GiB machine"));
+        let first = reserve_with(d, 3 * gib, None, &four, &|| "first".into()).unwrap();
+        assert_eq!(held(d), 3 * gib);
+        // on another thread (this one's reservation would cover the request)
+        let second = std::thread::spawn(move || {
+            reserve_with(d, 3 * gib, None, &four, &|| "second".into()).map(|r| r.bytes())
+        })
+        .join()
+        .unwrap();
+        let msg = second.unwrap_err().to_string();
+        assert!(msg.contains("held by work in progress"), "{msg}");
+        assert!(msg.contains("a 4 GiB machine"), "{msg}");
+        drop(first);
+        assert_eq!(held(d), 0);
+        let again = std::thread::spawn(move || {
+            reserve_with(d, 3 * gib, None, &four, &|| "again".into()).map(|r| r.bytes())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(again.unwrap(), 3 * gib);
+        assert_eq!(held(d), 0);
+    }
+
+    #[test]
+    fn the_configured_limit_counts_held_bytes_and_small_requests() {
+        let d = Device::Metal(903);
+        let a = reserve_with(d, 600, Some(1000), &none, &|| "a".into()).unwrap();
+        let b = std::thread::spawn(move || {
+            reserve_with(d, 600, Some(1000), &none, &|| "b".into()).map(|r| r.bytes())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(b.unwrap_err().kind(), "out_of_memory");
+        drop(a);
+    }
+
+    #[test]
+    fn small_requests_skip_the_system_but_large_ones_ask_it() {
+        let d = Device::Metal(904);
+        let asked = std::cell::Cell::new(0);
+        let system = || {
+            asked.set(asked.get() + 1);
+            Some(Bound::new(0, "nothing"))
+        };
+        let small = reserve_with(d, CHECK_FROM - 1, None, &system, &|| "small".into());
+        assert!(small.is_ok());
+        assert_eq!(asked.get(), 0);
+        drop(small);
+        let large = reserve_with(d, CHECK_FROM, None, &system, &|| "large".into());
+        assert_eq!(large.unwrap_err().kind(), "out_of_memory");
+        assert_eq!(asked.get(), 1);
+    }
+
+    #[test]
+    fn a_request_inside_a_reservation_of_its_thread_adds_only_the_excess() {
+        let d = Device::Metal(905);
+        let ten = || Some(Bound::new(10 << 30, "ten"));
+        let outer = reserve_with(d, 4 << 30, None, &ten, &|| "outer".into()).unwrap();
+        let inner = reserve_with(d, 3 << 30, None, &ten, &|| "inner".into()).unwrap();
+        assert_eq!(inner.bytes(), 0);
+        let larger = reserve_with(d, 5 << 30, None, &ten, &|| "larger".into()).unwrap();
+        assert_eq!(larger.bytes(), 1 << 30);
+        assert_eq!(held(d), 5 << 30);
+        // 4 + 1 held; a further 6 GiB of this thread asks 1 more: 6 <= 10
+        let more = reserve_with(d, 6 << 30, None, &ten, &|| "more".into()).unwrap();
+        assert_eq!(more.bytes(), 1 << 30);
+        let too_much = reserve_with(d, 11 << 30, None, &ten, &|| "too much".into());
+        assert_eq!(too_much.unwrap_err().kind(), "out_of_memory");
+        drop((more, larger, inner, outer));
+        assert_eq!(held(d), 0);
+        assert_eq!(COVERED.with(|c| get(&c.borrow(), d)), 0);
+    }
+
+    #[test]
+    fn meminfo_and_status_fields_in_bytes() {
+        let meminfo = "MemTotal:       24567808 kB\nMemFree:        20000000 kB\n\
+                       MemAvailable:   22000000 kB\nBuffers:           12345 kB\n";
+        assert_eq!(kib_field(meminfo, "MemAvailable:"), Some(22_000_000 * 1024));
+        let status = "Name:\tbeam.smp\nVmPeak:\t 4000000 kB\nVmSize:\t 3500000 kB\n";
+        assert_eq!(kib_field(status, "VmSize:"), Some(3_500_000 * 1024));
+        assert_eq!(kib_field(status, "VmRSS:"), None);
+    }
+
+    #[test]
+    fn limits_max_and_v1_unlimited_are_no_limit() {
+        assert_eq!(limit_value("max\n"), None);
+        assert_eq!(limit_value("9223372036854771712\n"), None);
+        assert_eq!(limit_value("3221225472\n"), Some(3 << 30));
+        assert_eq!(limit_value(""), None);
+    }
+
+    #[test]
+    fn cgroup_paths_of_both_versions() {
+        let hybrid =
+            "9:name=systemd:/\n5:devices:/\n4:cpu,memory:/process_api/abc\n0::/user.slice\n";
+        assert_eq!(cgroup_v2_path(hybrid), Some("/user.slice"));
+        assert_eq!(cgroup_v1_memory_path(hybrid), Some("/process_api/abc"));
+        assert_eq!(cgroup_v1_memory_path("0::/a/b\n"), None);
+        assert_eq!(cgroup_v2_path("4:memory:/x\n"), None);
+    }
+
+    #[test]
+    fn what_a_cgroup_leaves_counts_inactive_file_pages_as_free() {
+        let stat = "anon 1000\nfile 5000\ninactive_file 3000\nactive_file 2000\n";
+        assert_eq!(cgroup_left("10000\n", "7000\n", stat, V2), Some(6000));
+        assert_eq!(cgroup_left("max\n", "7000\n", stat, V2), None);
+        // usage above the limit leaves nothing
+        assert_eq!(cgroup_left("5000\n", "9000\n", "", V2), Some(0));
+        // v1: the limit inherited from an ancestor above the mount counts too
+        let v1 = "cache 100\ntotal_inactive_file 500\nhierarchical_memory_limit 4000\n";
+        assert_eq!(
+            cgroup_left("9223372036854771712\n", "1500\n", v1, V1),
+            Some(3000)
+        );
+        assert_eq!(cgroup_left("2000\n", "1500\n", v1, V1), Some(1000));
+        let unlimited = "hierarchical_memory_limit 9223372036854771712\n";
+        assert_eq!(
+            cgroup_left("9223372036854771712\n", "1500\n", unlimited, V1),
+            None
+        );
+    }
+
+    #[test]
+    fn mountinfo_gives_both_hierarchies() {
+        let text = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory
+41 31 0:38 /docker/abc /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+        let m = parse_mountinfo(text);
+        let v1 = m.v1_memory.unwrap();
+        assert_eq!(v1.point, PathBuf::from("/sys/fs/cgroup/memory"));
+        assert_eq!(v1.root, "/");
+        let v2 = m.v2.unwrap();
+        assert_eq!(v2.root, "/docker/abc");
+        assert_eq!(
+            v2.levels("/docker/abc/job").unwrap(),
+            vec![
+                PathBuf::from("/sys/fs/cgroup/unified"),
+                PathBuf::from("/sys/fs/cgroup/unified/job")
+            ]
+        );
+        assert_eq!(v2.levels("/docker/abcdef"), None);
+        assert_eq!(v2.levels("/elsewhere"), None);
+        assert_eq!(
+            v1.levels("/").unwrap(),
+            vec![PathBuf::from("/sys/fs/cgroup/memory")]
+        );
+        assert_eq!(parse_mountinfo("garbage\n"), Mounts::default());
+    }
+
+    #[test]
+    fn the_tightest_ancestor_bounds_the_cgroup() {
+        // a limit on the parent, none on the leaf ("max"): the parent's figure
+        let files: Vec<(&str, &str)> = vec![
+            ("/cg/memory.max", "max"),
+            ("/cg/app/memory.max", "3000"),
+            ("/cg/app/memory.current", "1000"),
+            ("/cg/app/memory.stat", "inactive_file 0\n"),
+            ("/cg/app/vm/memory.max", "max"),
+            ("/cg/app/vm/memory.current", "900"),
+        ];
+        let read = |p: &Path| {
+            files
+                .iter()
+                .find(|(f, _)| Path::new(f) == p)
+                .map(|(_, v)| v.to_string())
+        };
+        let levels = [
+            PathBuf::from("/cg"),
+            PathBuf::from("/cg/app"),
+            PathBuf::from("/cg/app/vm"),
+        ];
+        let b = cgroup_bound(&levels, V2, &read).unwrap();
+        assert_eq!(b.bytes, 2000);
+        assert!(b.source.contains("/cg/app"), "{}", b.source);
+        assert_eq!(cgroup_bound(&levels[..1], V2, &read), None);
+    }
+
+    #[test]
+    fn this_host_has_a_bound() {
+        if cfg!(target_os = "linux") {
+            let b = bound(Device::Cpu).unwrap();
+            assert!(b.bytes > 0, "{b:?}");
+        }
     }
 }

@@ -126,10 +126,10 @@ impl Tensor {
                 bytes.len()
             )));
         }
-        crate::memory::reserve(Device::Cpu, want, &|| "a copy of the binary".into())?;
-        if !device.is_host() {
-            crate::memory::reserve(device, want, &|| "the tensor".into())?;
-        }
+        let _copy = crate::memory::reserve(Device::Cpu, want, &|| "a copy of the binary".into())?;
+        let _tensor = (!device.is_host())
+            .then(|| crate::memory::reserve(device, want, &|| "the tensor".into()))
+            .transpose()?;
         let data = TensorData::from_bytes_vec(bytes.to_vec(), prim_shape(shape), dtype.burn());
         Tensor::from_data(data, dtype, shape.to_vec(), device)
     }
@@ -173,7 +173,7 @@ impl Tensor {
         }
         // The data crosses to the host (and is converted there for booleans).
         let host = (t.numel() as u128) * (dtype.size() as u128);
-        crate::memory::reserve(Device::Cpu, host.saturating_mul(2), &|| {
+        let _read = crate::memory::reserve(Device::Cpu, host.saturating_mul(2), &|| {
             "reading the tensor back".into()
         })?;
         let t = if t.kind == Kind::Bool {

@@ -197,7 +197,7 @@ pub fn read_regular(path: &Path) -> Result<Vec<u8>> {
         return refuse("it is not a regular file");
     }
     let len = meta.len();
-    crate::memory::reserve(crate::Device::Cpu, len as u128, &|| {
+    let _read = crate::memory::reserve(crate::Device::Cpu, len as u128, &|| {
         format!("reading {shown}")
     })?;
     let mut bytes = Vec::new();

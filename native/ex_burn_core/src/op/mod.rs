@@ -45,11 +45,11 @@ pub(crate) use dot::EXACT_F32_WORK;
 pub fn eval(op: &Op, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
     check_inputs(&op.name(), op.arity(), inputs)?;
     let on = inputs.first().map_or(device, Tensor::device);
-    let guarded = plan::plan(op, inputs)
-        .and_then(|p| crate::memory::reserve(on, p.bytes, &|| "the result".into()));
-    if let Err(e) = guarded {
-        return Err(e.in_op(&op.name()));
-    }
+    // the op's planned peak is held in the memory ledger until the op has run
+    let _held = match plan::plan(op, inputs).and_then(|p| p.reserve(on)) {
+        Ok(held) => held,
+        Err(e) => return Err(e.in_op(&op.name())),
+    };
     eval_unchecked(op, inputs, device)
         .map(|t| vec![t])
         .map_err(|e| e.in_op(&op.name()))

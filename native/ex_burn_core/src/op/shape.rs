@@ -353,7 +353,7 @@ pub(crate) fn pad(t: &Tensor, value: &Tensor, config: &[(i64, i64, i64)]) -> Res
     // the padded tensor is materialised before its crop: refuse what cannot be allocated
     // (GPU kernels would otherwise meet sizes past their index types)
     let bytes = crate::size::numel(&grown)?.saturating_mul(out.size() as u128);
-    crate::memory::reserve(t.device(), bytes, &|| {
+    let _padded = crate::memory::reserve(t.device(), bytes, &|| {
         format!("the padded tensor {grown:?}")
     })?;
     let fill = util::broadcast_to(&value.cast(out)?.reshape(vec![])?, &grown)?;

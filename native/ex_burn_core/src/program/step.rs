@@ -170,10 +170,11 @@ pub fn eval(step: &Step, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor
     let name = step.name();
     op::check_inputs(&name, step.arity(), inputs)?;
     let on = inputs.first().map_or(device, Tensor::device);
-    step.plan(inputs)
-        .and_then(|p| crate::memory::reserve(on, p.bytes, &|| "the result".into()))
-        .and_then(|()| run(step, inputs, device))
-        .map_err(|e| e.in_op(&name))
+    let _held = step
+        .plan(inputs)
+        .and_then(|p| p.reserve(on))
+        .map_err(|e| e.in_op(&name))?;
+    run(step, inputs, device).map_err(|e| e.in_op(&name))
 }
 
 fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {

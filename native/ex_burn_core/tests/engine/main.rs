@@ -16,6 +16,7 @@ mod hostile;
 mod index;
 mod linalg;
 mod literal;
+mod memory;
 mod nn;
 mod program;
 mod reduce;

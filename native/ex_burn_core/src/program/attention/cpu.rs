@@ -60,7 +60,7 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
         .zip(&masks)
         .map(|((s, _, c), m)| (*s, m.as_ref(), *c))
         .collect();
-    crate::memory::reserve(Device::Cpu, (nbatch * sq * dv * 4) as u128, &|| {
+    let _out = crate::memory::reserve(Device::Cpu, (nbatch * sq * dv * 4) as u128, &|| {
         "attention result".into()
     })?;
     let mut out = vec![0f32; nbatch * sq * dv];
