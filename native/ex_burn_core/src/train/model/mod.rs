@@ -223,9 +223,10 @@ impl Model {
         // measured on Mesa's lavapipe: f64 training there gave NaN gradients
         device.check_dtype(dtype)?;
         let params = spec.param_elements()?;
-        crate::memory::reserve(device, params * dtype.size().max(4) as u128, &|| {
-            format!("the model's parameters ({params} elements)")
-        })?;
+        let _params =
+            crate::memory::reserve(device, params * dtype.size().max(4) as u128, &|| {
+                format!("the model's parameters ({params} elements)")
+            })?;
         let ad = ad_device(device)?;
         let (net, slots) = net::build(&spec, options.seed, &ad)?;
         let optim = options.optimizer.init()?;
@@ -379,7 +380,11 @@ impl Model {
     }
 
     /// Refuses batches whose activations (kept for the backward pass) cannot fit the device.
-    fn check_batch_memory(&self, rows: usize, training: bool) -> Result<()> {
+    fn check_batch_memory(
+        &self,
+        rows: usize,
+        training: bool,
+    ) -> Result<crate::memory::Reservation> {
         let per_sample = self.spec.activation_elements()?;
         let factor: u128 = if training { 3 } else { 1 };
         let bytes = per_sample
@@ -426,7 +431,7 @@ impl Model {
             return Err(bad_lr(lr));
         }
         let n = self.check_data(batch, true)?;
-        self.check_batch_memory(n, true)?;
+        let _batch = self.check_batch_memory(n, true)?;
         let f = self.forward_loss(batch, false)?;
         if !f.value.is_finite() {
             return match on {
@@ -553,7 +558,7 @@ impl Model {
         }
         let t0 = Instant::now();
         let data = &ids_as_s32(data)?;
-        self.check_batch_memory(opts.batch_size.min(n), true)?;
+        let _batch = self.check_batch_memory(opts.batch_size.min(n), true)?;
         // The permutation is built on the host: eight bytes per sample.
         let _order = opts
             .shuffle
@@ -647,7 +652,7 @@ impl Model {
     /// With `accuracy` false no per-batch argmax/compare runs and [`Stats::accuracy`] is `None`.
     pub fn evaluate(&self, data: &Data, batch_size: usize, accuracy: bool) -> Result<Stats> {
         let n = self.check_data(data, true)?;
-        self.check_batch_memory(batch_size.max(1).min(n), false)?;
+        let _batch = self.check_batch_memory(batch_size.max(1).min(n), false)?;
         let t0 = Instant::now();
         let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
         let count = self.counts_hits(accuracy);
@@ -682,7 +687,7 @@ impl Model {
         };
         let n = self.check_data(&data, false)?;
         let bs = batch_size.max(1).min(n.max(1));
-        self.check_batch_memory(bs, false)?;
+        let _batch = self.check_batch_memory(bs, false)?;
         let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
         let mut parts = Vec::new();
         for lo in (0..n.max(1)).step_by(bs) {
@@ -708,7 +713,7 @@ impl Model {
     /// Exact gradients of the loss on `batch` for every trainable parameter.
     pub fn compute_gradients(&self, batch: &Data) -> Result<Vec<(String, Tensor)>> {
         let n = self.check_data(batch, true)?;
-        self.check_batch_memory(n, true)?;
+        let _batch = self.check_batch_memory(n, true)?;
         let net = self.net()?;
         let (loss, _, _) = self.batch_loss(net, batch, true)?;
         let grads = loss.backward();
@@ -728,7 +733,7 @@ impl Model {
             return Err(bad_lr(lr));
         }
         let n = self.check_data(batch, true)?;
-        self.check_batch_memory(n, true)?;
+        let _batch = self.check_batch_memory(n, true)?;
         let dev = ad_device(self.device)?;
         let sync = || B::sync(&dev).map_err(sync_err);
         sync()?;
