@@ -263,28 +263,92 @@ defmodule ExBurn.Dataset do
     opts = Options.validate!(opts, @device_opts, :read_idx)
     Options.check!(path, :string, "path", :read_idx)
 
-    bin =
-      case File.read(path) do
-        {:ok, bin} ->
-          bin
-
-        {:error, reason} ->
-          raise ExBurn.Error.new(
-                  kind: :io,
-                  op: :read_idx,
-                  message: "cannot read #{path}: #{:file.format_error(reason)}"
-                )
-      end
-
+    bin = read_regular(path)
     bin = if match?(<<0x1F, 0x8B, _::binary>>, bin), do: gunzip(bin), else: bin
     parse_idx(bin, opts[:device])
   end
 
-  defp gunzip(bin) do
-    :zlib.gunzip(bin)
-  rescue
-    _ in ErlangError -> raise ExBurn.Error.new(kind: :corrupt, op: :read_idx, message: "bad gzip data")
+  # A regular file that fits in memory (a FIFO would block, a huge file exhaust the host).
+  defp read_regular(path) do
+    with {:ok, %File.Stat{type: :regular, size: size}} <- File.stat(path),
+         :ok <- fits(size, "the file #{path}"),
+         {:ok, bin} <- File.read(path) do
+      bin
+    else
+      {:ok, %File.Stat{type: type}} -> io!("cannot read #{path}: it is not a regular file (#{type})")
+      {:error, reason} -> io!("cannot read #{path}: #{:file.format_error(reason)}")
+    end
   end
+
+  defp io!(message), do: raise(ExBurn.Error.new(kind: :io, op: :read_idx, message: message))
+  defp corrupt!(message), do: raise(ExBurn.Error.new(kind: :corrupt, op: :read_idx, message: message))
+
+  # Raises :out_of_memory when `bytes` cannot fit in host memory.
+  defp fits(bytes, what) do
+    case ExBurn.Device.room(:cpu) do
+      room when is_integer(room) and bytes > room ->
+        raise ExBurn.Error.new(
+                kind: :out_of_memory,
+                op: :read_idx,
+                message: "#{what} would take #{bytes} bytes, more than the #{room} the host can hold"
+              )
+
+      _ ->
+        :ok
+    end
+  end
+
+  # Inflates gzip data no further than the IDX header inside it declares, after checking that
+  # size against host memory (a small file can inflate to any size).
+  defp gunzip(bin) do
+    z = :zlib.open()
+
+    try do
+      :ok = :zlib.inflateInit(z, 31)
+      inflate(z, :zlib.safeInflate(z, bin), [], 0, nil)
+    rescue
+      _ in ErlangError -> corrupt!("bad gzip data")
+    after
+      :zlib.close(z)
+    end
+  end
+
+  defp inflate(z, {status, out}, acc, size, limit) do
+    acc = [acc | out]
+    size = size + IO.iodata_length(out)
+    limit = limit || declared_size(acc, size)
+
+    cond do
+      limit && size > limit ->
+        corrupt!("the gzip data inflates past the #{limit} bytes its IDX header declares")
+
+      status == :finished ->
+        IO.iodata_to_binary(acc)
+
+      true ->
+        inflate(z, :zlib.safeInflate(z, []), acc, size, limit)
+    end
+  end
+
+  # The file size an IDX header declares (once `size` bytes hold it; nil before).
+  defp declared_size(acc, size) when size >= 4 do
+    case IO.iodata_to_binary(acc) do
+      <<0, 0, code, ndims, dims::binary>>
+      when is_map_key(@idx_types, code) and byte_size(dims) >= ndims * 4 ->
+        count = for(<<d::unsigned-big-32 <- binary_part(dims, 0, ndims * 4)>>, do: d) |> Enum.product()
+        total = 4 + ndims * 4 + count * ExBurn.Type.byte_size(@idx_types[code])
+        fits(total, "the IDX data")
+        total
+
+      <<0, 0, code, _ndims, _::binary>> when is_map_key(@idx_types, code) ->
+        nil
+
+      _ ->
+        corrupt!("not an IDX file")
+    end
+  end
+
+  defp declared_size(_acc, _size), do: nil
 
   @doc false
   def parse_idx(<<0, 0, code, ndims, rest::binary>>, device) when is_map_key(@idx_types, code) do

@@ -35,6 +35,18 @@ defmodule ExBurn.Device do
           )
   end
 
+  @doc false
+  # The most bytes one allocation on `device` may take: the configured memory limit or what
+  # the device has available, whichever is smaller (nil when neither is known).
+  def room(device) do
+    info = ExBurn.Native.call(:device_info, [normalize!(device)], :room)
+
+    case Enum.reject([info.memory_limit, info.memory_available], &is_nil/1) do
+      [] -> nil
+      limits -> Enum.min(limits)
+    end
+  end
+
   @doc "The device family (`:cpu`, `:cuda`, `:vulkan`, `:metal`)."
   @spec family(t()) :: atom()
   def family(device) do

@@ -174,23 +174,20 @@ defmodule ExBurn.Op do
   defp fits!(inputs, device, name) do
     elements = Enum.reduce(inputs, 0, &(Tensor.numel(&1) + &2))
     bytes = 2 * elements * (inputs |> Enum.map(&ExBurn.Type.byte_size(&1.type)) |> Enum.max())
-    info = Native.call(:device_info, [device], name)
 
-    case Enum.reject([info.memory_limit, info.memory_available], &is_nil/1) do
-      [] ->
+    case ExBurn.Device.room(device) do
+      room when is_integer(room) and bytes > room ->
+        raise ExBurn.Error.new(
+                kind: :out_of_memory,
+                op: name,
+                message:
+                  "joining #{length(inputs)} tensors would take #{bytes} bytes on #{inspect(device)} " <>
+                    "(the parts and the result), more than the #{room} bytes it can hold; " <>
+                    "refused before allocating"
+              )
+
+      _ ->
         :ok
-
-      limits ->
-        if bytes > Enum.min(limits) do
-          raise ExBurn.Error.new(
-                  kind: :out_of_memory,
-                  op: name,
-                  message:
-                    "joining #{length(inputs)} tensors would take #{bytes} bytes on #{inspect(device)} " <>
-                      "(the parts and the result), more than the #{Enum.min(limits)} bytes it can hold; " <>
-                      "refused before allocating"
-                )
-        end
     end
   end
 

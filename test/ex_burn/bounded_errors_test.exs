@@ -256,6 +256,25 @@ defmodule ExBurn.BoundedErrorsTest do
       assert %{kind: :argument} = error(fn -> Training.warmup(1 <<< 64, 1) end)
     end
 
+    test "gzip IDX files inflate no further than their header declares", %{tmp_dir: dir} do
+      path = fn name, bin -> Path.join(dir, name) |> tap(&File.write!(&1, bin)) end
+      header = fn dims -> <<0, 0, 0x08, length(dims)>> <> for(d <- dims, into: <<>>, do: <<d::big-32>>) end
+
+      # 4 MB of zeros behind a header declaring 4 bytes: a bomb, cut at the declared size.
+      bomb = path.("bomb.gz", :zlib.gzip(header.([4]) <> :binary.copy(<<0>>, 4_000_000)))
+      {{:error, e}, _} = held(fn -> Dataset.read_idx(bomb) end)
+      assert e.kind == :corrupt and e.message =~ "declares"
+
+      # A header declaring 2^96 bytes is refused before inflating anything.
+      huge = path.("huge.gz", :zlib.gzip(header.([4_294_967_295, 4_294_967_295, 4_294_967_295])))
+      assert %{kind: :out_of_memory} = error(fn -> Dataset.read_idx(huge) end)
+
+      assert %{kind: :corrupt} = error(fn -> Dataset.read_idx(path.("junk.gz", :zlib.gzip("not idx"))) end)
+      assert %{kind: :io} = error(fn -> Dataset.read_idx(dir) end)
+      ok = path.("ok.gz", :zlib.gzip(header.([3]) <> <<7, 8, 9>>))
+      assert Dataset.read_idx(ok) |> Tensor.to_list() == [7, 8, 9]
+    end
+
     test "statistics of integer labels are counted on the device" do
       labels = BurnBridge.iota({100_000}, :s64) |> BurnBridge.remainder(7)
       x = BurnBridge.zeros({100_000, 1})

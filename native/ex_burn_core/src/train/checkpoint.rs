@@ -168,9 +168,8 @@ pub fn save(model: &Model, path: &Path) -> Result<()> {
 
 /// Loads a model saved with [`save`] onto `device`.
 pub fn load(path: &Path, device: Device) -> Result<Model> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::Io(format!("cannot read {}: {e}", path.display())))?;
-    from_bytes(&bytes, device)
+    // A regular file that fits in memory (checked before reading).
+    from_bytes(&files::read_regular(path)?, device)
 }
 
 #[cfg(test)]
