@@ -197,6 +197,20 @@ defmodule ExBurn.BoundedErrorsTest do
       end
     end
 
+    test "60,000 handles given to a NIF directly are decoded on a dirty scheduler" do
+      t = Tensor.new([1.0])
+      refs = List.duplicate(t.ref, 60_000)
+      attrs = %{axis: 0}
+
+      {{:ok, {:ok, [out]}}, ms} = held(fn -> ExBurn.Nif.eval_op({:concatenate, attrs}, refs, :cpu) end)
+      assert ms == 0, "eval_op held a normal scheduler #{ms} ms"
+      assert ExBurn.Tensor.wrap(out).shape == {60_000}
+
+      program = ExBurn.Native.call(:program_build, [%{inputs: 60_000, instrs: [], outputs: [0]}, []])
+      {{:ok, {:ok, {[_], []}}}, ms} = held(fn -> ExBurn.Nif.program_run(program, refs, :cpu, nil) end)
+      assert ms == 0, "program_run held a normal scheduler #{ms} ms"
+    end
+
     test "concatenating 60,000 tensors never holds a scheduler for long, and is right" do
       ts = for i <- 1..60_000, do: Tensor.new([i])
       {{:ok, joined}, ms} = held(fn -> BurnBridge.concatenate(ts) end)

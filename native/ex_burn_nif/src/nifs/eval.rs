@@ -16,20 +16,35 @@ pub fn eval_op<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
         a,
         here,
         || {
+            // Long input lists and op terms too large to decode here are decoded on a dirty
+            // scheduler.
+            if args::many(a[1]) {
+                return Ok((None, sched::Class::DirtyCpu));
+            }
             let inputs = args::tensors(a[1])?;
             let device = args::device(a[2])?;
             let on = inputs.first().map_or(device, |t| t.device());
-            // An op term too large to decode here is decoded on a dirty scheduler.
             let Some(op) = decode::op(a[0])? else {
-                return Ok(((None, inputs, device, on), sched::Class::DirtyCpu));
+                return Ok((Some((None, inputs, device, on)), sched::Class::DirtyCpu));
             };
             let work = op
                 .plan(&inputs)
                 .map(|p| p.work)
                 .map_err(|e| e.in_op(&op.name()))?;
-            Ok(((Some(op), inputs, device, on), sched::by_cost(on, work)))
+            Ok((
+                Some((Some(op), inputs, device, on)),
+                sched::by_cost(on, work),
+            ))
         },
-        |(op, inputs, device, on)| {
+        |decoded| {
+            let (op, inputs, device, on) = match decoded {
+                Some(decoded) => decoded,
+                None => {
+                    let (inputs, device) = (args::tensors(a[1])?, args::device(a[2])?);
+                    let on = inputs.first().map_or(device, |t| t.device());
+                    (None, inputs, device, on)
+                }
+            };
             let op = match op {
                 Some(op) => op,
                 None => decode::decode(a[0], "op")?,
@@ -60,14 +75,19 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
         a,
         here,
         || {
+            let device = args::device(a[2])?;
+            // a long input list is decoded there, on the device's dirty scheduler
+            let class = match args::first(a[1]) {
+                Some(t) => sched::compute(args::tensor(t)?.device()),
+                None => sched::compute(device),
+            };
+            Ok((device, class))
+        },
+        |device| {
             let p = args::program(a[0])?;
             let inputs = args::tensors(a[1])?;
-            let device = args::device(a[2])?;
             let timeout: Option<u64> = args::get(a[3], "timeout (milliseconds or nil)")?;
             let on = inputs.first().map_or(device, |t| t.device());
-            Ok(((p, inputs, device, on, timeout), sched::compute(on)))
-        },
-        |(p, inputs, device, on, timeout)| {
             let (out, log) = cancel::within(timeout.map(Duration::from_millis), || {
                 guard::exclusive(on, || p.program.run_hooked(inputs, device))
             })?;
