@@ -350,8 +350,9 @@ impl Tensor {
         Ok(Tensor::from_prim(self.prim.clone(), self.kind, shape))
     }
 
-    /// Converts to another Nx type with Nx's rules: floats to ints truncate toward zero,
-    /// ints wrap to narrower ints, and booleans become 0/1.
+    /// Converts to another Nx type with Nx's rules: floats to ints as `trunc(x)` modulo 2^bits
+    /// (NaN 0, infinities the type's extremes), ints wrap to narrower ints, and booleans become
+    /// 0/1 (`op::integer`).
     pub fn cast(&self, to: DType) -> Result<Tensor> {
         let from = self.dtype();
         if from == to && self.kind != Kind::Bool {
@@ -361,8 +362,8 @@ impl Tensor {
         let p = self.prim.clone();
         let (prim, kind) = match (self.kind, to.kind()) {
             (Kind::Float, Kind::Float) => (B::float_cast(p, to.float_dtype()?), Kind::Float),
-            (Kind::Float, _) => (B::float_into_int(p, to.int_dtype()?), Kind::Int),
-            (Kind::Int, Kind::Float) => (B::int_into_float(p, to.float_dtype()?), Kind::Float),
+            (Kind::Float, _) => return crate::op::integer::from_float(self, to),
+            (Kind::Int, Kind::Float) => return crate::op::integer::to_float(self, to),
             (Kind::Int, _) => (B::int_cast(p, to.int_dtype()?), Kind::Int),
             (Kind::Bool, Kind::Float) => (B::bool_into_float(p, to.float_dtype()?), Kind::Float),
             (Kind::Bool, _) => (B::bool_into_int(p, to.int_dtype()?), Kind::Int),

@@ -2,9 +2,10 @@
 //!
 //! Nx semantics the core enforces where Burn differs: `remainder` takes the dividend's sign
 //! (Burn's follows the divisor), `quotient` truncates toward zero, integer arithmetic wraps,
-//! `min`/`max` propagate NaN.
+//! `min`/`max` propagate NaN; integer shifts, powers and u64-with-signed pairs follow Nx in
+//! `integer`.
 
-use super::util;
+use super::{integer, util};
 use super::{Arith, Compare, Logical, Op};
 use crate::dtype::Kind;
 use crate::scalar::Scalar;
@@ -82,6 +83,26 @@ pub(crate) fn binary(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Ten
         return Err(Error::Dtype(format!(
             "expects a float result type, got {out}"
         )));
+    }
+    if !out.is_float() {
+        match f {
+            Arith::LeftShift | Arith::RightShift => {
+                return integer::shift(f == Arith::LeftShift, a, b, out)
+            }
+            Arith::Pow => return integer::pow(a, b, out),
+            Arith::Min | Arith::Max | Arith::Quotient | Arith::Remainder
+                if integer::u64_with_signed(a.dtype(), b.dtype()) =>
+            {
+                return integer::mixed(f, a, b, out)
+            }
+            _ => {}
+        }
+    }
+    if f == Arith::Divide && a.dtype().is_int() && b.dtype().is_int() && out != DType::F64 {
+        // Nx divides the integers' f64 values and rounds the quotient once to `out`
+        if super::wide::rounds_from_f64(a.device()) {
+            return binary(f, a, b, DType::F64)?.cast(out);
+        }
     }
     if a.dtype() == out && b.dtype() == out && a.shape() == b.shape() && a.kind() != Kind::Bool {
         return same(f, a, b);
@@ -251,17 +272,12 @@ pub(crate) fn same(f: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             }
         }
         (_, Arith::Remainder) => return remainder(a, b),
-        (_, Arith::Pow) => B::int_powi(x, y),
+        (_, Arith::Pow) => return integer::pow(a, b, a.dtype()),
         (_, Arith::BitwiseAnd) => B::bitwise_and(x, y),
         (_, Arith::BitwiseOr) => B::bitwise_or(x, y),
         (_, Arith::BitwiseXor) => B::bitwise_xor(x, y),
         (_, Arith::LeftShift) | (_, Arith::RightShift) => {
-            nonnegative_shift(b, f == Arith::LeftShift)?;
-            if f == Arith::LeftShift {
-                B::bitwise_left_shift(x, y)
-            } else {
-                B::bitwise_right_shift(x, y)
-            }
+            return integer::shift(f == Arith::LeftShift, a, b, a.dtype())
         }
         (_, Arith::Atan2) => return Err(Error::Dtype("atan2 expects float operands".into())),
     };
@@ -271,7 +287,7 @@ pub(crate) fn same(f: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// Integer division by zero has no value (Burn's CPU kernels would panic, GPU ones return
 /// garbage): refused, as Nx refuses it. One device read per integer division.
-fn nonzero_divisor(b: &Tensor) -> Result<()> {
+pub(super) fn nonzero_divisor(b: &Tensor) -> Result<()> {
     let zeros = B::int_equal_elem(b.int_prim()?, 0i64.into(), b.bool_dtype());
     let any = Tensor::from_prim(B::bool_any(zeros), Kind::Bool, vec![]);
     if any
@@ -285,21 +301,6 @@ fn nonzero_divisor(b: &Tensor) -> Result<()> {
         return Err(Error::Argument(
             "integer division by zero (a divisor element is 0)".into(),
         ));
-    }
-    Ok(())
-}
-
-/// Shifts by negative amounts have no value in Nx (it raises): refused, with Nx's message.
-fn nonnegative_shift(b: &Tensor, left: bool) -> Result<()> {
-    if !b.dtype().is_signed_int() || b.numel() == 0 {
-        return Ok(());
-    }
-    let flat = b.int_prim()?;
-    let min = Tensor::from_prim(B::int_min(flat), Kind::Int, vec![]);
-    let low = util::read_scalar(&min)?.to_i64();
-    if low < 0 {
-        let dir = if left { "left" } else { "right" };
-        return Err(Error::Argument(format!("cannot {dir} shift by {low}")));
     }
     Ok(())
 }
@@ -345,6 +346,9 @@ fn min_max(a: &Tensor, b: &Tensor, max: bool) -> Result<Tensor> {
 
 /// Nx comparison: computes in the merged type of both operands, returns `{:u, 8}` (bool kind).
 pub(crate) fn compare(c: Compare, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if integer::u64_with_signed(a.dtype(), b.dtype()) {
+        return integer::compare_mixed(c, a, b);
+    }
     let t = DType::merge(a.dtype(), b.dtype());
     let (a, b) = prepare(a, b, t)?;
     if let Some(r) = super::host_map::compare_f32(c, &a, &b)? {

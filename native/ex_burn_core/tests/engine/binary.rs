@@ -565,3 +565,355 @@ fn large_broadcast_comparisons_and_selects_match_elementwise() {
         }
     }
 }
+
+// ---- integers exactly as Nx computes them (big integers stored modulo 2^bits) ----
+
+pub(crate) const INTS: [DType; 8] = [
+    DType::S8,
+    DType::S16,
+    DType::S32,
+    DType::S64,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+];
+
+/// `v` stored in integer type `dtype` (its low bits, two's complement), as Nx stores it.
+pub(crate) fn wrap(v: i128, dtype: DType) -> i128 {
+    let bits = dtype.bits();
+    let low = v.rem_euclid(1i128 << bits);
+    if dtype.is_signed_int() && low >= 1i128 << (bits - 1) {
+        low - (1i128 << bits)
+    } else {
+        low
+    }
+}
+
+/// An integer tensor of `dtype` holding `values` (wrapped to the type), exactly.
+pub(crate) fn ints(values: &[i128], dtype: DType) -> Tensor {
+    let n = dtype.size();
+    let bytes: Vec<u8> = values
+        .iter()
+        .flat_map(|&v| (wrap(v, dtype) as u64).to_le_bytes()[..n].to_vec())
+        .collect();
+    Tensor::from_bytes(&bytes, &[values.len()], dtype, dev()).expect("tensor")
+}
+
+/// The values of an integer tensor, exactly.
+pub(crate) fn int_values(t: &Tensor) -> Vec<i128> {
+    let dtype = t.dtype();
+    let bytes = t.to_bytes(None).expect("read");
+    bytes
+        .chunks(dtype.size())
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            wrap(u64::from_le_bytes(w) as i128, dtype)
+        })
+        .collect()
+}
+
+/// 0, ±1, ±2, the extremes and their neighbours, 2^(bits-1) and its neighbours, a pattern.
+pub(crate) fn edges(dtype: DType) -> Vec<i128> {
+    let bits = dtype.bits();
+    let half = 1i128 << (bits - 1);
+    let mut v: Vec<i128> = [
+        0,
+        1,
+        -1,
+        2,
+        -2,
+        3,
+        half,
+        half - 1,
+        half + 5,
+        -half,
+        (1 << bits) - 1,
+        (((1i128 << bits) - 1) / 3) | 1,
+    ]
+    .iter()
+    .map(|&x| wrap(x, dtype))
+    .collect();
+    v.dedup();
+    v
+}
+
+fn binary_op(f: Arith) -> Op {
+    Op::Binary { op: f, out: None }
+}
+
+/// Nx's shift of `x` (a value of `dtype`) by `s >= 0`: big-integer shifts, stored modulo 2^bits.
+fn nx_shift(left: bool, x: i128, s: i128, dtype: DType) -> i128 {
+    match (left, s >= 128) {
+        (true, true) => 0,
+        (true, false) => wrap(x.wrapping_shl(s as u32), dtype),
+        (false, true) => {
+            if x < 0 {
+                -1
+            } else {
+                0
+            }
+        }
+        (false, false) => wrap(x >> s as u32, dtype),
+    }
+}
+
+#[test]
+fn shifts_by_any_amount_are_nx_big_integer_shifts() {
+    for dtype in INTS {
+        let bits = dtype.bits() as i128;
+        let xs = edges(dtype);
+        // every amount, one element each (the amounts' own range decides the path): varied
+        // amounts past the width, varied amounts below it, one amount for all
+        let cases: Vec<Vec<i128>> = vec![
+            (0..=70).collect(),
+            (0..bits).collect(),
+            vec![bits],
+            vec![65],
+            vec![bits - 1],
+            vec![3],
+        ];
+        for amounts in cases {
+            let (mut a, mut b) = (vec![], vec![]);
+            for &x in &xs {
+                for &s in &amounts {
+                    a.push(x);
+                    b.push(s);
+                }
+            }
+            let (ta, tb) = (ints(&a, dtype), ints(&b, dtype));
+            // a single amount also as a broadcast scalar
+            let scalars = if amounts.len() == 1 {
+                vec![ints(&amounts, dtype).reshape(vec![]).unwrap()]
+            } else {
+                vec![]
+            };
+            for left in [true, false] {
+                let f = if left {
+                    Arith::LeftShift
+                } else {
+                    Arith::RightShift
+                };
+                let want: Vec<i128> = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(&x, &s)| nx_shift(left, x, s, dtype))
+                    .collect();
+                let got = int_values(&ev(binary_op(f), &[&ta, &tb]));
+                assert_eq!(got, want, "{f:?} {dtype} by {amounts:?}");
+                for sc in &scalars {
+                    let got = int_values(&ev(binary_op(f), &[&ta, sc]));
+                    assert_eq!(got, want, "{f:?} {dtype} by scalar {amounts:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn u64_right_shifts_are_logical() {
+    // issue 30: 0x8000000000000005 >> 2 sign-extended to 0xE000000000000001
+    let x = ints(
+        &[0x8000_0000_0000_0005, u64::MAX as i128, 1 << 63],
+        DType::U64,
+    );
+    let by = |s: &[i128]| ints(s, DType::U64);
+    let got = int_values(&ev(binary_op(Arith::RightShift), &[&x, &by(&[2, 1, 63])]));
+    assert_eq!(got, [0x2000_0000_0000_0001, (u64::MAX >> 1) as i128, 1]);
+    let two = by(&[2]).reshape(vec![]).unwrap();
+    let got = int_values(&ev(binary_op(Arith::RightShift), &[&x, &two]));
+    assert_eq!(
+        got,
+        [0x2000_0000_0000_0001, (u64::MAX >> 2) as i128, 1 << 61]
+    );
+}
+
+#[test]
+fn negative_shift_amounts_and_exponents_are_refused() {
+    for dtype in [DType::S8, DType::S32, DType::S64] {
+        let x = ints(&[1, 2, 3], dtype);
+        let negative = ints(&[1, -1, 2], dtype);
+        for f in [Arith::LeftShift, Arith::RightShift, Arith::Pow] {
+            assert_eq!(ev_err(binary_op(f), &[&x, &negative]), "argument", "{f:?}");
+        }
+    }
+}
+
+/// `x^e` stored in `dtype` (square and multiply modulo 2^128, whose low bits are exact).
+fn nx_pow(x: i128, e: u128, dtype: DType) -> i128 {
+    let (mut result, mut square, mut e) = (1i128, x, e);
+    while e > 0 {
+        if e & 1 == 1 {
+            result = result.wrapping_mul(square);
+        }
+        square = square.wrapping_mul(square);
+        e >>= 1;
+    }
+    wrap(result, dtype)
+}
+
+#[test]
+fn integer_powers_wrap_for_every_exponent() {
+    for dtype in INTS {
+        let mut bases = edges(dtype);
+        bases.extend([5, 7, -3].map(|b| wrap(b, dtype)));
+        // exponents past 2^32 (Burn's CPU kernel reads them as u32; GPU kernels go
+        // through floats) and the type's largest
+        let mut exps: Vec<i128> = (0..=9).collect();
+        exps.extend([63, 64, 65, (1 << 32) + 1, 1 << 33]);
+        exps.extend([(1i128 << (dtype.bits() - 1)) - 1, wrap(-1, dtype)]);
+        let exps: Vec<i128> = exps
+            .into_iter()
+            .map(|e| wrap(e, dtype))
+            .filter(|&e| e >= 0)
+            .collect();
+        let (mut a, mut b) = (vec![], vec![]);
+        for &x in &bases {
+            for &e in &exps {
+                a.push(x);
+                b.push(e);
+            }
+        }
+        let want: Vec<i128> = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &e)| nx_pow(x, e as u128, dtype))
+            .collect();
+        let got = int_values(&ev(
+            binary_op(Arith::Pow),
+            &[&ints(&a, dtype), &ints(&b, dtype)],
+        ));
+        assert_eq!(got, want, "pow {dtype}");
+        // one exponent for all
+        for e in [0, 1, 3, 64] {
+            let x = ints(&bases, dtype);
+            let got = int_values(&ev(
+                binary_op(Arith::Pow),
+                &[&x, &ints(&[e], dtype).reshape(vec![]).unwrap()],
+            ));
+            let want: Vec<i128> = bases.iter().map(|&x| nx_pow(x, e as u128, dtype)).collect();
+            assert_eq!(got, want, "pow {dtype} by {e}");
+        }
+    }
+}
+
+#[test]
+fn u64_with_signed_operands_use_their_values() {
+    // Nx merges u64 and s64 to s64 but computes on the operands' values
+    let us = edges(DType::U64);
+    let ss = edges(DType::S64);
+    let (mut a, mut b) = (vec![], vec![]);
+    for &x in &us {
+        for &y in &ss {
+            a.push(x);
+            b.push(y);
+        }
+    }
+    let (ta, tb) = (ints(&a, DType::U64), ints(&b, DType::S64));
+    let pairs = || a.iter().zip(&b).map(|(&x, &y)| (x, y));
+    type Holds = fn(&i128, &i128) -> bool;
+    let cmps: [(Compare, Holds); 6] = [
+        (Compare::Equal, i128::eq),
+        (Compare::NotEqual, i128::ne),
+        (Compare::Less, i128::lt),
+        (Compare::LessEqual, i128::le),
+        (Compare::Greater, i128::gt),
+        (Compare::GreaterEqual, i128::ge),
+    ];
+    for (c, holds) in cmps {
+        let want: Vec<i128> = pairs().map(|(x, y)| holds(&x, &y) as i128).collect();
+        assert_eq!(int_values(&ev(Op::Compare(c), &[&ta, &tb])), want, "{c:?}");
+        let want: Vec<i128> = pairs().map(|(x, y)| holds(&y, &x) as i128).collect();
+        assert_eq!(
+            int_values(&ev(Op::Compare(c), &[&tb, &ta])),
+            want,
+            "{c:?} swapped"
+        );
+    }
+    let s64 = |v: i128| wrap(v, DType::S64);
+    type Nx = fn(i128, i128) -> Option<i128>;
+    let results: [(Arith, Nx); 5] = [
+        (Arith::Min, |x, y| Some(x.min(y))),
+        (Arith::Max, |x, y| Some(x.max(y))),
+        (Arith::Quotient, |x, y| (y != 0).then(|| x / y)),
+        (Arith::Remainder, |x, y| (y != 0).then(|| x % y)),
+        (Arith::RightShift, |x, y| {
+            (0..64).contains(&y).then(|| x >> y as u32)
+        }),
+    ];
+    for (f, nx) in results {
+        for (ta, tb, swap) in [(&ta, &tb, false), (&tb, &ta, true)] {
+            let (mut xs, mut ys, mut want) = (vec![], vec![], vec![]);
+            for (x, y) in pairs() {
+                let (x, y) = if swap { (y, x) } else { (x, y) };
+                if let Some(r) = nx(x, y) {
+                    xs.push(x);
+                    ys.push(y);
+                    want.push(s64(r));
+                }
+            }
+            let (dx, dy) = (ta.dtype(), tb.dtype());
+            let got = ev(binary_op(f), &[&ints(&xs, dx), &ints(&ys, dy)]);
+            assert_eq!(got.dtype(), DType::S64);
+            assert_eq!(int_values(&got), want, "{f:?} {dx} {dy}");
+        }
+    }
+}
+
+#[test]
+fn integer_division_to_floats_divides_the_f64_values() {
+    // Nx divides the integers' f64 values and rounds the quotient to f32 once; dividing
+    // their f32 roundings gives 1381989.625 here
+    let a = ints(&[1_080_715_965, 7, -9], DType::S32);
+    let b = ints(&[782, 2, 4], DType::S32);
+    let got = ev(binary_op(Arith::Divide), &[&a, &b]);
+    let want = if rounds_from_f64() {
+        1_381_989.75
+    } else {
+        1_381_989.625
+    };
+    check(&got, &[3], DType::F32, &[want, 3.5, -2.25]);
+}
+
+#[test]
+fn integer_shifts_in_chunked_programs_match_op_by_op() {
+    use ex_burn_core::Program;
+    // long enough for a program to run its element-wise run in chunks
+    let n = 300_000;
+    let xs: Vec<i128> = (0..n as i128)
+        .map(|i| wrap(i.wrapping_mul(0x9E37_79B9_7F4A_7C15), DType::U64))
+        .collect();
+    let amounts: Vec<i128> = (0..n as i128).map(|i| i % 70).collect();
+    let prog = Program::new(
+        2,
+        vec![
+            ins(binary_op(Arith::RightShift), &[0, 1]),
+            ins(lit(12.0, DType::U64), &[]),
+            ins(binary_op(Arith::RightShift), &[0, 3]),
+            ins(binary_op(Arith::LeftShift), &[2, 1]),
+        ],
+        vec![2, 4, 5],
+    )
+    .unwrap();
+    let inputs = vec![ints(&xs, DType::U64), ints(&amounts, DType::U64)];
+    let got = prog.run(inputs.clone(), dev()).unwrap();
+    let shr: Vec<i128> = xs
+        .iter()
+        .zip(&amounts)
+        .map(|(&x, &s)| nx_shift(false, x, s, DType::U64))
+        .collect();
+    let shl: Vec<i128> = shr
+        .iter()
+        .zip(&amounts)
+        .map(|(&x, &s)| nx_shift(true, x, s, DType::U64))
+        .collect();
+    let by12: Vec<i128> = xs.iter().map(|&x| x >> 12).collect();
+    assert_eq!(int_values(&got[0]), shr);
+    assert_eq!(int_values(&got[1]), by12);
+    assert_eq!(int_values(&got[2]), shl);
+    let by_op = op_by_op(&prog, &inputs);
+    for (g, o) in got.iter().zip(&by_op) {
+        assert_eq!(int_values(g), int_values(o));
+    }
+}

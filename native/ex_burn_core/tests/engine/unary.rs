@@ -1,5 +1,5 @@
 use crate::common::*;
-use ex_burn_core::{DType, Op};
+use ex_burn_core::{DType, Op, Tensor};
 
 fn run(op: Op, x: &[f64]) -> Vec<f64> {
     v(&ev(op, &[&f(x, &[x.len()])]))
@@ -511,4 +511,106 @@ fn rank_zero_and_empty() {
         DType::F32,
         &[],
     );
+}
+
+/// Nx's conversion of float `x` to integer type `dtype`: `trunc(x)` modulo 2^bits, NaN 0,
+/// infinities the type's extremes.
+fn nx_to_int(x: f64, dtype: DType) -> i128 {
+    use crate::binary::wrap;
+    let bits = dtype.bits();
+    let (min, max) = if dtype.is_signed_int() {
+        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else {
+        (0, (1i128 << bits) - 1)
+    };
+    match x {
+        x if x.is_nan() => 0,
+        f64::INFINITY => max,
+        f64::NEG_INFINITY => min,
+        // beyond 2^126 every f64 is a multiple of 2^74
+        x if x.abs() >= 2f64.powi(126) => 0,
+        x => wrap(x.trunc() as i128, dtype),
+    }
+}
+
+#[test]
+fn floats_convert_to_integers_modulo_the_width() {
+    use crate::binary::{int_values, INTS};
+    let p = |k: i32| 2f64.powi(k);
+    let mut values = vec![
+        0.0,
+        -0.0,
+        0.5,
+        -0.5,
+        2.5,
+        -2.5,
+        127.9,
+        128.0,
+        -129.0,
+        255.5,
+        256.0,
+        -32769.0,
+        65536.0,
+        p(31),
+        -p(31) - 256.0,
+        p(32),
+        -3.0e9,
+        p(53) + 2.0,
+        p(63),
+        -p(63),
+        p(63) + p(40),
+        -p(63) - p(40),
+        p(64),
+        p(64) + p(41),
+        1.0e20,
+        -1.0e20,
+        1.2345e30,
+        3.4e38,
+        -3.4e38,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ];
+    for from in [DType::F32, DType::F64] {
+        if from == DType::F64 {
+            if !f64_on_device() {
+                continue;
+            }
+            values.extend([1.0e300, -1.0e300, f64::MAX, 4.9e-324, 1.0e22 + 1.0e6]);
+        }
+        let xs: Vec<f64> = values
+            .iter()
+            .map(|&v| {
+                if from == DType::F32 {
+                    v as f32 as f64
+                } else {
+                    v
+                }
+            })
+            .collect();
+        let x = t(&xs, &[xs.len()], from);
+        for to in INTS {
+            let got = int_values(&ev(Op::AsType { dtype: to }, &[&x]));
+            let want: Vec<i128> = xs.iter().map(|&v| nx_to_int(v, to)).collect();
+            assert_eq!(got, want, "{from} -> {to} of {xs:?}");
+        }
+    }
+}
+
+#[test]
+fn wide_integers_convert_to_f32_through_f64_as_nx_does() {
+    use crate::binary::ints;
+    // 2^60 + 2^36 + 1 rounds to 2^60 + 2^36 in f64, a tie in f32 that goes to even (2^60);
+    // a single rounding gives 2^60 + 2^37
+    let s = ints(
+        &[(1 << 60) + (1 << 36) + 1, -(1 << 60) - (1 << 36) - 1],
+        DType::S64,
+    );
+    let u = ints(&[(1 << 64) - (1 << 29) - 1], DType::U64);
+    let f32_of = |t: &Tensor| v(&ev(Op::AsType { dtype: DType::F32 }, &[t]));
+    if rounds_from_f64() {
+        let p60 = 2f64.powi(60);
+        assert_eq!(f32_of(&s), [p60, -p60]);
+    }
+    assert_eq!(f32_of(&u), [2f64.powi(64)]);
 }
