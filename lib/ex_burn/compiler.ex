@@ -31,9 +31,12 @@ if Code.ensure_loaded?(Nx) do
     instruction or loop iteration, and frees its scheduler.
 
     Hooks (`Nx.Defn.Kernel.hook/2,3`, also inside `while` bodies and `cond` branches) are
-    called after the program has run, in the order the engine reached them, once per loop
-    iteration, with the values of that moment; a hook in a branch not taken is not called.
-    The values stay in device memory until then.
+    called while the program runs, as the engine reaches them, in that order: once per loop
+    iteration with the values of that moment (so a token-by-token callback of a generation
+    loop, such as `Nx.Serving`'s streaming, gets each token when it is made); a hook in a
+    branch not taken is not called. They run in a companion process of the caller (as EXLA's
+    do), and the call returns after the last one; an exception raised by a hook is raised by
+    the call.
 
     `Nx.runtime_call/4` outside `while`/`cond` splits the function into programs (see
     `ExBurn.Defn.Stages`): each call's argument is computed by one program and handed to the
@@ -49,7 +52,7 @@ if Code.ensure_loaded?(Nx) do
 
     @behaviour Nx.Defn.Compiler
 
-    alias ExBurn.Defn.{Cache, Stages}
+    alias ExBurn.Defn.{Cache, Hooks, Stages}
     alias ExBurn.{Native, Tensor}
     alias Nx.Defn.Composite
 
@@ -150,7 +153,7 @@ if Code.ensure_loaded?(Nx) do
 
     # ---- running ----
 
-    defp run(compiled, args, %{device: device, hooks: hooks} = run_opts) do
+    defp run(compiled, args, %{device: device} = run_opts) do
       # Arguments the programs never read are not materialised (templates, lazy containers).
       refs =
         args
@@ -162,21 +165,23 @@ if Code.ensure_loaded?(Nx) do
         end)
 
       refs = Enum.reduce(compiled.stages, refs, &(&2 ++ runtime_call(&1, &2, run_opts)))
-      {outputs, log} = run_program(compiled.program, refs, run_opts)
-      run_hooks(log, compiled.hooks, hooks)
+      outputs = run_program(compiled.program, refs, compiled.hooks, run_opts)
       fill(compiled.output, Enum.map(outputs, &Tensor.wrap/1))
     end
 
-    defp run_program(program, refs, %{device: device, timeout: timeout}) do
-      Native.call(:program_run, [program, refs, device, timeout], :defn)
+    # Runs an engine program; its hooks are called while it runs (ExBurn.Defn.Hooks).
+    defp run_program(program, refs, hook_specs, %{device: device, timeout: timeout, hooks: overrides}) do
+      Hooks.around(hook_specs, overrides, fn receiver ->
+        {outputs, _log} = Native.call(:program_run, [program, refs, device, timeout, receiver], :defn)
+        outputs
+      end)
     end
 
     # Runs a stage's program (and its hooks), calls its function on the argument
     # (Nx.BinaryBackend tensors, as Nx expects from compilers) and returns the result's refs on
     # `device`.
-    defp runtime_call(stage, refs, %{device: device, hooks: hooks} = run_opts) do
-      {outputs, log} = run_program(stage.engine, refs, run_opts)
-      run_hooks(log, stage.program.hooks, hooks)
+    defp runtime_call(stage, refs, %{device: device} = run_opts) do
+      outputs = run_program(stage.engine, refs, stage.program.hooks, run_opts)
       argument = stage.argument |> fill(Enum.map(outputs, &Tensor.wrap/1)) |> on_binary_backend()
       result = stage.fun.(argument, stage.opts)
 
@@ -208,30 +213,7 @@ if Code.ensure_loaded?(Nx) do
     defp materialize(fun) when is_function(fun, 0), do: fun.()
     defp materialize(tensor), do: tensor
 
-    # Calls the hook functions on the values the engine logged, in execution order.
-    defp run_hooks(log, specs, overrides) do
-      Enum.each(log, fn {id, values} ->
-        {spec, template} = Map.fetch!(specs, id)
-
-        case resolve_hook(spec, overrides) do
-          nil -> :ok
-          fun -> fun.(fill(template, Enum.map(values, &Tensor.wrap/1)))
-        end
-      end)
-    end
-
-    defp resolve_hook({:fn, fun}, _hooks), do: fun
-    defp resolve_hook({:named, name, callback}, hooks), do: hooks[name] || callback
-
-    # Puts engine results into a container of templates.
-    defp fill(template, tensors) do
-      {out, []} =
-        Composite.traverse(template, tensors, fn t, [r | rest] ->
-          {%{t | data: %ExBurn.Backend{tensor: r}}, rest}
-        end)
-
-      out
-    end
+    defp fill(template, tensors), do: Hooks.fill(template, tensors)
 
     defp to_device(%Nx.Tensor{data: %ExBurn.Backend{tensor: %Tensor{device: device} = t}}, device), do: t
 

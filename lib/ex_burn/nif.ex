@@ -18,7 +18,7 @@ defmodule ExBurn.Nif do
     tensor_deallocate: 1,
     eval_op: 3,
     program_build: 2,
-    program_run: 4,
+    program_run: 5,
     op_names: 0,
     build_info: 0,
     device_info: 1,

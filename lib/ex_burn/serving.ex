@@ -121,39 +121,61 @@ if Code.ensure_loaded?(Nx) do
     sending inputs or results to other nodes.
     """
     @spec to_host(term()) :: term()
-    def to_host(term), do: each_tensor(term, &Nx.backend_copy(&1, Nx.BinaryBackend))
+    def to_host(term) do
+      each_tensor(term, &Nx.backend_copy(&1, Nx.BinaryBackend), false)
+    rescue
+      e in ExBurn.Error ->
+        reraise e, __STACKTRACE__
 
-    # A result this process computed and sends away: its device memory is freed at once.
-    defp moved_to_host(term), do: each_tensor(term, &Nx.backend_transfer(&1, Nx.BinaryBackend))
+      e ->
+        reraise ExBurn.Error.new(
+                  kind: :argument,
+                  op: :to_host,
+                  message: "cannot copy the tensors of this term (#{inspect(e.__struct__)})"
+                ),
+                __STACKTRACE__
+    end
+
+    # A result this process computed and sends away (streams too): its device memory is freed
+    # at once.
+    defp moved_to_host(term), do: each_tensor(term, &Nx.backend_transfer(&1, Nx.BinaryBackend), true)
 
     # templates (e.g. an Nx.Batch's) have no data to copy
-    defp each_tensor(%Nx.Tensor{data: %backend{}} = tensor, _fun)
+    defp each_tensor(%Nx.Tensor{data: %backend{}} = tensor, _fun, _streams?)
          when backend in [Nx.BinaryBackend, Nx.TemplateBackend],
          do: tensor
 
-    defp each_tensor(%Nx.Tensor{} = tensor, fun), do: fun.(tensor)
+    defp each_tensor(%Nx.Tensor{} = tensor, fun, _streams?), do: fun.(tensor)
+
     # a batch holds closures over its entries: its rows, materialised, make the new batch
-    defp each_tensor(%Nx.Batch{stack: [_ | _]} = batch, fun) do
+    defp each_tensor(%Nx.Batch{stack: [_ | _]} = batch, fun, streams?) do
       rows = Nx.Defn.jit_apply(&Function.identity/1, [%{batch | pad: 0}], compiler: Nx.Defn.Evaluator)
-      %{Nx.Batch.concatenate([each_tensor(rows, fun)]) | pad: batch.pad, key: batch.key}
+      %{Nx.Batch.concatenate([each_tensor(rows, fun, streams?)]) | pad: batch.pad, key: batch.key}
     end
 
-    defp each_tensor(%Stream{} = stream, fun), do: Stream.map(stream, &each_tensor(&1, fun))
-    defp each_tensor(stream, fun) when is_function(stream, 2), do: Stream.map(stream, &each_tensor(&1, fun))
-    defp each_tensor(list, fun) when is_list(list), do: each_in_list(list, fun, [])
+    # a streaming serving's result: copied event by event
+    defp each_tensor(%Stream{} = stream, fun, true), do: Stream.map(stream, &each_tensor(&1, fun, true))
 
-    defp each_tensor(tuple, fun) when is_tuple(tuple),
-      do: tuple |> Tuple.to_list() |> each_in_list(fun, []) |> List.to_tuple()
+    defp each_tensor(stream, fun, true) when is_function(stream, 2),
+      do: Stream.map(stream, &each_tensor(&1, fun, true))
+
+    defp each_tensor(list, fun, streams?) when is_list(list), do: each_in_list(list, fun, streams?, [])
+
+    defp each_tensor(tuple, fun, streams?) when is_tuple(tuple),
+      do: tuple |> Tuple.to_list() |> each_in_list(fun, streams?, []) |> List.to_tuple()
 
     # structs too (their __struct__ key is kept)
-    defp each_tensor(map, fun) when is_map(map),
-      do: map |> Map.to_list() |> Map.new(fn {k, v} -> {k, each_tensor(v, fun)} end)
+    defp each_tensor(map, fun, streams?) when is_map(map),
+      do: map |> Map.to_list() |> Map.new(fn {k, v} -> {k, each_tensor(v, fun, streams?)} end)
 
-    defp each_tensor(other, _fun), do: other
+    defp each_tensor(other, _fun, _streams?), do: other
 
-    defp each_in_list([h | t], fun, acc), do: each_in_list(t, fun, [each_tensor(h, fun) | acc])
-    defp each_in_list([], _fun, acc), do: Enum.reverse(acc)
-    defp each_in_list(tail, fun, acc), do: Enum.reverse(acc, each_tensor(tail, fun))
+    defp each_in_list([h | t], fun, streams?, acc),
+      do: each_in_list(t, fun, streams?, [each_tensor(h, fun, streams?) | acc])
+
+    defp each_in_list([], _fun, _streams?, acc), do: Enum.reverse(acc)
+    # an improper list keeps its tail
+    defp each_in_list(tail, fun, streams?, acc), do: :lists.reverse(acc, each_tensor(tail, fun, streams?))
 
     defp output_fun(:device), do: & &1
     defp output_fun(:host), do: fn run -> &moved_to_host(run.(&1)) end

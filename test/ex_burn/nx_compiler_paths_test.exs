@@ -142,6 +142,48 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    describe "hooks run while the program runs" do
+      defn slow_steps(m) do
+        {_, m} =
+          while {i = 0, m}, i < 8 do
+            m = Nx.dot(m, m) / 512
+            {i + 1, hook(m, :step)}
+          end
+
+        m
+      end
+
+      test "each loop iteration's hook is called when the engine reaches it, not at the end" do
+        parent = self()
+        m = Nx.eye(512, type: :f32)
+        burn_jit(&slow_steps/1, [m])
+        t0 = System.monotonic_time(:microsecond)
+        on = %{step: fn _ -> send(parent, {:step, System.monotonic_time(:microsecond)}) end}
+        burn_jit(&slow_steps/1, [m], hooks: on)
+        done = System.monotonic_time(:microsecond)
+
+        times =
+          for _ <- 1..8 do
+            assert_receive {:step, t}
+            t
+          end
+
+        assert times == Enum.sort(times)
+        # the first iteration's hook comes long before the eighth iteration ends
+        assert hd(times) - t0 < (done - t0) * 0.6,
+               "hooks at #{inspect(Enum.map(times, &(&1 - t0)))} us of #{done - t0}"
+      end
+
+      test "a hook that raises makes the call raise, in the caller" do
+        error =
+          assert_raise RuntimeError, fn ->
+            burn_jit(&slow_steps/1, [Nx.eye(4, type: :f32)], hooks: %{step: fn _ -> raise "from the hook" end})
+          end
+
+        assert error.message == "from the hook"
+      end
+    end
+
     describe "stopping compiled calls" do
       defn(endless(x), do: while(x, x < x + 1, do: x + 1))
 

@@ -481,7 +481,7 @@ defmodule ExBurn.Fuzz do
     args = args_for(arity, valid_nif(name, fx), fx) |> Enum.map(&safe_for_paths/1)
     st = %{st | calls: st.calls + 1, nif: st.nif + 1}
 
-    case timed(fn -> apply(ExBurn.Nif, name, args) end) do
+    case timed(fn -> apply(ExBurn.Nif, name, args) end, args) do
       {:stalled, ms, _} -> bad(st, {:nif, name, :stalled_ms, ms, short(args)})
       {:ok, {:ok, _}} -> %{st | ok: st.ok + 1}
       {:ok, {:error, {kind, msg}}} when is_atom(kind) and is_binary(msg) -> count(st, kind, {name, msg})
@@ -500,7 +500,7 @@ defmodule ExBurn.Fuzz do
     args = args_for(arity, valid_public(mod, fun, arity, fx), fx)
     st = %{st | calls: st.calls + 1, public: st.public + 1}
 
-    case timed(fn -> apply(mod, fun, args) end) do
+    case timed(fn -> apply(mod, fun, args) end, args) do
       {:stalled, ms, _} -> bad(st, {mod, fun, arity, :stalled_ms, ms, short(args)})
       {:ok, _} -> %{st | ok: st.ok + 1}
       {:raised, %ExBurn.Error{kind: kind, message: msg}} -> count(st, kind, {mod, fun, msg})
@@ -547,13 +547,16 @@ defmodule ExBurn.Fuzz do
     |> Keyword.put(:on_non_finite, pick([:raise, :skip, :stop]))
   end
 
-  defp timed(fun) do
+  defp timed(fun, args) do
     task =
       Task.async(fn ->
         try do
           result = fun.()
-          # Lazy results (streams) are run too.
-          if is_struct(result, Stream) or is_function(result, 2), do: Stream.run(Stream.take(result, 3))
+          # Lazy results (streams) are run too, unless the call gave back one of its own arguments
+          # (the generated functions are not streams).
+          if (is_struct(result, Stream) or is_function(result, 2)) and result not in args,
+            do: Stream.run(Stream.take(result, 3))
+
           {:ok, result}
         rescue
           e -> {:raised, e}

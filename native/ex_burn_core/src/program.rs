@@ -34,9 +34,13 @@ use std::sync::{Arc, OnceLock};
 /// Values handed to hooks, in execution order: `(hook id, values)`.
 pub type HookLog = Vec<(u64, Vec<Tensor>)>;
 
+/// Receives each hook's values as the program reaches it: `(hook id, values)`.
+pub type HookSink = Box<dyn FnMut(u64, Vec<Tensor>) -> Result<()>>;
+
 thread_local! {
-    /// The log of the program running on this thread ([`Program::run_hooked`]), if any.
-    static HOOKS: RefCell<Option<HookLog>> = const { RefCell::new(None) };
+    /// Where the program running on this thread hands its hooks' values
+    /// ([`Program::run_streaming`]), if anywhere.
+    static HOOKS: RefCell<Option<HookSink>> = const { RefCell::new(None) };
 }
 
 /// One instruction: a step applied to earlier values.
@@ -315,10 +319,31 @@ impl Program {
         inputs: Vec<Tensor>,
         device: Device,
     ) -> Result<(Vec<Tensor>, HookLog)> {
-        let outer = HOOKS.with(|h| h.replace(Some(Vec::new())));
+        let log = std::rc::Rc::new(RefCell::new(HookLog::new()));
+        let into = log.clone();
+        let sink: HookSink = Box::new(move |id, values| {
+            into.borrow_mut().push((id, values));
+            Ok(())
+        });
+        let out = self.run_streaming(inputs, device, sink)?;
+        let log = log.take();
+        Ok((out, log))
+    }
+
+    /// Runs the program like [`Program::run`], handing each hook's values to `sink` as soon as
+    /// the program reaches the hook (once per loop iteration in a `while` body, only when taken
+    /// in a `cond` branch), so that a caller can act on them while the program goes on. An
+    /// error of `sink` stops the run.
+    pub fn run_streaming(
+        &self,
+        inputs: Vec<Tensor>,
+        device: Device,
+        sink: HookSink,
+    ) -> Result<Vec<Tensor>> {
+        let outer = HOOKS.with(|h| h.replace(Some(sink)));
         let out = self.run(inputs, device);
-        let log = HOOKS.with(|h| h.replace(outer)).unwrap_or_default();
-        Ok((out?, log))
+        HOOKS.with(|h| *h.borrow_mut() = outer);
+        out
     }
 
     /// Runs the program. Creation ops place results on `device`; constants move there.
@@ -759,15 +784,12 @@ fn no_constants(programs: &[&Program], i: usize) -> Result<()> {
     Ok(())
 }
 
-/// Records the values of hook `id` in the log of the running program.
+/// Hands the values of hook `id` to the sink of the running program.
 pub(crate) fn hook(id: u64, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     HOOKS.with(|h| match h.borrow_mut().as_mut() {
-        Some(log) => {
-            log.push((id, inputs.to_vec()));
-            Ok(vec![])
-        }
+        Some(sink) => sink(id, inputs.to_vec()).map(|()| vec![]),
         None => Err(Error::Unsupported(
-            "hook runs only inside a program run with Program::run_hooked".into(),
+            "hook runs only inside a program run with Program::run_hooked or run_streaming".into(),
         )),
     })
 }

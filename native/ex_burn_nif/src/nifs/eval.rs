@@ -4,8 +4,11 @@ use crate::decode;
 use crate::resource::ProgramRes;
 use crate::sched::{self, Class, Here};
 use crate::{args, reply};
+use ex_burn_core::program::HookSink;
 use ex_burn_core::{cancel, guard, Program};
-use rustler::{Encoder, Env, ResourceArc, Term};
+use rustler::{Encoder, Env, LocalPid, ResourceArc, Term};
+
+rustler::atoms! { ex_burn_hook }
 use std::time::Duration;
 
 /// `(op, inputs, device)`: runs one op; creation ops place their result on `device`, the
@@ -66,9 +69,11 @@ pub fn program_build<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     })
 }
 
-/// `(program, inputs, device, timeout)`: runs a program and returns `{outputs, hook_log}`;
-/// `timeout` (milliseconds or `nil`) stops it with a `cancelled` error once passed. Programs
-/// (loops, long chains) always run on a dirty scheduler.
+/// `(program, inputs, device, timeout, hooks)`: runs a program and returns
+/// `{outputs, hook_log}`; `timeout` (milliseconds or `nil`) stops it with a `cancelled` error
+/// once passed. With `hooks` a pid, each hook's values are sent to it as the program reaches the
+/// hook, `{:ex_burn_hook, id, [tensor]}` (the log is then empty); with `nil` they come back in
+/// the log. Programs (loops, long chains) always run on a dirty scheduler.
 pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::run(
         env,
@@ -87,9 +92,18 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             let p = args::program(a[0])?;
             let inputs = args::tensors(a[1])?;
             let timeout: Option<u64> = args::get(a[3], "timeout (milliseconds or nil)")?;
+            let hooks = args::opt_pid(a[4])?;
             let on = inputs.first().map_or(device, |t| t.device());
             let (out, log) = cancel::within(timeout.map(Duration::from_millis), || {
-                guard::exclusive(on, || p.program.run_hooked(inputs, device))
+                guard::exclusive(on, || match hooks {
+                    Some(pid) => {
+                        let out = p
+                            .program
+                            .run_streaming(inputs, device, hook_sender(env, pid))?;
+                        Ok((out, vec![]))
+                    }
+                    None => p.program.run_hooked(inputs, device),
+                })
             })?;
             let log: Vec<Term> = log
                 .into_iter()
@@ -98,6 +112,25 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             Ok((reply::tensors(env, out), log).encode(env))
         },
     )
+}
+
+/// Sends each hook's values to `pid` as `{:ex_burn_hook, id, [tensor]}` from the calling
+/// process's environment `env` (the only way a dirty scheduler thread may send); a receiver that
+/// is gone stops the program (its caller is waiting for the hooks it would run). The sink must
+/// only be used during this NIF call, on its thread: `Program::run_streaming` drops it before
+/// returning.
+fn hook_sender(env: Env<'_>, pid: LocalPid) -> HookSink {
+    let raw = env.as_c_arg();
+    Box::new(move |id, values| {
+        let lifetime = ();
+        // SAFETY: `raw` is the environment of the NIF call that runs the program, valid for
+        // the whole call, and the sink runs only inside that run, on the call's thread.
+        let env = unsafe { Env::new(&lifetime, raw) };
+        env.send(&pid, (ex_burn_hook(), id, reply::tensors(env, values)))
+            .map_err(|_| {
+                ex_burn_core::Error::Cancelled("the process running the hooks is gone".into())
+            })
+    })
 }
 
 /// `()`: the wire names of the op table by family (`[{family, [name]}]`), and the steps only

@@ -16,7 +16,7 @@ crate::sched::nif! {
     tensor_deallocate(tensor) => super::tensor::deallocate;
     eval_op(op, args, device) => super::eval::eval_op;
     program_build(program, constants) => super::eval::program_build;
-    program_run(program, args, device, timeout) => super::eval::program_run;
+    program_run(program, args, device, timeout, hooks) => super::eval::program_run;
     op_names() => super::eval::op_names;
     build_info() => super::device::build_info;
     device_info(device) => super::device::device_info;
