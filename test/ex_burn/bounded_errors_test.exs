@@ -207,7 +207,7 @@ defmodule ExBurn.BoundedErrorsTest do
       assert ExBurn.Tensor.wrap(out).shape == {60_000}
 
       program = ExBurn.Native.call(:program_build, [%{inputs: 60_000, instrs: [], outputs: [0]}, []])
-      {{:ok, {:ok, {[_], []}}}, ms} = held(fn -> ExBurn.Nif.program_run(program, refs, :cpu, nil) end)
+      {{:ok, {:ok, {[_], []}}}, ms} = held(fn -> ExBurn.Nif.program_run(program, refs, :cpu, nil, nil) end)
       assert ms == 0, "program_run held a normal scheduler #{ms} ms"
     end
 
@@ -300,7 +300,9 @@ defmodule ExBurn.BoundedErrorsTest do
   describe "classes 6 and 7: extreme numbers and contract leaks are ExBurn.Error" do
     test "schedules whose rate leaves the float range are argument errors" do
       for schedule <- [{:exponential, 1.0e300, 1.0e300}, {:step, 1.0e300, 1, 1.0e10}] do
-        e = error(fn -> Training.fit(mlp(), data(), epochs: 3, lr_schedule: schedule, verbose: false) end)
+        # :skip: epoch 1's rate (1.0e300) would make the f32 weights infinite, a step left out
+        opts = [epochs: 3, lr_schedule: schedule, verbose: false, on_non_finite: :skip]
+        e = error(fn -> Training.fit(mlp(), data(), opts) end)
         assert e.kind == :argument and e.message =~ "float range"
         assert %{kind: :argument} = error(fn -> Training.schedule_lr(schedule, 5, 10) end)
       end
