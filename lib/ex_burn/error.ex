@@ -6,7 +6,9 @@ defmodule ExBurn.Error do
 
     * `:kind` - a stable atom: `:shape`, `:dtype`, `:unsupported_dtype`, `:unsupported`,
       `:device_unavailable`, `:device`, `:deallocated`, `:argument`, `:io`, `:corrupt`,
-      `:execution`, `:panic`, `:nif_not_loaded`
+      `:out_of_memory` (the memory guard refused a request, or the device ran out),
+      `:non_finite` (training met NaN or infinity), `:cancelled` (a `timeout:` passed, or the
+      calling process exited), `:execution`, `:panic`, `:nif_not_loaded`
     * `:op` - the operation that failed (an atom), when known
     * `:message` - a human-readable explanation
     * `:details` - an optional map of extra context (shapes, types)

@@ -18,10 +18,12 @@ defmodule ExBurn.Training do
     type: {:in, [:raise, :skip, :stop]},
     default: :raise,
     doc:
-      "what a batch whose loss is NaN or infinite does (the loss is checked before the " <>
-        "backward pass, so it never updates the weights): `:raise` (an `ExBurn.Error` of kind " <>
-        "`:non_finite` naming the epoch and batch; the weights are as before that step), `:skip` " <>
-        "(leave the batch out), `:stop` (end training after the epoch's completed steps)"
+      "what a step whose loss, gradients or updated parameters (batch-norm statistics included) " <>
+        "hold NaN or infinity does; such a step is undone, so no non-finite value is ever written " <>
+        "into the weights or the optimizer state (cost: one small device read per step, see the " <>
+        "training guide): `:raise` (an `ExBurn.Error` of kind `:non_finite` naming the epoch, " <>
+        "the batch and what was not finite; the weights are as before that step), `:skip` (leave " <>
+        "the step out), `:stop` (end training after the epoch's completed steps)"
   ]
 
   @fit_opts [
@@ -73,7 +75,25 @@ defmodule ExBurn.Training do
                   "count correct predictions and report accuracy (default: `true` for classification " <>
                     "losses; `false` skips the per-batch argmax and compare)"
               ],
-              on_non_finite: @non_finite
+              on_non_finite: @non_finite,
+              check_inputs: [
+                type: :boolean,
+                default: true,
+                doc:
+                  "check the inputs, float targets and validation data for NaN and infinities before " <>
+                    "training: an `ExBurn.Error` of kind `:non_finite` names the tensor and the first " <>
+                    "sample holding one, and nothing is trained (cost: one reduction over the data on its " <>
+                    "device, once per call); `false` skips the check"
+              ],
+              timeout: [
+                type: {:or, [{:in, [:infinity]}, :non_neg_integer]},
+                default: :infinity,
+                doc:
+                  "milliseconds the whole call may train; past it the engine stops between two steps " <>
+                    "and the call raises an `ExBurn.Error` of kind `:cancelled` (the model keeps the " <>
+                    "steps completed before). Training also stops within a step when the calling " <>
+                    "process exits"
+              ]
             ] ++
               Enum.map(
                 Keyword.take(Model.optimizer_schema(), [:clip_norm, :clip_value, :weight_decay, :nesterov]),
@@ -113,6 +133,11 @@ defmodule ExBurn.Training do
   Trains for `:epochs` epochs and returns the model with `history` (one metrics map per
   epoch).
 
+  NaN and infinities never train silently: the data are checked before the first epoch
+  (`:check_inputs`), and every step's loss, gradients and updated parameters are checked
+  before the step is kept (`:on_non_finite`). Both raise `ExBurn.Error` of kind `:non_finite`
+  by default.
+
   ## Options
 
   #{Options.docs(@fit_opts)}
@@ -150,11 +175,14 @@ defmodule ExBurn.Training do
 
   defp train(model, data, val, n, accuracy?, progress, opts) do
     state = %{history: [], step: 0, lr_scale: 1.0}
+    deadline = deadline(opts[:timeout])
 
     final =
       Enum.reduce_while(1..opts[:epochs]//1, state, fn epoch, state ->
         base = epoch_rate(opts[:lr_schedule] || model.learning_rate, epoch, opts[:epochs], state.lr_scale)
         Progress.epoch(progress, epoch)
+        # The data are checked for NaN and infinities once, by the first epoch's call.
+        check? = opts[:check_inputs] and epoch == 1
 
         stats =
           epoch_call(
@@ -174,7 +202,10 @@ defmodule ExBurn.Training do
               accumulate: opts[:accumulate_gradients],
               progress_every: if(progress, do: max(1, div(ceil_div(n, opts[:batch_size]), 50)), else: 0),
               accuracy: accuracy?,
-              on_non_finite: opts[:on_non_finite]
+              on_non_finite: opts[:on_non_finite],
+              check_inputs: check?,
+              validation: if(check? and val != nil, do: {val.inputs, val.target}),
+              timeout: time_left(deadline, opts[:timeout])
             },
             progress
           )
@@ -209,6 +240,26 @@ defmodule ExBurn.Training do
       end)
 
     %{model | history: Enum.reverse(final.history)}
+  end
+
+  defp deadline(:infinity), do: nil
+  defp deadline(ms), do: System.monotonic_time(:millisecond) + ms
+
+  # What is left of fit's timeout for the next epoch; none left raises as the engine would.
+  defp time_left(nil, _timeout), do: nil
+
+  defp time_left(deadline, timeout) do
+    case deadline - System.monotonic_time(:millisecond) do
+      left when left > 0 ->
+        left
+
+      _ ->
+        raise ExBurn.Error.new(
+                kind: :cancelled,
+                op: :fit,
+                message: "timed out after #{timeout} ms; the native work was stopped"
+              )
+    end
   end
 
   # The rate of an epoch (1-based): the schedule's times the callbacks' scale, a finite float.
@@ -365,13 +416,15 @@ defmodule ExBurn.Training do
       Keyword.put(
         @non_finite,
         :doc,
-        "`:raise` (default) or `:skip`/`:stop` (no update; the loss is returned)"
+        "`:raise` (default) or `:skip`/`:stop` (no update; the loss is returned) for a step whose " <>
+          "loss, gradients or updated parameters hold NaN or infinity"
       )
   ]
 
   @doc """
   One optimizer step (forward, backward, update in one NIF call); returns `{loss, model}`.
-  A NaN or infinite loss is found before the backward pass and never updates the weights.
+  A step whose loss, gradients or updated parameters hold NaN or infinity is undone: the
+  weights and the optimizer state stay as they were.
 
   ## Options
 

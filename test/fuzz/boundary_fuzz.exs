@@ -21,7 +21,7 @@ defmodule ExBurn.Fuzz do
           reduce broadcast as_type select argmax transpose concatenate bogus)a
   @option_names ~w(device type axes axis keep_axes batch_size epochs shuffle seed min max
                    learning_rate optimizer loss momentum beta_1 epsilon clip_norm verbose
-                   validation_data callbacks lr_schedule warmup accuracy on_non_finite limit
+                   validation_data callbacks lr_schedule warmup accuracy on_non_finite check_inputs limit
                    precision num_classes ratio convert strict rename metadata name activation
                    kernel_size strides padding channels rate alpha memory_limit default_device
                    dot_precision nx_backend monitor factor min_lr restore_best drop_last)a
@@ -469,7 +469,9 @@ defmodule ExBurn.Fuzz do
       accumulate: 1,
       progress_every: 0,
       accuracy: true,
-      on_non_finite: :raise
+      on_non_finite: :raise,
+      check_inputs: pick([true, false]),
+      validation: nil
     }
 
   defp scrub_paths(b) when is_binary(b), do: scrub(b)
@@ -545,6 +547,7 @@ defmodule ExBurn.Fuzz do
     |> Keyword.put(:lr_schedule, pick([nil, schedule()]))
     |> Keyword.put(:callbacks, pick([[], [callback()], [callback(), callback()]]))
     |> Keyword.put(:on_non_finite, pick([:raise, :skip, :stop]))
+    |> Keyword.put(:check_inputs, pick([true, false]))
   end
 
   defp timed(fun, args) do

@@ -258,10 +258,16 @@ fn f64_sigmoid<const D: usize>(t: Tensor<Db, D>) -> Tensor<Db, D> {
     t.neg().exp().add_scalar(1.0).recip()
 }
 
+/// Activations follow Nx (Axon's definitions on `Nx.BinaryBackend`) on NaN and infinities.
+/// Burn's CPU `relu` is `f32::max(x, 0)`, which turns NaN into 0: a NaN input then trained
+/// silently into NaN weights. Comparing and masking keeps NaN (`NaN <= 0` is false).
 impl AnyRank for Act {
     fn apply<const D: usize>(&self, t: Tensor<Db, D>) -> Tensor<Db, D> {
         match self.0 {
-            Activation::Relu => activation::relu(t),
+            Activation::Relu => {
+                let negative = t.clone().lower_equal_elem(0.0);
+                t.mask_fill(negative, 0.0)
+            }
             // Burn's sigmoid computes in f32; f64 models compute it in f64.
             Activation::Sigmoid if t.dtype() == burn::tensor::DType::F64 => f64_sigmoid(t),
             Activation::Silu if t.dtype() == burn::tensor::DType::F64 => {
@@ -275,8 +281,11 @@ impl AnyRank for Act {
             Activation::Silu => activation::silu(t),
             Activation::LeakyRelu => activation::leaky_relu(t, self.1),
             Activation::Elu => {
-                let neg = t.clone().exp().sub_scalar(1.0).mul_scalar(self.1);
+                // exp of the non-positive part only: exp(x) of a large x is infinite, and the
+                // masked-out branch's gradient 0 * inf would be NaN.
                 let mask = t.clone().greater_elem(0.0);
+                let neg = t.clone().mask_fill(mask.clone(), 0.0);
+                let neg = neg.exp().sub_scalar(1.0).mul_scalar(self.1);
                 neg.mask_where(mask, t)
             }
             Activation::Linear => t,
@@ -288,9 +297,11 @@ struct Dropout(f64);
 
 impl AnyRank for Dropout {
     fn apply<const D: usize>(&self, t: Tensor<Db, D>) -> Tensor<Db, D> {
+        // Dropped elements are 0 as in Axon (`select`), NaN and infinities included: a
+        // multiplication by 0 would make them NaN.
         let keep = 1.0 - self.0;
-        let mask = t.random_like(burn::tensor::Distribution::Bernoulli(keep));
-        t.mul(mask).div_scalar(keep)
+        let kept = t.random_like(burn::tensor::Distribution::Bernoulli(keep));
+        t.mask_fill(kept.equal_elem(0.0), 0.0).div_scalar(keep)
     }
 }
 
@@ -314,6 +325,15 @@ impl AnyRank for LNorm<'_> {
     fn apply<const D: usize>(&self, t: Tensor<Db, D>) -> Tensor<Db, D> {
         self.0.forward(t)
     }
+}
+
+/// NaN where `t` is NaN and 0 elsewhere, outside the autodiff graph. Its average pool, added
+/// to a max pool, makes a NaN anywhere in a window the window's value, as in Nx's `window_max`
+/// (Burn's CPU max pool keeps a NaN only when it comes first in its window).
+fn nan_only<const D: usize>(t: &Tensor<Db, D>) -> Tensor<Db, D> {
+    let x = t.clone().detach();
+    let finite_or_inf = x.clone().is_nan().bool_not();
+    x.mask_fill(finite_or_inf, 0.0)
 }
 
 /// Same-padding amounts (low, high) for one axis, TensorFlow/Axon style.
@@ -485,10 +505,12 @@ pub fn forward(
                         t = t.pad([(0, 0), (0, 0), pads[0]], fill);
                         0
                     };
+                    let (k, s1) = (kernel_size[0], st[0]);
                     Value::float(if max {
-                        max_pool1d(t, kernel_size[0], st[0], pad, 1, false)
+                        let nan = avg_pool1d(nan_only(&t), k, s1, pad, false, false);
+                        max_pool1d(t, k, s1, pad, 1, false).add(nan)
                     } else {
-                        avg_pool1d(t, kernel_size[0], st[0], pad, false, false)
+                        avg_pool1d(t, k, s1, pad, false, false)
                     })
                 } else {
                     let mut t = x.to::<4>()?;
@@ -500,7 +522,8 @@ pub fn forward(
                     };
                     let (k, s2) = ([kernel_size[0], kernel_size[1]], [st[0], st[1]]);
                     Value::float(if max {
-                        max_pool2d(t, k, s2, pad, [1, 1], false)
+                        let nan = avg_pool2d(nan_only(&t), k, s2, pad, false, false);
+                        max_pool2d(t, k, s2, pad, [1, 1], false).add(nan)
                     } else {
                         avg_pool2d(t, k, s2, pad, false, false)
                     })
@@ -676,4 +699,185 @@ fn concat(parts: &[Value], axis: isize) -> Result<Value> {
 /// The parameter shape used for batch input `Shape` sanity checks.
 pub fn batch_shape(batch: usize, shape: &[usize]) -> Shape {
     Shape::from([vec![batch], shape.to_vec()].concat())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::flex::FlexDevice;
+
+    const N: f64 = f64::NAN;
+    const INF: f64 = f64::INFINITY;
+
+    fn devices() -> [DispatchDevice; 2] {
+        let plain = DispatchDevice::Flex(FlexDevice);
+        [plain.clone(), DispatchDevice::autodiff(plain)]
+    }
+
+    fn row(values: &[f64], dtype: burn::tensor::DType, device: &DispatchDevice) -> Tensor<Db, 2> {
+        let t =
+            Tensor::<Db, 2>::from_data(TensorData::new(values.to_vec(), [1, values.len()]), device);
+        t.cast(dtype)
+    }
+
+    fn read<const D: usize>(t: Tensor<Db, D>) -> Vec<f64> {
+        t.into_data().iter::<f64>().collect()
+    }
+
+    /// NaN where NaN is expected, infinities exactly, finite values to `tol` (relative).
+    fn same(got: &[f64], want: &[f64], tol: f64) -> bool {
+        got.len() == want.len()
+            && got.iter().zip(want).all(|(g, w)| {
+                (g.is_nan() && w.is_nan())
+                    || g == w
+                    || (w.is_finite() && (g - w).abs() <= tol * w.abs().max(1.0))
+            })
+    }
+
+    /// Each activation on NaN, ±inf and a few finite values equals Axon's definition evaluated
+    /// on `Nx.BinaryBackend` (f32; the ExUnit test `nx_non_finite_test.exs` compares the same
+    /// from Elixir), on plain and autodiff devices, in f32 and f64. One deliberate difference:
+    /// tanh(±inf) is ±1 (IEEE, as XLA and Burn compute it); the BinaryBackend's NaN there comes
+    /// from its generic handling of non-finite inputs to Erlang's math functions.
+    #[test]
+    fn activations_follow_nx_on_nan_and_infinities() {
+        let x = [N, INF, -INF, -1.0, 0.0, 2.0];
+        let table: [(Activation, f64, [f64; 6]); 9] = [
+            (Activation::Relu, 0.0, [N, INF, 0.0, 0.0, 0.0, 2.0]),
+            (
+                Activation::Sigmoid,
+                0.0,
+                [N, 1.0, 0.0, 0.268_941_43, 0.5, 0.880_797_1],
+            ),
+            (
+                Activation::Tanh,
+                0.0,
+                [N, 1.0, -1.0, -0.761_594_2, 0.0, 0.964_027_6],
+            ),
+            (
+                Activation::Gelu,
+                0.0,
+                [N, INF, N, -0.158_655_26, 0.0, 1.954_499_7],
+            ),
+            (
+                Activation::Silu,
+                0.0,
+                [N, INF, N, -0.268_941_43, 0.0, 1.761_594_2],
+            ),
+            (Activation::LeakyRelu, 0.01, [N, INF, -INF, -0.01, 0.0, 2.0]),
+            (
+                Activation::Elu,
+                1.0,
+                [N, INF, -1.0, -0.632_120_55, 0.0, 2.0],
+            ),
+            (Activation::Elu, 0.5, [N, INF, -0.5, -0.316_060_3, 0.0, 2.0]),
+            (Activation::Linear, 0.0, x),
+        ];
+        for device in devices() {
+            for dtype in [burn::tensor::DType::F32, burn::tensor::DType::F64] {
+                for (act, alpha, want) in &table {
+                    let got = read(Act(*act, *alpha).apply(row(&x, dtype, &device)));
+                    assert!(
+                        same(&got, want, 1e-5),
+                        "{act:?} {dtype:?}: {got:?}, want {want:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Softmax and log-softmax rows with NaN or infinities, as Nx computes them.
+    #[test]
+    fn softmax_rows_follow_nx_on_nan_and_infinities() {
+        let rows: [([f64; 3], [f64; 3], [f64; 3]); 4] = [
+            ([N, 1.0, 2.0], [N, N, N], [N, N, N]),
+            ([INF, 1.0, 2.0], [N, N, N], [N, N, N]),
+            (
+                [-INF, 1.0, 2.0],
+                [0.0, 0.268_941_43, 0.731_058_6],
+                [-INF, -1.313_261_6, -0.313_261_66],
+            ),
+            ([-INF, -INF, -INF], [N, N, N], [N, N, N]),
+        ];
+        for device in devices() {
+            for (x, soft, log) in &rows {
+                let got = read(Act(Activation::Softmax, 0.0).apply(row(x, DTYPE, &device)));
+                assert!(same(&got, soft, 1e-5), "softmax {x:?}: {got:?}");
+                let got = read(Act(Activation::LogSoftmax, 0.0).apply(row(x, DTYPE, &device)));
+                assert!(same(&got, log, 1e-5), "log_softmax {x:?}: {got:?}");
+            }
+        }
+    }
+
+    const DTYPE: burn::tensor::DType = burn::tensor::DType::F32;
+
+    fn pool_spec(op: &str) -> ModelSpec {
+        serde_json::from_str(&format!(
+            r#"{{"layers": [{{"name": "x", "op": {{"input": {{"shape": [6, 1]}}}}}},
+                            {{"name": "p", "op": {op}, "inputs": [0]}}],
+                 "output": 1}}"#
+        ))
+        .expect("spec")
+    }
+
+    fn pooled(op: &str, x: &[f64], device: &DispatchDevice) -> Vec<f64> {
+        let spec = pool_spec(op);
+        let (net, slots) = build(&spec, 0, device).expect("net");
+        let t = Tensor::<Db, 3>::from_data(TensorData::new(x.to_vec(), [1, x.len(), 1]), device);
+        let out = forward(&spec, &net, &slots, vec![Value::float(t)], true, 1).expect("forward");
+        read(out.to::<3>().expect("rank 3"))
+    }
+
+    /// A max pool's window holding NaN anywhere is NaN (Nx's `window_max`), infinities win as
+    /// values; average pools propagate both.
+    #[test]
+    fn max_pool_windows_with_nan_are_nan_wherever_it_is() {
+        let x = [1.0, N, 2.0, INF, -INF, 3.0];
+        for device in devices() {
+            let got = pooled(r#"{"max_pool": {"kernel_size": [2]}}"#, &x, &device);
+            assert!(same(&got, &[N, INF, 3.0], 0.0), "{got:?}");
+            let got = pooled(
+                r#"{"max_pool": {"kernel_size": [3], "strides": [1]}}"#,
+                &x,
+                &device,
+            );
+            assert!(same(&got, &[N, N, INF, INF], 0.0), "{got:?}");
+            let got = pooled(
+                r#"{"max_pool": {"kernel_size": [4], "padding": "same"}}"#,
+                &[-INF, -INF, -INF, -INF, 1.0, N],
+                &device,
+            );
+            assert!(same(&got, &[-INF, N], 0.0), "same padding: {got:?}");
+            let got = pooled(r#"{"avg_pool": {"kernel_size": [2]}}"#, &x, &device);
+            assert!(same(&got, &[N, INF, -INF], 0.0), "avg_pool: {got:?}");
+        }
+    }
+
+    /// Dropped elements are 0 whatever they held (Axon selects 0); kept ones are scaled.
+    #[test]
+    fn dropout_zeroes_dropped_nan_and_infinities() {
+        let device = DispatchDevice::autodiff(DispatchDevice::Flex(FlexDevice));
+        let x: Vec<f64> = (0..400).map(|i| if i % 2 == 0 { N } else { INF }).collect();
+        let t = Tensor::<Db, 2>::from_data(TensorData::new(x.clone(), [1, 400]), &device);
+        let got = read(Dropout(0.5).apply(t));
+        let dropped = got.iter().filter(|v| **v == 0.0).count();
+        assert!((100..300).contains(&dropped), "{dropped} of 400 dropped");
+        for (g, x) in got.iter().zip(&x) {
+            assert!(
+                *g == 0.0 || (g.is_nan() && x.is_nan()) || g == x,
+                "{x} -> {g}"
+            );
+        }
+    }
+
+    /// ELU's gradient stays finite where exp(x) overflows (the unselected branch's 0 * inf).
+    #[test]
+    fn elu_gradient_is_finite_for_large_inputs() {
+        let device = DispatchDevice::autodiff(DispatchDevice::Flex(FlexDevice));
+        let x = Tensor::<Db, 2>::from_data(TensorData::new(vec![100.0f32, -3.0], [1, 2]), &device)
+            .require_grad();
+        let grads = Act(Activation::Elu, 1.0).apply(x.clone()).sum().backward();
+        let g = read(x.grad(&grads).expect("gradient"));
+        assert!(same(&g, &[1.0, (-3.0f64).exp()], 1e-5), "{g:?}");
+    }
 }

@@ -6,8 +6,9 @@ use crate::sched::{self, Class, Here};
 use crate::{args, decode, reply};
 use ex_burn_core::train::checkpoint;
 use ex_burn_core::train::{CompileOptions, Data, EpochOptions, Model, ModelSpec, OnNonFinite};
-use ex_burn_core::{Error, Result, Tensor};
+use ex_burn_core::{cancel, Error, Result, Tensor};
 use rustler::{Encoder, Env, NewBinary, NifMap, NifUnitEnum, ResourceArc, Term};
+use std::time::Duration;
 
 rustler::atoms! { ex_burn_progress, device, steps, frozen, shapes, params, ok }
 
@@ -40,7 +41,7 @@ fn data(inputs: Term, target: Term) -> Result<Data> {
     })
 }
 
-/// What a non-finite loss does, as Elixir names it.
+/// What a step with a non-finite loss, gradient or updated parameter does, as Elixir names it.
 #[derive(NifUnitEnum, Clone, Copy)]
 enum NonFinite {
     Raise,
@@ -65,9 +66,10 @@ struct StepOpts {
     on_non_finite: NonFinite,
 }
 
-/// Options of one epoch, as `ExBurn.Training` sends them.
+/// Options of one epoch, as `ExBurn.Training` sends them. With `check_inputs` the data (and
+/// `validation`, `{inputs, target}`) are checked for NaN and infinities before training.
 #[derive(NifMap)]
-struct EpochOpts {
+struct EpochOpts<'a> {
     epoch: u64,
     batch_size: u64,
     shuffle: Option<u64>,
@@ -78,6 +80,10 @@ struct EpochOpts {
     progress_every: u64,
     accuracy: bool,
     on_non_finite: NonFinite,
+    check_inputs: bool,
+    validation: Option<(Term<'a>, Term<'a>)>,
+    /// Milliseconds the epoch may still run (what is left of fit's `timeout`), or `nil`.
+    timeout: Option<u64>,
 }
 
 /// Options of an evaluation.
@@ -181,7 +187,8 @@ pub fn train_step<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     })
 }
 
-/// `(model, inputs, target, options, progress_pid)`: one epoch; progress messages
+/// `(model, inputs, target, options, progress_pid)`: one epoch (after checking the data for
+/// NaN and infinities when `check_inputs`); progress messages
 /// `{:ex_burn_progress, done, total, loss}` go to the pid when it is not `nil`.
 pub fn train_epoch<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
@@ -199,13 +206,24 @@ pub fn train_epoch<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             on_non_finite: o.on_non_finite.into(),
             epoch: size(o.epoch),
         };
+        let validation = o.validation.map(|(i, t)| data(i, t)).transpose()?;
         let pid = args::opt_pid(a[4])?;
         let mut progress = |done: usize, total: usize, l: f64| {
             if let Some(p) = &pid {
                 let _ = env.send(p, (ex_burn_progress(), done, total, reply::Num(l)));
             }
         };
-        let s = m.update(|model| model.train_epoch(&d, &opts, &mut progress))?;
+        let s = cancel::within(o.timeout.map(Duration::from_millis), || {
+            m.update(|model| {
+                if o.check_inputs {
+                    model.check_finite(&d, "training")?;
+                    if let Some(v) = &validation {
+                        model.check_finite(v, "validation")?;
+                    }
+                }
+                model.train_epoch(&d, &opts, &mut progress)
+            })
+        })?;
         Ok(StatsTerm::from(&s).encode(env))
     })
 }

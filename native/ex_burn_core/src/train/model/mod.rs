@@ -21,17 +21,25 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 mod data;
+mod finite;
 mod params;
 
 pub use data::collect_autodiff_garbage;
 use data::*;
+use finite::{Bad, Checks, Running};
 
-/// A batch's forward pass: the loss on the autodiff graph, the same loss off it, its value on
-/// the host and, for classification, which samples were predicted right.
+/// A batch's forward pass: the loss on the autodiff graph, the same loss off it and, for
+/// classification, which samples were predicted right. Nothing is read from the device.
 struct Forward {
     loss: burn::tensor::Tensor<B, 1>,
     inner: burn::tensor::Tensor<B, 1>,
-    value: f64,
+    hits: Option<burn::tensor::Tensor<B, 1, Bool>>,
+}
+
+/// A (micro-)batch's contribution to an epoch's tally, added once its step is applied.
+struct Counted {
+    loss: burn::tensor::Tensor<B, 1>,
+    rows: usize,
     hits: Option<burn::tensor::Tensor<B, 1, Bool>>,
 }
 
@@ -106,15 +114,17 @@ pub struct Data {
     pub target: Option<Tensor>,
 }
 
-/// What training does with a batch whose loss is NaN or infinite. The loss is read before
-/// the backward pass, so no such batch ever reaches the optimizer.
+/// What training does with a step whose loss, gradients or updated parameters (batch-norm
+/// statistics included) hold NaN or infinity. Each step reads one vector from the device that
+/// tells (the loss and one 0-or-NaN mark per gradient and parameter); a step that fails it is
+/// undone, so no such value is ever written into the weights or the optimizer state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnNonFinite {
-    /// Fail with [`Error::NonFinite`] naming the epoch and step; the weights stay as they were
-    /// before that step.
+    /// Fail with [`Error::NonFinite`] naming the epoch, batch and what was not finite; the
+    /// weights stay as they were before that step.
     #[default]
     Raise,
-    /// Leave the batch out (no update) and go on.
+    /// Leave the step out (no update) and go on.
     Skip,
     /// End the epoch there (no update); [`Stats::stopped`] tells.
     Stop,
@@ -125,7 +135,7 @@ pub enum OnNonFinite {
 pub struct Step {
     /// The batch's loss.
     pub loss: f64,
-    /// Whether the optimizer applied the step (false for a skipped non-finite loss).
+    /// Whether the optimizer applied the step (false for a skipped non-finite step).
     pub applied: bool,
 }
 
@@ -151,7 +161,7 @@ pub struct EpochOptions {
     /// Count correct predictions for the epoch's accuracy (classification losses only; when
     /// false no per-batch argmax/compare runs and [`Stats::accuracy`] is `None`).
     pub accuracy: bool,
-    /// What a non-finite loss does.
+    /// What a step with a non-finite loss, gradient or updated parameter does.
     pub on_non_finite: OnNonFinite,
     /// The epoch's number (1-based) for error messages.
     pub epoch: usize,
@@ -170,9 +180,9 @@ pub struct Stats {
     pub steps: usize,
     /// Wall time.
     pub seconds: f64,
-    /// Batches left out because their loss was not finite.
+    /// Batches whose update was left out because their step was not finite.
     pub skipped: usize,
-    /// Whether a non-finite loss ended the epoch early.
+    /// Whether a non-finite step ended the epoch early.
     pub stopped: bool,
 }
 
@@ -424,46 +434,52 @@ impl Model {
         Ok(())
     }
 
-    /// One optimizer step on a batch. A non-finite loss is found before the backward pass:
-    /// [`OnNonFinite::Raise`] fails, the others leave the model unchanged (`applied: false`).
+    /// One optimizer step on a batch. A non-finite loss, gradient or batch-norm statistic
+    /// leaves the step out: [`OnNonFinite::Raise`] fails, the others return `applied: false`.
+    /// An update that overflows a parameter always fails (see [`Model::overflowed`]).
     pub fn train_step(&mut self, batch: &Data, lr: f64, on: OnNonFinite) -> Result<Step> {
         if !valid_lr(lr) {
             return Err(bad_lr(lr));
         }
         let n = self.check_data(batch, true)?;
         let _batch = self.check_batch_memory(n, true)?;
+        let running = self.save_running()?;
         let f = self.forward_loss(batch, false)?;
-        if !f.value.is_finite() {
-            return match on {
-                OnNonFinite::Raise => Err(self.non_finite(f.value, None)),
-                _ => Ok(Step {
-                    loss: f.value,
-                    applied: false,
-                }),
-            };
-        }
         let grads = self.grads(f.loss, 1)?;
-        self.apply(grads, lr)?;
-        Ok(Step {
-            loss: f.value,
-            applied: true,
-        })
+        let mut checks = Checks::with_loss(f.inner);
+        let (loss, bad) = self.guarded_apply(grads, lr, &mut checks, running.as_ref(), None)?;
+        match bad {
+            Some(bad) if on == OnNonFinite::Raise => Err(self.non_finite(&bad, None)),
+            bad => Ok(Step {
+                loss,
+                applied: bad.is_none(),
+            }),
+        }
     }
 
-    /// The error of a non-finite loss at the next optimizer step.
-    fn non_finite(&self, value: f64, at: Option<(usize, usize, usize)>) -> Error {
-        let place = match at {
-            Some((epoch, batch, batches)) => {
-                format!("epoch {epoch}, batch {batch} of {batches}")
-            }
-            None => "a training step".into(),
-        };
-        Error::NonFinite(format!(
-            "the loss is {value} at {place} (optimizer step {}): the step was not applied and \
-             the weights are as before it; lower the learning rate, check the data for NaN or \
-             infinite values, clip gradients, or pass on_non_finite: :skip or :stop",
-            self.steps + 1
-        ))
+    /// Reads `checks` with the marks of the gradients and of the batch-norm statistics added
+    /// (one device read). When an entry is not finite the update is left out and the running
+    /// statistics are put back to `running`; otherwise the update is applied and the updated
+    /// parameters are checked (a second read; `at` places an overflow's error). Returns the
+    /// first entry (the loss) and the first non-finite one.
+    fn guarded_apply(
+        &mut self,
+        grads: GradientsParams,
+        lr: f64,
+        checks: &mut Checks,
+        running: Option<&Running>,
+        at: Option<(usize, usize, usize)>,
+    ) -> Result<(f64, Option<Bad>)> {
+        self.check_gradients(&grads, lr, checks)?;
+        self.check_statistics(checks)?;
+        let (first, bad) = std::mem::replace(checks, Checks::new()).read();
+        if bad.is_some() {
+            self.restore_running(running);
+            return Ok((first, bad));
+        }
+        self.apply(grads, lr)?;
+        self.check_update(at)?;
+        Ok((first, None))
     }
 
     /// The loss of a batch through `net` (on the autodiff device when `ad`), with the value it
@@ -503,20 +519,13 @@ impl Model {
             .transpose()
     }
 
-    /// Forward pass and loss of one (micro-)batch on the autodiff device. The loss is read
-    /// back (one device sync) so that a non-finite one is caught before any update.
+    /// Forward pass and loss of one (micro-)batch on the autodiff device (no device read).
     fn forward_loss(&self, batch: &Data, count: bool) -> Result<Forward> {
         let net = self.net()?;
         let (loss, out, target) = self.batch_loss(net, batch, true)?;
         let hits = self.batch_hits(count, &out, &target, true)?;
         let inner = loss.clone().inner();
-        let value = scalar(inner.clone());
-        Ok(Forward {
-            loss,
-            inner,
-            value,
-            hits,
-        })
+        Ok(Forward { loss, inner, hits })
     }
 
     /// The gradients of `loss` scaled by `1/scale`, frozen layers left out.
@@ -539,6 +548,22 @@ impl Model {
         self.net = Some(self.optim.step(lr, net, grads));
         self.steps += 1;
         Ok(())
+    }
+
+    /// Applies the accumulated gradients (checked micro-batch by micro-batch before they were
+    /// summed) and checks the updated parameters (one device read; see [`Model::overflowed`]).
+    fn apply_accumulated(
+        &mut self,
+        acc: &mut Option<burn::optim::GradientsAccumulator<Net<B>>>,
+        lr: f64,
+        at: (usize, usize, usize),
+    ) -> Result<()> {
+        let Some(a) = acc.as_mut() else {
+            return Ok(());
+        };
+        let grads = a.grads();
+        self.apply(grads, lr)?;
+        self.check_update(Some(at))
     }
 
     /// One epoch over `data` in batches cut on the device; `progress(batches_done, total,
@@ -577,45 +602,70 @@ impl Model {
         let count = self.counts_hits(opts.accuracy);
         let mut tally = Tally::new(opts.batch_size);
         let mut acc: Option<burn::optim::GradientsAccumulator<Net<B>>> = None;
-        let (mut pending, mut steps, mut seen, mut skipped, mut stopped) = (0, 0, 0, 0, false);
+        // Micro-batches since the last optimizer step, tallied once it is applied.
+        let mut pending: Vec<Counted> = Vec::new();
+        let (mut steps, mut seen, mut skipped, mut stopped) = (0, 0, 0, false);
         let lr_at = |k: usize| {
             let lr = opts.lrs.get(k).or(opts.lrs.last()).copied().unwrap_or(1e-3);
             lr * warmup_factor(opts.first_step.saturating_add(k as u64), opts.warmup)
         };
         for b in 0..batches {
+            // A caller that exited or a deadline that passed stops training between steps.
+            crate::cancel::check()?;
+            let at = (opts.epoch, b + 1, batches);
             let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
             let batch = cut(data, lo, hi, order.as_ref())?;
+            let running = self.save_running()?;
             let f = self.forward_loss(&batch, count)?;
-            if !f.value.is_finite() {
+            let grads = self.grads(f.loss, accumulate)?;
+            let mut checks = Checks::with_loss(f.inner.clone());
+            let counted = Counted {
+                loss: f.inner,
+                rows: hi - lo,
+                hits: f.hits,
+            };
+            // The first non-finite entry of a batch that was left out.
+            let failed = if accumulate == 1 {
+                let lr = lr_at(steps);
+                let (_, bad) =
+                    self.guarded_apply(grads, lr, &mut checks, running.as_ref(), Some(at))?;
+                if bad.is_none() {
+                    steps += 1;
+                    seen += counted.rows;
+                    tally.add(counted.loss, counted.rows, counted.hits);
+                }
+                bad
+            } else {
+                // Each micro-batch's loss, gradients and statistics are checked before they
+                // are summed.
+                self.check_gradients(&grads, lr_at(steps), &mut checks)?;
+                self.check_statistics(&mut checks)?;
+                let bad = checks.read().1;
+                if bad.is_some() {
+                    self.restore_running(running.as_ref());
+                } else {
+                    let a = acc.get_or_insert_with(burn::optim::GradientsAccumulator::new);
+                    a.accumulate::<B>(self.net()?, grads);
+                    pending.push(counted);
+                }
+                bad
+            };
+            if let Some(bad) = failed {
                 match opts.on_non_finite {
-                    OnNonFinite::Raise => {
-                        return Err(self.non_finite(f.value, Some((opts.epoch, b + 1, batches))))
-                    }
-                    OnNonFinite::Skip => {
-                        skipped += 1;
-                        continue;
-                    }
+                    OnNonFinite::Raise => return Err(self.non_finite(&bad, Some(at))),
+                    OnNonFinite::Skip => skipped += 1,
                     OnNonFinite::Stop => {
                         stopped = true;
                         break;
                     }
                 }
             }
-            let grads = self.grads(f.loss, accumulate)?;
-            tally.add(f.inner, hi - lo, f.hits);
-            seen += hi - lo;
-            if accumulate == 1 {
-                self.apply(grads, lr_at(steps))?;
+            if !pending.is_empty() && (pending.len() == accumulate || b + 1 == batches) {
+                self.apply_accumulated(&mut acc, lr_at(steps), at)?;
                 steps += 1;
-            } else {
-                let a = acc.get_or_insert_with(burn::optim::GradientsAccumulator::new);
-                a.accumulate::<B>(self.net()?, grads);
-                pending += 1;
-                if pending == accumulate || b + 1 == batches {
-                    let g = a.grads();
-                    self.apply(g, lr_at(steps))?;
-                    steps += 1;
-                    pending = 0;
+                for c in pending.drain(..) {
+                    seen += c.rows;
+                    tally.add(c.loss, c.rows, c.hits);
                 }
             }
             if opts.progress_every > 0 && ((b + 1) % opts.progress_every == 0 || b + 1 == batches) {
@@ -623,11 +673,13 @@ impl Model {
                 progress(b + 1, batches, loss_sum / seen.max(1) as f64);
             }
         }
-        if pending > 0 {
-            if let Some(a) = acc.as_mut() {
-                let g = a.grads();
-                self.apply(g, lr_at(steps))?;
-                steps += 1;
+        // Stopped inside an accumulation: the finite micro-batches before still make a step.
+        if !pending.is_empty() {
+            self.apply_accumulated(&mut acc, lr_at(steps), (opts.epoch, batches, batches))?;
+            steps += 1;
+            for c in pending.drain(..) {
+                seen += c.rows;
+                tally.add(c.loss, c.rows, c.hits);
             }
         }
         let (loss_sum, correct) = tally.totals();
@@ -661,6 +713,7 @@ impl Model {
         let bs = batch_size.max(1);
         let mut tally = Tally::new(bs);
         for lo in (0..n).step_by(bs) {
+            crate::cancel::check()?;
             let hi = (lo + bs).min(n);
             let batch = cut(data, lo, hi, None)?;
             let (l, out, t) = self.batch_loss(&net, &batch, false)?;
@@ -691,6 +744,7 @@ impl Model {
         let net = <Net<B> as AutodiffModule<B>>::valid(self.net()?);
         let mut parts = Vec::new();
         for lo in (0..n.max(1)).step_by(bs) {
+            crate::cancel::check()?;
             let hi = (lo + bs).min(n);
             let batch = cut(&data, lo, hi, None)?;
             let out = net::forward(
@@ -727,7 +781,8 @@ impl Model {
     }
 
     /// Times forward, backward and optimizer phases of one step (synchronising the device
-    /// after each).
+    /// after each). A non-finite loss, gradient or statistic leaves the step out and fails with
+    /// [`Error::NonFinite`].
     pub fn profile_step(&mut self, batch: &Data, lr: f64) -> Result<StepProfile> {
         if !valid_lr(lr) {
             return Err(bad_lr(lr));
@@ -737,20 +792,23 @@ impl Model {
         let dev = ad_device(self.device)?;
         let sync = || B::sync(&dev).map_err(sync_err);
         sync()?;
+        let running = self.save_running()?;
         let t0 = Instant::now();
         let net = self.net()?;
         let (loss, _, _) = self.batch_loss(net, batch, true)?;
         sync()?;
         let t1 = Instant::now();
-        let value = scalar(loss.clone().inner());
-        if !value.is_finite() {
-            return Err(self.non_finite(value, None));
-        }
+        let mut checks = Checks::with_loss(loss.clone().inner());
         let grads = GradientsParams::from_grads::<B, Net<B>>(loss.backward(), net);
         let grads = self.remove_frozen(grads);
         sync()?;
         let t2 = Instant::now();
-        self.apply(grads, lr)?;
+        // The optimizer phase includes the step's finiteness checks (two device reads).
+        if let (_, Some(bad)) =
+            self.guarded_apply(grads, lr, &mut checks, running.as_ref(), None)?
+        {
+            return Err(self.non_finite(&bad, None));
+        }
         sync()?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
