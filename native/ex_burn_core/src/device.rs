@@ -72,7 +72,7 @@ impl Device {
         }
         if matches!(dtype, F16 | BF16) {
             use burn::tensor::backend::Backend;
-            if !crate::tensor::B::supports_dtype(&self.to_dispatch()?, dtype.burn()) {
+            if !burn::Dispatch::supports_dtype(&self.to_dispatch()?, dtype.burn()) {
                 return Err(Error::UnsupportedDtype(format!(
                     "{dtype} on {self}: this GPU's driver reports no general {dtype} support; \
                      use f32 there"

@@ -28,13 +28,6 @@ pub(crate) struct Contraction<'a> {
     pub batch_b: &'a [usize],
 }
 
-/// f32 products of at most this many multiply-adds accumulate in f64 and round once (as
-/// `Nx.BinaryBackend` computes them, and more accurately than an f32 GEMM): small matrices
-/// (linear algebra, covariances, the products inside Nx's decompositions), where the GEMM's
-/// packing (or a GPU kernel launch) costs more than the arithmetic anyway. On the CPU they
-/// are summed in order on the host; on a GPU as a broadcast product and sum in f64.
-pub(crate) const EXACT_F32_WORK: usize = 1 << 16;
-
 /// Above this many multiply-adds the broadcast fallback would need too much memory.
 const FALLBACK_LIMIT: usize = 1 << 27;
 
@@ -108,7 +101,7 @@ pub(crate) fn dot(
     let perm_b: Vec<usize> = [bb, cb, &fb].concat();
     let (a, b) = (a.cast(out)?, b.cast(out)?);
     // exact small f32 products: f64 products summed in f64, rounded once
-    if out == DType::F32 && nb * m * n * k <= EXACT_F32_WORK {
+    if out == DType::F32 && nb * m * n * k <= super::wide::EXACT_F32_WORK {
         let a3 = util::permute(&a, &perm_a)?.reshape(vec![nb, m, k])?;
         let b3 = util::permute(&b, &perm_b)?.reshape(vec![nb, k, n])?;
         let r = if !on_gpu {

@@ -8,20 +8,9 @@
 use super::binary;
 use super::dot::{self, Contraction};
 use super::Arith;
+use super::Transform;
 use super::{shape, util, Precision};
 use crate::{DType, Error, Result, Tensor};
-use serde::Deserialize;
-
-/// How `a` enters `triangular_solve`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Transform {
-    /// `a` as given.
-    #[default]
-    None,
-    /// The transpose of `a`.
-    Transpose,
-}
 
 /// Solves `a x = b` (`left_side`) or `x a = b` for triangular `a` of shape `[..., n, n]`;
 /// `b` is `[..., n, m]`, `[..., m, n]` (right side) or `[..., n]`.

@@ -36,10 +36,7 @@ use crate::{Device, Error, Result, Tensor};
 
 pub use table::*;
 
-/// f32 products of at most this many multiply-adds are exact (rounded once from f64) on every
-/// device; fused kernels leave such work to the ops.
-#[cfg(feature = "cuda")]
-pub(crate) use dot::EXACT_F32_WORK;
+pub use wide::EXACT_F32_WORK;
 
 /// Runs one op on `inputs`. Creation ops place their result on `device`; the others run on
 /// the device of their inputs (which must all be on one device).

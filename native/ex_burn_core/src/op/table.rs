@@ -13,7 +13,16 @@ use crate::{DType, Scalar};
 use serde::de::{self, VariantAccess};
 use serde::{Deserialize, Serialize};
 
-pub use super::linalg::Transform;
+/// How `a` enters `triangular_solve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transform {
+    /// `a` as given.
+    #[default]
+    None,
+    /// The transpose of `a`.
+    Transpose,
+}
 
 /// How `argmax`/`argmin` break ties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -69,7 +69,7 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Sin | Cos | Tanh if exact32_applies(x) => exact32(op, x),
         _ if super::hostmath::applies(op, x) => super::hostmath::apply(op, x),
         // (on the device in f64: `library` is Burn's kernel for each of these ops)
-        _ if super::wide::unary_applies(op, x) => {
+        _ if wide_applies(op, x) => {
             super::wide::in_f64(&[x], |w| with_library(op, &w[0]))
         }
         Sin => float(x, B::float_sin),
@@ -175,6 +175,14 @@ fn exact32(op: Unary, x: &Tensor) -> Result<Tensor> {
     let shape = x.shape().to_vec();
     let data = burn::tensor::TensorData::new(values, crate::tensor::prim_shape(&shape));
     Tensor::from_data(data, DType::F32, shape, crate::Device::Cpu)
+}
+
+/// Whether `op` of f32 `x` on a GPU is computed in f64 here: the functions the CPU evaluates
+/// through the C library in f64 (`hostmath`) that Burn has kernels for (tan, asin, acos, atan,
+/// sinh, cosh, asinh, acosh, atanh; [`library`]); not `erf` (on the hot path of exact
+/// GELUs), nor `log1p`, which the CPU also leaves to Burn's vectorised f32 kernel (softplus).
+fn wide_applies(op: Unary, x: &Tensor) -> bool {
+    super::wide::gpu_f32(x) && library(op).is_some()
 }
 
 /// Applies a float function; integer input is first converted to Nx's floating type.

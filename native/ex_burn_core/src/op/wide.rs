@@ -7,12 +7,19 @@
 //! kernels compute them the same way). Larger sums and products, and `tanh`, `sin`, `cos` and
 //! `sqrt` (the fused kernels' other functions), keep the device's f32 kernels.
 
-use super::Unary;
 use crate::{DType, Result, Tensor};
 
+/// f32 products of at most this many multiply-adds accumulate in f64 and round once (as
+/// `Nx.BinaryBackend` computes them, and more accurately than an f32 GEMM): small matrices
+/// (linear algebra, covariances, the products inside Nx's decompositions), where the GEMM's
+/// packing (or a GPU kernel launch) costs more than the arithmetic anyway. On the CPU they
+/// are summed in order on the host (`dot`); on a GPU as a broadcast product and sum in f64.
+/// Device kernels leave such products to the op table.
+pub const EXACT_F32_WORK: usize = 1 << 16;
+
 /// Sums over at most this many elements, and products of at most this many multiply-adds,
-/// accumulate in f64 on GPU devices (the CPU's bound for exact small products, see `dot`).
-pub(super) const SMALL: usize = super::dot::EXACT_F32_WORK;
+/// accumulate in f64 on GPU devices (the CPU's bound for exact small products).
+pub(super) const SMALL: usize = EXACT_F32_WORK;
 
 /// Whether `x` is an f32 tensor on a GPU device that computes in f64 (CUDA). The wgpu
 /// devices (Vulkan, Metal) do not reliably: on a conformant Vulkan implementation (Mesa's
@@ -31,14 +38,6 @@ pub(super) fn f64_device(device: crate::Device) -> bool {
 /// [`f64_device`]s.
 pub(super) fn rounds_from_f64(device: crate::Device) -> bool {
     device.is_host() || f64_device(device)
-}
-
-/// Whether `op` of f32 `x` on a GPU is computed in f64 here: the functions the CPU evaluates
-/// through the C library in f64 (`hostmath`) that Burn has kernels for (tan, asin, acos, atan,
-/// sinh, cosh, asinh, acosh, atanh; `unary::library`); not `erf` (on the hot path of exact
-/// GELUs), nor `log1p`, which the CPU also leaves to Burn's vectorised f32 kernel (softplus).
-pub(super) fn unary_applies(op: Unary, x: &Tensor) -> bool {
-    gpu_f32(x) && super::unary::library(op).is_some()
 }
 
 /// `f` of f32 operands computed in f64 and rounded once to f32.
