@@ -27,6 +27,7 @@ pub mod files;
 pub mod guard;
 pub mod memory;
 pub mod op;
+pub mod profile;
 pub mod program;
 mod rng;
 pub mod scalar;

@@ -13,7 +13,6 @@ mod fold;
 mod fuse;
 mod hoist;
 mod literal;
-pub(crate) mod profile;
 mod reduce_fn;
 mod remat;
 mod step;
@@ -26,6 +25,7 @@ pub use fuse::row_regions;
 pub use literal::literal_steps;
 pub use step::{eval, names, Step};
 
+use crate::profile;
 use crate::{Device, Error, Result, Tensor};
 use serde::Deserialize;
 use std::cell::RefCell;

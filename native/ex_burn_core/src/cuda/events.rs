@@ -1,5 +1,5 @@
 //! CUDA events queued in order with this thread's GPU work, for the GPU-time profile
-//! (`EX_BURN_PROFILE=gpu`, `program::profile`): an event recorded before and after each
+//! (`EX_BURN_PROFILE=gpu`, `crate::profile`): an event recorded before and after each
 //! program step times the step on the GPU itself, apart from the time the GPU waited for
 //! the host to queue it.
 

@@ -429,8 +429,8 @@ fn launch(
                 }
             },
         );
-        crate::program::profile::note("cublas");
-        crate::program::profile::note_detail(|| {
+        crate::profile::note("cublas");
+        crate::profile::note_detail(|| {
             let op = |l: Layout| if l.transposed { 'T' } else { 'N' };
             format!("cublas {nb}x{m}x{n}x{k} {}{}", op(la), op(lb))
         });
@@ -456,7 +456,7 @@ fn launch(
         drop((ra, rb, rc));
         CROSS.with(|c| c.fetch_add(u64::from(cross), Ordering::Relaxed));
         READY.with(|r| r.set(r.get() | device_bit(gemm.index)));
-        crate::program::profile::note("cublas[first]");
+        crate::profile::note("cublas[first]");
     }
     PRODUCTS.with(|c| c.set(c.get() + 1));
     Ok(Some(out_handle))

@@ -168,7 +168,7 @@ pub(crate) fn submit<W>(
     W: FnOnce(&[&GpuResource], drv_sys::CUstream) -> Result<()> + Send + 'static,
 {
     let stream_id = StreamId::current();
-    let timed = crate::program::profile::gpu_mode();
+    let timed = crate::profile::gpu_mode();
     DeviceHandle::<Server>::new(tensor.device.to_id()).submit(move |server: &mut Server| {
         let started = timed.then(std::time::Instant::now);
         let resources: Option<Vec<_>> = bindings

@@ -140,7 +140,7 @@ pub fn put_slice(t: &Tensor, update: &Tensor, starts: &[usize]) -> Result<Option
     let source = put_slice_source(full, lens, &ts, &us, starts);
     let n = t.numel();
     let out = submit(&source, &[t, update], &[full.to_vec()], grid(n), n)?;
-    crate::program::profile::note("kernel");
+    crate::profile::note("kernel");
     Ok(out.and_then(|mut o| o.pop()))
 }
 
@@ -234,7 +234,7 @@ pub fn leading_sum(t: &Tensor, lead: usize) -> Result<Option<Tensor>> {
         grid(cols),
         cols,
     )?;
-    crate::program::profile::note_detail(|| format!("leading {rows}x{cols}"));
+    crate::profile::note_detail(|| format!("leading {rows}x{cols}"));
     Ok(out.and_then(|mut o| o.pop()))
 }
 

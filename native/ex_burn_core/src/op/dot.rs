@@ -126,10 +126,10 @@ pub(crate) fn dot(
         let res = matmul(&util::permute(&a, &perm_a)?, &b)?;
         return res.reshape(shape);
     }
-    let t = crate::program::profile::start_detail();
+    let t = crate::profile::start_detail();
     let a3 = util::permute(&a, &perm_a)?.reshape(vec![nb, m, k])?;
     let b3 = util::permute(&b, &perm_b)?.reshape(vec![nb, k, n])?;
-    crate::program::profile::record(t, || "dot: operands as [nb, m, k], [nb, k, n]".into());
+    crate::profile::record(t, || "dot: operands as [nb, m, k], [nb, k, n]".into());
     let res = if let Some(r) = gpu_library_matmul(&a3, &b3, precision)? {
         r
     } else if on_gpu && !matches!(out, DType::F16 | DType::BF16 | DType::F32) {

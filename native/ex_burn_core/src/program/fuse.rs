@@ -233,7 +233,7 @@ pub(super) fn execute(
             plan.execute(n, workers_for(n.div_ceil(CHUNK)), live_out, &shape, device)?
         {
             LOOP_RUNS.with(|c| c.set(c.get() + 1));
-            crate::program::profile::note_detail(|| {
+            crate::profile::note_detail(|| {
                 let live = live_out.iter().filter(|&&l| l).count();
                 format!("{n} elements, {} in, {live} out", external.len())
             });

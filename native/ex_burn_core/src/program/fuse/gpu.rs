@@ -326,7 +326,7 @@ pub(super) fn execute(
     else {
         return Ok(None);
     };
-    crate::program::profile::note_detail(|| {
+    crate::profile::note_detail(|| {
         format!("{n} elements, {} in, {} out", inputs.len(), live.len())
     });
     plan.results(live_out, results).map(Some)

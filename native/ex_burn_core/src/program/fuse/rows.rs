@@ -581,7 +581,7 @@ impl Plan {
             return Ok(None);
         };
         REGIONS.with(|c| c.set(c.get() + 1));
-        crate::program::profile::note_detail(|| {
+        crate::profile::note_detail(|| {
             format!(
                 "{}x{} rows, {} in, {} out",
                 self.rows,

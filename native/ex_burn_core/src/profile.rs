@@ -13,6 +13,9 @@
 //! (other devices: host time). Every 16 runs (sub-program runs of loops and branches
 //! included) the table of those 16 runs (steps by total time, with counts) goes to standard
 //! error and starts again, so that later tables show warm runs only.
+//!
+//! The profile sits below the op table: ops and device kernels label their entries
+//! ([`note`], [`note_detail`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
