@@ -103,8 +103,10 @@ defmodule ExBurn.MixProject do
       licenses: ["Apache-2.0"],
       links: %{"GitHub" => @source_url},
       # What a user's machine reads, and nothing else: the Elixir sources, and for a source
-      # build the cargo workspace of the NIF (its two crates' sources, the patched burn-dispatch,
-      # cubecl-cuda and burn-cubecl it builds with, the lock file, the CUDA pin and musl flags) plus the release matrix that ExBurn.Nif reads. Not the release
+      # build the cargo workspace of the NIF (its crates' sources: the engine, the NIF and the
+      # CUDA kernels the cuda variant installs; the patched burn-dispatch, cubecl-cuda and
+      # burn-cubecl it builds with, the lock file, the CUDA pin and musl flags) plus the
+      # release matrix that ExBurn.Nif reads. Not the release
       # tool (native/ex_burn_release, its own workspace), examples, tests, benchmarks, or
       # built libraries. test/ex_burn/package_test.exs checks the list against the files a
       # source build reads.
@@ -113,6 +115,7 @@ defmodule ExBurn.MixProject do
                 Cargo.toml Cargo.lock .cargo/config.toml
                 native/ex_burn_core/src native/ex_burn_core/Cargo.toml
                 native/ex_burn_nif/src native/ex_burn_nif/Cargo.toml
+                native/ex_burn_cuda/src native/ex_burn_cuda/Cargo.toml
                 native/vendor/burn-dispatch native/vendor/cubecl-cuda
                 native/vendor/burn-cubecl)
     ]

@@ -5,7 +5,8 @@
 # none). Build first (x86_64 here), with the profile released NIFs use (`dist`; PROFILE=release
 # bundles release builds instead):
 #   CARGO_TARGET_DIR=~/.cache/ex_burn/target-cuda cargo build --profile dist -p ex_burn_nif --features cuda
-#   CARGO_TARGET_DIR=~/.cache/ex_burn/target-cuda cargo test --release -p ex_burn_core --features cuda,fusion --no-run
+#   CARGO_TARGET_DIR=~/.cache/ex_burn/target-cuda cargo test --release -p ex_burn_cuda --features cuda,fusion --test engine --no-run
+#   (the engine's tests with the CUDA kernels installed: native/ex_burn_cuda/tests/engine.rs)
 #   CARGO_TARGET_DIR=~/.cache/ex_burn/target-cuda cargo build --profile dist -p ex_burn_core --features cuda,fusion --example burn_mlp_bench
 #   (and the same without fusion into ~/.cache/ex_burn/target-cuda-nofusion)
 set -euo pipefail

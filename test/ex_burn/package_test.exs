@@ -33,6 +33,7 @@ defmodule ExBurn.PackageTest do
   @metadata ~w(mix.exs README.md LICENSE .formatter.exs checksum-Elixir.ExBurn.Nif.exs
                native/targets.txt Cargo.toml Cargo.lock .cargo/config.toml
                native/ex_burn_core/Cargo.toml native/ex_burn_nif/Cargo.toml
+               native/ex_burn_cuda/Cargo.toml
                native/vendor/burn-dispatch/Cargo.toml native/vendor/burn-dispatch/build.rs
                native/vendor/burn-dispatch/README.md native/vendor/burn-dispatch/VENDORED.md
                native/vendor/cubecl-cuda/Cargo.toml native/vendor/cubecl-cuda/build.rs
@@ -42,25 +43,18 @@ defmodule ExBurn.PackageTest do
                native/vendor/burn-cubecl/VENDORED.md native/vendor/burn-cubecl/LICENSE-APACHE
                native/vendor/burn-cubecl/LICENSE-MIT)
 
-  # Rust modules compiled only with a GPU feature, so absent from the cpu build's dep-info:
-  # {feature, the file declaring the module, whether that declaration carries the cfg (else the
-  # declaring file is itself feature-only)}.
-  @feature_only %{
-    "native/ex_burn_core/src/cuda/mod.rs" => {"cuda", "native/ex_burn_core/src/lib.rs", true},
-    "native/ex_burn_core/src/cuda/gemm.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
-    "native/ex_burn_core/src/cuda/cache.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
-    "native/ex_burn_core/src/cuda/memory.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
-    "native/ex_burn_core/src/cuda/queue.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
-    "native/ex_burn_core/src/cuda/elementwise.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
-    "native/ex_burn_core/src/cuda/views.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
-    "native/ex_burn_core/src/cuda/events.rs" => {"cuda", "native/ex_burn_core/src/cuda/mod.rs", false},
-    "native/ex_burn_core/src/program/fuse/gpu.rs" =>
-      {"cuda", "native/ex_burn_core/src/program/fuse.rs", true},
-    "native/ex_burn_core/src/program/fuse/rows.rs" =>
-      {"cuda", "native/ex_burn_core/src/program/fuse.rs", true},
-    "native/ex_burn_core/src/program/attention/cuda.rs" =>
-      {"cuda", "native/ex_burn_core/src/program/attention.rs", true}
-  }
+  # Crates compiled only with a GPU feature of the NIF, so absent from the cpu build's
+  # dep-info: {directory, feature}. The NIF's feature turns the crate on as an optional
+  # dependency, and the crate's own feature of that name compiles its sources (without it the
+  # crate is empty, see its lib.rs).
+  @feature_only_crates %{"native/ex_burn_cuda" => "cuda"}
+
+  defp feature_only_sources do
+    for {dir, _feature} <- @feature_only_crates,
+        path <- Path.wildcard(Path.join(@root, "#{dir}/src/**/*.rs")),
+        into: MapSet.new(),
+        do: Path.relative_to(path, @root)
+  end
 
   # The workspace sources the last `cargo build --release -p ex_burn_nif` (bin/setup) read,
   # from the dep-info file cargo writes beside the library.
@@ -100,29 +94,24 @@ defmodule ExBurn.PackageTest do
 
     expected = elixir |> MapSet.union(rust) |> MapSet.union(vendored) |> MapSet.union(MapSet.new(@metadata))
     shipped = shipped()
-    gated = MapSet.new(Map.keys(@feature_only))
+    gated = feature_only_sources()
 
     assert MapSet.difference(expected, shipped) |> Enum.sort() == [], "read by a build but not shipped"
 
     assert MapSet.difference(shipped, MapSet.union(expected, gated)) |> Enum.sort() == [],
            "shipped but never read by a build"
 
-    for {file, {feature, declared_in, gated?}} <- @feature_only do
-      assert file in shipped
+    # the cpu build reads none of a feature-only crate; the NIF's feature is what brings it in
+    assert MapSet.intersection(rust, gated) |> Enum.sort() == []
+    nif = File.read!(Path.join(@root, "native/ex_burn_nif/Cargo.toml"))
 
-      module =
-        if Path.basename(file) == "mod.rs",
-          do: Path.basename(Path.dirname(file)),
-          else: Path.basename(file, ".rs")
-
-      declaring = File.read!(Path.join(@root, declared_in))
-
-      if gated? do
-        assert declaring =~ ~r/#\[cfg\(feature = "#{feature}"\)\]\s*(pub )?mod #{module};/, file
-      else
-        assert Map.has_key?(@feature_only, declared_in), file
-        assert declaring =~ ~r/(pub(\(crate\))? )?mod #{module};/, file
-      end
+    for {dir, feature} <- @feature_only_crates do
+      name = Path.basename(dir)
+      assert Enum.any?(gated, &String.starts_with?(&1, dir <> "/src/")), dir
+      assert Enum.all?(gated, &(&1 in shipped))
+      assert nif =~ ~r/^#{name} = \{ path = "..\/#{name}", optional = true/m, dir
+      assert nif =~ ~r/^#{feature} = \[[^\]]*"dep:#{name}", "#{name}\/#{feature}"/m, dir
+      assert File.read!(Path.join(@root, "#{dir}/src/lib.rs")) =~ ~s|#![cfg(feature = "#{feature}")]|
     end
 
     # The list with sizes (the test log shows it), a budget per file and for the whole.
@@ -162,7 +151,7 @@ defmodule ExBurn.PackageTest do
   test "every workspace member, path dependency and included file is shipped (source builds)" do
     [_, members] = Regex.run(~r/members\s*=\s*\[([^\]]*)\]/, File.read!(Path.join(@root, "Cargo.toml")))
     members = Regex.scan(~r/"([^"]+)"/, members, capture: :all_but_first) |> List.flatten()
-    assert Enum.sort(members) == ["native/ex_burn_core", "native/ex_burn_nif"]
+    assert Enum.sort(members) == ["native/ex_burn_core", "native/ex_burn_cuda", "native/ex_burn_nif"]
 
     for member <- members do
       assert shipped?(Path.join(member, "Cargo.toml")), member

@@ -1,6 +1,7 @@
 //! Devices as Elixir names them (`:cpu`, `{:cuda, i}`, `{:vulkan, i}`, `{:metal, i}`), their
 //! availability in this build, and the mapping onto Burn's `DispatchDevice`.
 
+use crate::kernels::DeviceKernels;
 use crate::{Error, Result};
 use burn::DispatchDevice;
 use serde::Deserialize;
@@ -101,10 +102,10 @@ impl Device {
             Device::Cpu => Ok(DispatchDevice::Flex(burn::backend::flex::FlexDevice)),
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
-                crate::cuda::check(i)?;
-                crate::cuda::cache::configure();
-                crate::cuda::memory::configure()?;
-                crate::cuda::configure_burn();
+                // the CUDA kernels check the driver and configure CubeCL before Burn's first use
+                if let Some(k) = crate::kernels::serving("cuda") {
+                    k.prepare(i)?;
+                }
                 Ok(DispatchDevice::Cuda(burn::backend::cuda::CudaDevice::new(
                     i,
                 )))
@@ -139,8 +140,9 @@ impl Device {
     pub fn count(family: &str) -> usize {
         match family {
             "cpu" => 1,
-            #[cfg(feature = "cuda")]
-            "cuda" => crate::cuda::device_count().unwrap_or(0),
+            "cuda" => crate::kernels::serving("cuda")
+                .and_then(|k| k.device_count().ok())
+                .unwrap_or(0),
             #[cfg(any(feature = "vulkan", feature = "metal"))]
             "vulkan" | "metal" if compiled_backends().contains(&family) => 1,
             _ => 0,
@@ -151,21 +153,30 @@ impl Device {
     pub fn name(&self) -> String {
         match self {
             Device::Cpu => format!("CPU ({} threads, flex backend)", cpu_threads()),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(i) => crate::cuda::device_name(*i).unwrap_or_else(|e| e.to_string()),
-            other => format!("{other}"),
+            other => match other.kernels().and_then(|(k, i)| k.device_name(i)) {
+                Some(name) => name.unwrap_or_else(|e| e.to_string()),
+                None => format!("{other}"),
+            },
         }
     }
 
-    /// Waits until all queued work on the device is done; reports queued work of ExBurn's own
-    /// that failed (see `cuda::queue`).
+    /// Waits until all queued work on the device is done; reports queued work of the device
+    /// kernels that failed (see [`crate::kernels`]).
     pub fn sync(&self) -> Result<()> {
         use burn::tensor::backend::Backend;
         let d = self.to_dispatch()?;
         burn::Dispatch::sync(&d).map_err(|e| Error::Execution(format!("{e:?}")))?;
-        #[cfg(feature = "cuda")]
-        crate::cuda::queue::check_failures()?;
-        Ok(())
+        crate::kernels::check_failures()
+    }
+
+    /// The installed device kernels serving this device, and its index among the devices of
+    /// its family (never for the host).
+    pub(crate) fn kernels(&self) -> Option<(&'static dyn DeviceKernels, usize)> {
+        let index = match *self {
+            Device::Cpu => return None,
+            Device::Cuda(i) | Device::Vulkan(i) | Device::Metal(i) => i,
+        };
+        crate::kernels::serving(self.family()).map(|k| (k, index))
     }
 }
 

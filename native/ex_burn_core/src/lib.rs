@@ -18,13 +18,12 @@
 #![warn(missing_docs)]
 
 pub mod cancel;
-#[cfg(feature = "cuda")]
-pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod files;
 pub mod guard;
+pub mod kernels;
 pub mod memory;
 pub mod op;
 pub mod profile;

@@ -77,9 +77,9 @@ pub fn available(device: Device) -> Option<u64> {
 pub fn bound(device: Device) -> Option<Bound> {
     match device {
         Device::Cpu => host_bound(),
-        #[cfg(feature = "cuda")]
-        Device::Cuda(i) => crate::cuda::total_memory(i)
-            .ok()
+        Device::Cuda(_) => device
+            .kernels()
+            .and_then(|(k, i)| k.total_memory(i))
             .map(|b| Bound::new(b, "the GPU's memory")),
         #[cfg(any(feature = "vulkan", feature = "metal"))]
         Device::Vulkan(_) | Device::Metal(_) => {
@@ -109,34 +109,27 @@ fn wgpu_largest_buffer(device: Device) -> Option<u64> {
 }
 
 /// What the device's memory pools hold for this process, `(bytes in use, bytes reserved)`,
-/// where the backend reports it (CUDA: CubeCL's pools; `None` elsewhere).
+/// where the device kernels report it (CUDA: CubeCL's pools; `None` elsewhere).
 pub fn pools(device: Device) -> Option<(u64, u64)> {
-    match device {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(i) => crate::cuda::memory::usage(i).ok(),
-        _ => None,
-    }
+    device.kernels().and_then(|(k, i)| k.pool_usage(i))
 }
 
 /// After a piece of work on `device`: lets the device's allocator give back what the work
 /// left free, where it is configured to (CUDA, `EX_BURN_CUDA_MEMORY=driver`, the default),
-/// and starts the work queued for the device (CUDA: `cuda::queue::flush`).
+/// and starts the work queued for the device.
 pub fn after_work(device: Device) {
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(i) = device {
-        crate::cuda::memory::give_back(i);
+    if let Some((k, i)) = device.kernels() {
+        k.after_work(i);
     }
     start_queued(device);
 }
 
-/// Starts the work queued for `device` (CUDA: CubeCL's device thread takes tasks in batches,
-/// see `cuda::queue::flush`); nothing elsewhere. Programs call it between their steps.
+/// Starts the work queued for `device` (CUDA: CubeCL's device thread takes tasks in
+/// batches); nothing elsewhere. Programs call it between their steps.
 pub fn start_queued(device: Device) {
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(i) = device {
-        crate::cuda::queue::flush(i);
+    if let Some((k, i)) = device.kernels() {
+        k.start_queued(i);
     }
-    let _ = device;
 }
 
 // ---- the ledger ----

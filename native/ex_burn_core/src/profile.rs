@@ -17,6 +17,7 @@
 //! The profile sits below the op table: ops and device kernels label their entries
 //! ([`note`], [`note_detail`]).
 
+use crate::kernels::Mark;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -34,8 +35,7 @@ fn mode() -> u8 {
 }
 
 /// Whether steps are timed on the GPU by events (`gpu`).
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn gpu_mode() -> bool {
+pub fn gpu_mode() -> bool {
     mode() == 3
 }
 
@@ -44,38 +44,31 @@ fn on_device_modes() -> bool {
     matches!(mode(), 2 | 3)
 }
 
-/// A started measurement: the host's clock and, in `gpu` mode on CUDA, the event queued
-/// before the step.
+/// A started measurement: the host's clock and, in `gpu` mode on a device whose kernels
+/// time work (CUDA), the event queued before the step.
 pub(crate) struct Started {
     at: Instant,
-    #[cfg(feature = "cuda")]
-    mark: Option<crate::cuda::events::Mark>,
+    mark: Option<Mark>,
 }
 
 impl Started {
     fn now(events: bool) -> Started {
-        let _ = events;
         Started {
             at: Instant::now(),
-            #[cfg(feature = "cuda")]
-            mark: events.then(cuda_mark).flatten(),
+            mark: events.then(device_mark).flatten(),
         }
     }
 }
 
-/// An event on the stream of the CUDA device of the program running on this thread.
-#[cfg(feature = "cuda")]
-fn cuda_mark() -> Option<crate::cuda::events::Mark> {
-    match DEVICE.with(|d| d.get()) {
-        Some(crate::Device::Cuda(i)) => Some(crate::cuda::events::mark(i)),
-        _ => None,
-    }
+/// An event on this thread's stream of the device of the program running on this thread.
+fn device_mark() -> Option<Mark> {
+    let (kernels, index) = DEVICE.with(|d| d.get())?.kernels()?;
+    kernels.mark(index)
 }
 
-#[cfg(feature = "cuda")]
 thread_local! {
     /// Steps of `gpu` mode whose events are not read yet: name and the events around it.
-    static PENDING: std::cell::RefCell<Vec<(String, crate::cuda::events::Mark, crate::cuda::events::Mark)>> =
+    static PENDING: std::cell::RefCell<Vec<(String, Mark, Mark)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -104,8 +97,7 @@ pub(crate) fn on_device(device: crate::Device) {
 
 /// Labels the profile entry of the op running on this thread (`dot[cublas]`), so that the
 /// table tells the paths of one op apart. Costs nothing when profiling is off.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn note(label: &'static str) {
+pub fn note(label: &'static str) {
     if enabled() {
         NOTE.with(|n| n.set(Some(label)));
     }
@@ -114,8 +106,7 @@ pub(crate) fn note(label: &'static str) {
 /// Labels the profile entry of the op running on this thread with a computed name (the
 /// shapes of a product, say) when steps are timed on the device (`sync`, `gpu`); nothing
 /// otherwise.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn note_detail(label: impl FnOnce() -> String) {
+pub fn note_detail(label: impl FnOnce() -> String) {
     if on_device_modes() {
         static NAMES: OnceLock<Mutex<std::collections::HashSet<&'static str>>> = OnceLock::new();
         let name = label();
@@ -174,9 +165,8 @@ pub(crate) fn record(started: Option<Started>, name: impl FnOnce() -> String) {
         Some(label) => format!("{}[{label}]", name()),
         None => name(),
     };
-    #[cfg(feature = "cuda")]
     if let Some(first) = started.mark {
-        if let Some(last) = cuda_mark() {
+        if let Some(last) = device_mark() {
             PENDING.with(|p| p.borrow_mut().push((name, first, last)));
             return;
         }
@@ -186,10 +176,9 @@ pub(crate) fn record(started: Option<Started>, name: impl FnOnce() -> String) {
 
 /// In `gpu` mode, reads the events of the steps queued so far (waiting for the device) into
 /// the table, with the time the GPU waited between them (the run's span less its steps).
-#[cfg(feature = "cuda")]
 fn read_events() {
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    let Some(crate::Device::Cuda(index)) = DEVICE.with(|d| d.get()) else {
+    let Some((kernels, index)) = DEVICE.with(|d| d.get()).and_then(|d| d.kernels()) else {
         return;
     };
     if pending.is_empty() {
@@ -199,7 +188,7 @@ fn read_events() {
         .iter()
         .map(|(_, a, b)| (a.clone(), b.clone()))
         .collect();
-    let times = crate::cuda::events::elapsed(index, pairs);
+    let times = kernels.elapsed(index, pairs);
     let (mut steps, mut whole) = (0f64, None);
     for ((name, _, _), time) in pending.into_iter().zip(times) {
         let Some(ms) = time else { continue };
@@ -218,7 +207,7 @@ fn read_events() {
     }
     // the device thread's time on ExBurn's own queued work (kernels, products, events),
     // counted once per queued piece: host time there, not GPU time
-    let (pieces, lookups, total) = crate::cuda::queue::DEVICE_THREAD.take();
+    let (pieces, lookups, total) = kernels.queued_work_time();
     if let Ok(mut t) = table().lock() {
         for (name, time) in [
             ("(device thread: our work, buffer lookups)", lookups),
@@ -244,7 +233,6 @@ pub(crate) fn run_finished(started: Option<Started>) {
     }
     NOTE.with(|n| n.take());
     record(started, || "(whole run)".into());
-    #[cfg(feature = "cuda")]
     read_events();
     let n = RUNS.fetch_add(1, Ordering::Relaxed) + 1;
     if n.is_multiple_of(16) {

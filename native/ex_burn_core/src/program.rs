@@ -20,7 +20,6 @@ mod values;
 
 pub use attention::attention_steps;
 pub use fuse::loop_runs;
-#[cfg(feature = "cuda")]
 pub use fuse::row_regions;
 pub use literal::literal_steps;
 pub use step::{eval, names, Step};
@@ -551,7 +550,8 @@ impl Program {
             first,
             literals: &self.literals,
         };
-        Ok(match fuse::rows(&run, values, &live, &dies, &literal)? {
+        let region = fuse::rows(&run, values, &live, &dies, &literal, device)?;
+        Ok(match region {
             Ok(outs) => {
                 let end = start + outs.len();
                 values.extend(outs);

@@ -6,6 +6,7 @@
 //! reject rank 0); the logical shape is kept beside the primitive.
 
 use crate::dtype::{DType, Kind};
+use crate::kernels::{DeviceKernels, Operand};
 use crate::{Device, Error, Result};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn::tensor::{BoolDType, Shape, TensorData, TensorMetadata};
@@ -28,7 +29,7 @@ pub struct Tensor {
 }
 
 /// Converts a logical shape into the primitive's shape (rank 0 is stored as `[1]`).
-pub(crate) fn prim_shape(shape: &[usize]) -> Shape {
+pub fn prim_shape(shape: &[usize]) -> Shape {
     if shape.is_empty() {
         Shape::from(vec![1])
     } else {
@@ -51,9 +52,8 @@ where
 {
     match burn::tensor::try_read_sync(f) {
         Some(Ok(data)) => {
-            // the read ran after every product queued before it
-            #[cfg(feature = "cuda")]
-            crate::cuda::queue::check_failures()?;
+            // the read ran after all kernel work queued before it
+            crate::kernels::check_failures()?;
             Ok(data)
         }
         Some(Err(e)) => Err(Error::Execution(format!(
@@ -315,10 +315,24 @@ impl Tensor {
         self.prim.clone()
     }
 
-    /// The Burn tensor, borrowed (for looking at its layout without a clone).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn as_prim(&self) -> &Prim {
-        &self.prim
+    /// The tensor as device kernels read it (see [`crate::kernels`]).
+    pub fn operand(&self) -> Operand<'_> {
+        Operand {
+            prim: &self.prim,
+            shape: &self.shape,
+        }
+    }
+
+    /// A float result of device kernels of logical shape `shape` (the primitive is reshaped
+    /// when its own shape differs).
+    pub(crate) fn from_kernel(prim: Prim, shape: Vec<usize>) -> Tensor {
+        Tensor::from_prim(prim, Kind::Float, shape)
+    }
+
+    /// The installed device kernels when they serve this tensor's device.
+    pub(crate) fn kernels(&self) -> Option<&'static dyn DeviceKernels> {
+        let k = crate::kernels::installed()?;
+        (self.device().family() == k.family()).then_some(k)
     }
 
     /// The first `len` elements of a rank-1 tensor (`len` at most its length).
@@ -343,9 +357,11 @@ impl Tensor {
                 shape
             )));
         }
-        #[cfg(feature = "cuda")]
-        if let Some(t) = crate::cuda::views::reshape(self, &shape)? {
-            return Ok(t);
+        // a strided view on a device with kernels: a view with other strides where one exists
+        if let Some(k) = self.kernels() {
+            if let Some(prim) = k.reshape(self.operand(), &shape)? {
+                return Ok(Tensor::from_kernel(prim, shape));
+            }
         }
         Ok(Tensor::from_prim(self.prim.clone(), self.kind, shape))
     }

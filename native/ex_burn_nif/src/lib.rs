@@ -43,6 +43,9 @@ fn load(_env: rustler::Env, _info: rustler::Term) -> bool {
     let _ = ex_burn_core::guard(|| Ok(()));
     // CPU compute threads below the schedulers' priority, before any op can start the pool.
     ex_burn_core::threads::init();
+    // ExBurn's CUDA kernels (cuBLAS, fused kernels, ...) behind the engine's device-kernel seam
+    #[cfg(feature = "cuda")]
+    ex_burn_cuda::install();
     true
 }
 

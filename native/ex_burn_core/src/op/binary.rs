@@ -194,8 +194,8 @@ pub(crate) fn with_literal(
 /// correctly rounded cube). `x * x` is exact in f64, so its f32 rounding is the correctly
 /// rounded square; the cube is `x * x * x` in f64 (one rounding there) rounded to f32. Fused
 /// kernels compute the same (`program::fuse`), so fused and op-by-op results agree. On the CPU
-/// the exponent is read on the host; on CUDA one kernel reads it on the device
-/// (`cuda::elementwise::small_power`), so that no `pow` waits for the GPU.
+/// the exponent is read on the host; on a GPU one device kernel reads it on the device
+/// ([`crate::kernels::DeviceKernels::small_power`]), so that no `pow` waits for the GPU.
 fn small_power(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Tensor>> {
     if f != Arith::Pow
         || out != DType::F32
@@ -207,12 +207,16 @@ fn small_power(f: Arith, a: &Tensor, b: &Tensor, out: DType) -> Result<Option<Te
     }
     match a.dispatch_device() {
         burn::DispatchDevice::Flex(_) => {}
-        #[cfg(feature = "cuda")]
-        burn::DispatchDevice::Cuda(_) => {
-            return crate::cuda::elementwise::small_power(a, &b.cast(DType::F32)?)
+        // on a device: the exponent read there by a kernel (reading it back would wait)
+        _ => {
+            let Some(k) = a.kernels() else {
+                return Ok(None);
+            };
+            let e = b.cast(DType::F32)?;
+            return Ok(k
+                .small_power(a.operand(), e.operand())?
+                .map(|p| Tensor::from_kernel(p, a.shape().to_vec())));
         }
-        #[allow(unreachable_patterns)]
-        _ => return Ok(None),
     }
     match util::read_scalar(&b.cast(DType::F32)?)?.to_f64() {
         2.0 => Ok(Some(same(Arith::Multiply, a, a)?)),

@@ -2,8 +2,9 @@
 //! a -> [batch, free_a, contract], b -> [batch, contract, free_b], result axes are
 //! batch ++ free_a ++ free_b (Nx's order).
 //!
-//! GPU backends: in CUDA builds, large f32/f16/bf16 products run on cuBLAS when it loads
-//! (`cuda::gemm`; f32 on TF32 tensor cores, or in full f32 for `Precision::Highest`). Otherwise
+//! GPU backends: with the CUDA kernels installed (`native/ex_burn_cuda`, through
+//! [`crate::kernels`]), large f32/f16/bf16 products run on cuBLAS when it loads (f32 on TF32
+//! tensor cores, or in full f32 for `Precision::Highest`). Otherwise
 //! Burn's matmul kernels take f16/bf16/f32 only, so f64 and integer products there are computed
 //! as a broadcast multiply and a sum over the contracted axis; f32 products use TF32 tensor
 //! cores unless `Precision::Highest` asks for split products.
@@ -147,16 +148,17 @@ pub(crate) fn dot(
     res.reshape(shape)
 }
 
-/// The product by the GPU vendor's GEMM library where one applies (cuBLAS in CUDA builds, see
-/// `cuda::gemm`); `None`: Burn's kernels compute it.
-#[cfg(feature = "cuda")]
+/// The product by the device kernels (the GPU vendor's GEMM library: cuBLAS with the CUDA
+/// kernels) where they take it; `None`: Burn's kernels compute it.
 fn gpu_library_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<Option<Tensor>> {
-    crate::cuda::gemm::batched_matmul(a3, b3, precision)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn gpu_library_matmul(_: &Tensor, _: &Tensor, _: Precision) -> Result<Option<Tensor>> {
-    Ok(None)
+    let Some(k) = a3.kernels() else {
+        return Ok(None);
+    };
+    Ok(k.matmul(a3.operand(), b3.operand(), precision)?.map(|p| {
+        // the kernels take rank-3 operands only
+        let (sa, sb) = (a3.shape(), b3.shape());
+        Tensor::from_kernel(p, vec![sa[0].max(sb[0]), sa[1], sb[2]])
+    }))
 }
 
 /// Whether a float contraction on the CPU can run as one matmul of the permuted operands

@@ -119,11 +119,13 @@ fn reduce(
         }
         return Ok(util::bool_tensor(p, shape));
     }
-    #[cfg(feature = "cuda")]
     if red == ReduceKind::Sum && out == DType::F32 && axes == (0..axes.len()).collect::<Vec<_>>() {
-        // over leading axes (a bias gradient): a kernel of ours where it applies
-        if let Some(t) = crate::cuda::views::leading_sum(x, axes.len())? {
-            return t.reshape(shape);
+        // over leading axes (a bias gradient): a device kernel where one applies
+        if let Some(k) = x.kernels() {
+            if let Some(p) = k.leading_sum(x.operand(), axes.len())? {
+                let rest = x.shape()[axes.len()..].to_vec();
+                return Tensor::from_kernel(p, rest).reshape(shape);
+            }
         }
     }
     if red == ReduceKind::Sum && super::sum32::applies(x, out) {

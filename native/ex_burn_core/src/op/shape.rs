@@ -189,6 +189,33 @@ pub(crate) fn slice(
     slice_spec(t, &spec, shape)
 }
 
+/// A boolean tensor as f32 0.0/1.0 for a fused kernel. A broadcast view (axes of stride 0,
+/// as a causal mask broadcast over batch and heads) is cast before it is broadcast, as a view
+/// again: one small cast instead of a full-size tensor written and read back. The strides
+/// come from the device kernels (elsewhere: a plain cast).
+pub(crate) fn mask_f32(t: &Tensor) -> Result<Tensor> {
+    let strides = match t.kernels() {
+        Some(k) if t.kind() == Kind::Bool => k.strides(t.operand()),
+        _ => None,
+    };
+    let Some(strides) = strides else {
+        return t.cast(DType::F32);
+    };
+    let shape = t.shape();
+    let broadcast = |(&d, &s): (&usize, &usize)| d > 1 && s == 0;
+    if strides.len() != shape.len() || !shape.iter().zip(&strides).any(broadcast) {
+        return t.cast(DType::F32);
+    }
+    let lens: Vec<usize> = shape
+        .iter()
+        .zip(&strides)
+        .map(|(&d, &s)| if s == 0 { 1 } else { d })
+        .collect();
+    let rank = shape.len();
+    let small = slice_static(t, &vec![0; rank], &lens, &vec![1; rank])?;
+    util::broadcast_to(&small.cast(DType::F32)?, shape)
+}
+
 /// Slice with non-negative starts that already fit.
 pub(crate) fn slice_static(
     t: &Tensor,
@@ -257,11 +284,11 @@ fn put_slice(t: &Tensor, update: &Tensor, starts: &[i64]) -> Result<Tensor> {
         let s = start.clamp(0, (d - l) as i64) as usize;
         spec.push((s, s + l, 1));
     }
-    #[cfg(feature = "cuda")]
-    {
+    if let Some(k) = t.kernels() {
+        // one kernel writing every element once, where the device kernels have it
         let starts: Vec<usize> = spec.iter().map(|w| w.0).collect();
-        if let Some(r) = crate::cuda::views::put_slice(&t, &u, &starts)? {
-            return Ok(r);
+        if let Some(p) = k.put_slice(t.operand(), u.operand(), &starts)? {
+            return Ok(Tensor::from_kernel(p, t.shape().to_vec()));
         }
     }
     assign(&t, &spec, &u)

@@ -35,17 +35,7 @@ pub enum TieBreak {
     High,
 }
 
-/// Precision of float32 matrix products.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Precision {
-    /// The backend's fastest f32 path (TF32 tensor cores on recent NVIDIA GPUs).
-    #[default]
-    Default,
-    /// Full f32 accuracy: on GPUs, four TF32 products of operands split exactly at bf16
-    /// precision (about 4x the cost); identical to `Default` on the CPU.
-    Highest,
-}
+pub use crate::kernels::Precision;
 
 /// Element-wise functions of one tensor: `[x]`. Float functions of integers give `{:f, 32}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]

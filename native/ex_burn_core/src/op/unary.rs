@@ -8,6 +8,7 @@ use super::util;
 use super::Unary;
 use super::{Arith, Compare};
 use crate::dtype::Kind;
+use crate::kernels::Rounded;
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{ActivationOps, BoolTensorOps, FloatTensorOps, IntTensorOps};
@@ -69,9 +70,7 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Sin | Cos | Tanh if exact32_applies(x) => exact32(op, x),
         _ if super::hostmath::applies(op, x) => super::hostmath::apply(op, x),
         // (on the device in f64: `library` is Burn's kernel for each of these ops)
-        _ if wide_applies(op, x) => {
-            super::wide::in_f64(&[x], |w| with_library(op, &w[0]))
-        }
+        _ if wide_applies(op, x) => super::wide::in_f64(&[x], |w| with_library(op, &w[0])),
         Sin => float(x, B::float_sin),
         Cos => float(x, B::float_cos),
         Tanh => float(x, B::float_tanh),
@@ -139,23 +138,21 @@ fn on_host_only(op: Unary, x: &Tensor) -> bool {
         || (no_f64 && (matches!(op, Unary::ErfInv | Unary::Cbrt) || library(op).is_some()))
 }
 
-/// f32 `exp`, `log` or `cbrt` of a CUDA tensor in f64, rounded once, as one kernel
-/// (`cuda::elementwise::rounded_from_f64`); `None`: another build or layout (then three
-/// kernels: a cast, the f64 function, a cast).
-#[cfg(feature = "cuda")]
+/// f32 `exp`, `log` or `cbrt` of a device tensor in f64, rounded once, as one kernel of the
+/// device kernels; `None`: no such kernel or layout (then three kernels: a cast, the f64
+/// function, a cast).
 fn rounded_kernel(op: Unary, x: &Tensor) -> Result<Option<Tensor>> {
     let f = match op {
-        Unary::Exp => "exp",
-        Unary::Log => "log",
-        Unary::Cbrt => "cbrt",
+        Unary::Exp => Rounded::Exp,
+        Unary::Log => Rounded::Log,
+        Unary::Cbrt => Rounded::Cbrt,
         _ => return Ok(None),
     };
-    crate::cuda::elementwise::rounded_from_f64(x, f)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn rounded_kernel(_: Unary, _: &Tensor) -> Result<Option<Tensor>> {
-    Ok(None)
+    let Some(k) = x.kernels() else {
+        return Ok(None);
+    };
+    Ok(k.rounded(x.operand(), f)?
+        .map(|p| Tensor::from_kernel(p, x.shape().to_vec())))
 }
 
 /// f32 `sin`, `cos` and `tanh` on a CPU with AVX2 run the correctly rounded kernels of

@@ -19,6 +19,8 @@
 
 use super::literal::Literal;
 use super::Instr;
+use crate::dtype::Kind;
+use crate::kernels::{AttentionCall, AttentionSizes, DeviceKernels, ScoreStep};
 use crate::op::{Arith, Op, Precision, ReduceKind, Unary};
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -311,80 +313,17 @@ pub(super) struct Operands<'a> {
     pub steps: Vec<(Scale, Option<&'a Tensor>, f32)>,
 }
 
-/// The sizes of an attention's operands: `q` `[batch.., sq, d]`, `k` `[batch.., sk, d]`, `v`
-/// `[batch.., sk, dv]`.
-pub(super) struct Sizes<'a> {
-    pub batch: &'a [usize],
-    pub sq: usize,
-    pub d: usize,
-    pub sk: usize,
-    pub dv: usize,
-}
-
-impl Sizes<'_> {
-    /// How many `[sq, sk]` matrices the batch axes hold.
-    pub(super) fn matrices(&self) -> usize {
-        self.batch.iter().product()
-    }
-
-    /// `(sq, d, sk, dv)`.
-    pub(super) fn dims(&self) -> (usize, usize, usize, usize) {
-        (self.sq, self.d, self.sk, self.dv)
-    }
-}
-
 impl Operands<'_> {
     /// The operands' sizes when they have `nb` batch axes, agree with each other and no size
     /// is 0 (the kernels' precondition); `None` otherwise.
-    pub(super) fn sizes(&self, nb: usize) -> Option<Sizes<'_>> {
-        let (q, k, v) = (self.q, self.k, self.v);
-        if ![q, k, v].iter().all(|t| t.rank() == nb + 2) {
-            return None;
-        }
-        let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-        let batch = &qs[..nb];
-        let (sq, d, sk, dv) = (qs[nb], qs[nb + 1], ks[nb], vs[nb + 1]);
-        let agree = ks[..nb] == *batch && vs[..nb] == *batch && ks[nb + 1] == d && vs[nb] == sk;
-        let empty = batch.contains(&0) || [sq, d, sk, dv].contains(&0);
-        (agree && !empty).then_some(Sizes {
-            batch,
-            sq,
-            d,
-            sk,
-            dv,
-        })
+    pub(super) fn sizes(&self, nb: usize) -> Option<AttentionSizes<'_>> {
+        AttentionSizes::of(nb, self.q.shape(), self.k.shape(), self.v.shape())
     }
-}
-
-/// Strides of a tensor of `shape` (its own element `strides`) broadcast to `full`
-/// (trailing-aligned): zero on axes it lacks or has as 1 (a mask's layout over the scores, for
-/// either kernel); `None` if it does not broadcast.
-pub(super) fn broadcast_strides<S: Copy + Default>(
-    shape: &[usize],
-    strides: &[S],
-    full: &[usize],
-) -> Option<Vec<S>> {
-    let lead = full.len().checked_sub(shape.len())?;
-    if strides.len() != shape.len()
-        || !shape
-            .iter()
-            .zip(&full[lead..])
-            .all(|(&s, &f)| s == f || s == 1)
-    {
-        return None;
-    }
-    Some(
-        (0..full.len())
-            .map(|a| match a.checked_sub(lead) {
-                Some(i) if shape[i] == full[a] && shape[i] != 1 => strides[i],
-                _ => S::default(),
-            })
-            .collect(),
-    )
 }
 
 /// Whether attentions run as one step on `device` (a kernel exists there): the CPU, and
-/// NVIDIA GPUs where ExBurn's own kernels are available; `EX_BURN_ATTENTION=0` turns it off.
+/// devices whose kernels fuse (NVIDIA GPUs with the CUDA kernels); `EX_BURN_ATTENTION=0`
+/// turns it off.
 pub(super) fn fused_on(device: Device) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if !*ON.get_or_init(|| std::env::var("EX_BURN_ATTENTION").as_deref() != Ok("0")) {
@@ -392,9 +331,7 @@ pub(super) fn fused_on(device: Device) -> bool {
     }
     match device {
         Device::Cpu => true,
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) => crate::cuda::elementwise::available(),
-        _ => false,
+        _ => device.kernels().is_some_and(|(k, _)| k.fusion()),
     }
 }
 
@@ -403,8 +340,11 @@ pub(super) fn fused_on(device: Device) -> bool {
 pub(super) fn run(a: &Attention, ops: &Operands, device: Device) -> Result<Option<Tensor>> {
     let out = match device {
         Device::Cpu => cpu::run(a.batch, ops)?,
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) if a.precision == Precision::Default => cuda::run(a.batch, ops)?,
+        // the device kernel multiplies in TF32, as `dot` does by default there
+        _ if a.precision == Precision::Default => match device.kernels() {
+            Some((k, _)) => on_device(k, a.batch, ops)?,
+            None => None,
+        },
         _ => None,
     };
     if out.is_some() {
@@ -413,9 +353,46 @@ pub(super) fn run(a: &Attention, ops: &Operands, device: Device) -> Result<Optio
     Ok(out)
 }
 
+/// The attention of `ops` with `nb` batch axes by the device kernels `k`: predicates that
+/// are neither f32 nor boolean are cast to f32 masks first.
+fn on_device(k: &dyn DeviceKernels, nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
+    let Some(sizes) = ops.sizes(nb) else {
+        return Ok(None);
+    };
+    let out: Vec<usize> = [sizes.batch, &[sizes.sq, sizes.dv]].concat();
+    let masks = ops
+        .steps
+        .iter()
+        .map(|(_, pred, _)| match pred {
+            Some(p) if p.kind() != Kind::Bool && p.dtype() != DType::F32 => {
+                crate::op::shape::mask_f32(p).map(Some)
+            }
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let call = AttentionCall {
+        batch_axes: nb,
+        q: ops.q.operand(),
+        k: ops.k.operand(),
+        v: ops.v.operand(),
+        steps: ops
+            .steps
+            .iter()
+            .zip(&masks)
+            .map(|(&(scale, pred, c), mask)| {
+                let step = match scale {
+                    Scale::Divide(_) => ScoreStep::Divide,
+                    Scale::Multiply(_) => ScoreStep::Multiply,
+                    Scale::Select { .. } => ScoreStep::Select,
+                };
+                (step, mask.as_ref().or(pred).map(Tensor::operand), c)
+            })
+            .collect(),
+    };
+    Ok(k.attention(&call)?.map(|p| Tensor::from_kernel(p, out)))
+}
+
 mod cpu;
-#[cfg(feature = "cuda")]
-mod cuda;
 
 /// The f32 value of a scalar tensor (a literal the program keeps), as the f32 arithmetic of
 /// the unfused steps reads it.

@@ -7,18 +7,14 @@
 //! in cache instead of making one pass over memory per op. Chunks are spread over the host's
 //! cores. Runs over f32 whose instructions are all plain maps run as tight loops over chunk
 //! buffers ([`map32`]); others run the same op-table code on chunk tensors. Either way results
-//! are identical to the unfused program. On NVIDIA GPUs the same f32 plans run as one CUDA
-//! kernel per run (`gpu`), and element-wise instructions together with reductions over the
-//! same trailing axes (softmax, layer norm, their gradients) as one kernel per region
-//! (`rows`); other GPUs run op by op.
+//! are identical to the unfused program. On devices whose kernels fuse (NVIDIA GPUs with
+//! the CUDA kernels, see [`crate::kernels`]) the same f32 plans run as one kernel per run, and
+//! element-wise instructions together with reductions over the same trailing axes (softmax,
+//! layer norm, their gradients) as one kernel per region (`rows`); other GPUs run op by op.
 
-#[cfg(feature = "cuda")]
-mod gpu;
 mod map32;
-#[cfg(feature = "cuda")]
 mod rows;
 
-#[cfg(feature = "cuda")]
 pub use rows::row_regions;
 
 use super::Instr;
@@ -95,15 +91,9 @@ pub(super) fn reduces(step: &Step) -> bool {
     )
 }
 
-/// Whether programs on `device` run row regions as kernels of ours (NVIDIA GPUs with fused
-/// kernels available).
+/// Whether programs on `device` run row regions as one kernel each (its device kernels fuse).
 pub(super) fn rows_on(device: Device) -> bool {
-    #[cfg(feature = "cuda")]
-    if matches!(device, Device::Cuda(_)) {
-        return crate::cuda::elementwise::available();
-    }
-    let _ = device;
-    false
+    device.kernels().is_some_and(|(k, _)| k.fusion())
 }
 
 /// Runs the longest row region at the start of `run` (instructions that may form one) as one
@@ -121,27 +111,23 @@ pub(super) fn rows(
     live_out: &dyn Fn(usize) -> Vec<bool>,
     dies: &dyn Fn(usize, usize) -> bool,
     literal: &dyn Fn(usize) -> Result<Tensor>,
+    device: Device,
 ) -> Result<std::result::Result<Vec<Option<Tensor>>, usize>> {
-    #[cfg(feature = "cuda")]
-    {
-        match rows::plan(run, values)? {
-            rows::Attempt::Skip(n) => Ok(Err(n)),
-            rows::Attempt::Region(mut plan, len) => {
-                plan.take_last_reads(values, &|a| dies(a, len));
-                match plan.execute(&live_out(len), literal) {
-                    Ok(Some(out)) => Ok(Ok(out)),
-                    other => {
-                        plan.give_back(values);
-                        other.map(|_| Err(1))
-                    }
+    let Some((kernels, _)) = device.kernels().filter(|(k, _)| k.fusion()) else {
+        return Ok(Err(usize::MAX));
+    };
+    match rows::plan(run, values, kernels.row_limit())? {
+        rows::Attempt::Skip(n) => Ok(Err(n)),
+        rows::Attempt::Region(mut plan, len) => {
+            plan.take_last_reads(values, &|a| dies(a, len));
+            match plan.execute(kernels, &live_out(len), literal) {
+                Ok(Some(out)) => Ok(Ok(out)),
+                other => {
+                    plan.give_back(values);
+                    other.map(|_| Err(1))
                 }
             }
         }
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = (run, values, live_out, dies, literal);
-        Ok(Err(usize::MAX))
     }
 }
 
@@ -186,8 +172,9 @@ pub(super) fn execute(
     device: Device,
     literal: &dyn Fn(usize) -> Result<Tensor>,
 ) -> Result<Option<Vec<Option<Tensor>>>> {
-    let gpu = cfg!(feature = "cuda") && matches!(device, Device::Cuda(_));
-    if device != Device::Cpu && !gpu {
+    // off the host, one kernel of the device kernels where they fuse
+    let kernels = device.kernels().map(|(k, _)| k).filter(|k| k.fusion());
+    if device != Device::Cpu && kernels.is_none() {
         return Ok(None);
     }
     let external: Vec<(usize, Tensor)> = run
@@ -216,11 +203,10 @@ pub(super) fn execute(
         return Ok(None);
     };
     let n: usize = shape.iter().product();
-    #[cfg(feature = "cuda")]
-    if gpu {
+    if let Some(k) = kernels {
         // one kernel for the run, whatever its size (each kernel launch costs ~10 us)
         return match map32::Plan::new(run, &external, &shape, live_out, device, literal)? {
-            Some(plan) => gpu::execute(&plan, n, live_out, &shape),
+            Some(plan) => plan.on_device(k, n, live_out, &shape),
             None => Ok(None),
         };
     }

@@ -1,7 +1,7 @@
 //! On a GPU run (`EX_BURN_TEST_DEVICE=cuda`): every op family on random inputs agrees with the
 //! CPU (flex) backend within float tolerance, and the f32 matmul precision is reported.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::op::{Precision, TieBreak};
 use ex_burn_core::{eval, DType, Device, Op, Tensor};
 
@@ -286,15 +286,14 @@ fn f32_matmul_precision_is_reported() {
     assert!(e < 1e-2 && e_hi < 1e-5 && e_cpu < 1e-5);
 }
 
-/// Kernels compiled for CUDA are kept in ExBurn's on-disk cache (`cuda::cache`), so that the
-/// next process does not compile them again.
-#[cfg(feature = "cuda")]
+/// Kernels compiled for CUDA are kept in ExBurn's on-disk cache (the CUDA crate's `cache`),
+/// so that the next process does not compile them again.
 #[test]
 fn cuda_kernels_are_cached_on_disk() {
     if dev() == Device::Cpu {
         return;
     }
-    let Some(dir) = ex_burn_core::cuda::cache::directory() else {
+    let Some(dir) = crate::device_kernels::cache_directory() else {
         return;
     };
     let x = f(&[0.5, 2.0], &[2]);
@@ -320,12 +319,11 @@ fn cuda_kernels_are_cached_on_disk() {
 }
 
 /// With `EX_BURN_CUDA_MEMORY=driver` (the default) the pages that work left free go back to
-/// the driver's pool (`cuda::memory::give_back`, which the NIFs call after every GPU op,
-/// program run and training step): CubeCL's pools keep about what is alive.
-#[cfg(feature = "cuda")]
+/// the driver's pool (`memory::after_work`, which the NIFs call after every GPU op, program
+/// run and training step): CubeCL's pools keep about what is alive.
 #[test]
 fn freed_cuda_buffers_go_back_to_the_driver() {
-    if dev() == Device::Cpu || ex_burn_core::cuda::memory::configure() != Ok("driver") {
+    if dev() == Device::Cpu || crate::device_kernels::memory_mode() != Some("driver") {
         return;
     }
     let n = 1 << 25; // 128 MiB of f32
@@ -340,7 +338,7 @@ fn freed_cuda_buffers_go_back_to_the_driver() {
     let y = ev(Op::Unary(Unary::Exp), &[&x]);
     let (_, before) = ex_burn_core::memory::pools(dev()).expect("pools");
     drop((x, y));
-    ex_burn_core::cuda::memory::give_back(0);
+    ex_burn_core::memory::after_work(dev());
     let (in_use, reserved) = ex_burn_core::memory::pools(dev()).expect("pools");
     println!("pools: {before} reserved before, {reserved} after ({in_use} in use)");
     // other tests run beside this one: what they leave free between the two calls stays

@@ -2,7 +2,7 @@
 //! same program run op by op (on the CPU the same bits); where its values are read elsewhere,
 //! or the kernel does not take the operands, the program runs op by op.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::program::{attention_steps, Instr};
 use ex_burn_core::{DType, Device, Op, Program, Tensor};
 
@@ -59,7 +59,7 @@ const SMALL: Dims = Dims {
     dv: 8,
 };
 
-/// Sizes whose products use TF32 on GPUs once `cuda::gemm::set_min_work(1 << 20)` (see
+/// Sizes whose products use TF32 on GPUs once `device_kernels::set_min_work(1 << 20)` (see
 /// [`tf32_products`]): they cross the GPU kernel's blocks of 64 query rows and 32 keys and
 /// pad its head sizes to 8.
 const LARGE: Dims = Dims {
@@ -74,8 +74,7 @@ const LARGE: Dims = Dims {
 /// Makes GPU products of 2^20 multiply-adds and more use TF32 (as the dot tests do), so that
 /// [`LARGE`] products run as GPT-2's do.
 fn tf32_products() {
-    #[cfg(feature = "cuda")]
-    ex_burn_core::cuda::gemm::set_min_work(1 << 20);
+    crate::device_kernels::set_min_work(1 << 20);
 }
 
 /// Relative difference allowed between a program and its op-by-op evaluation where fused

@@ -52,13 +52,22 @@ pub fn values_of(bytes: &[u8], dtype: DType) -> Vec<f64> {
         .collect()
 }
 
-/// The device tests run on: `EX_BURN_TEST_DEVICE=cuda` selects `{:cuda, 0}`.
+/// The device tests run on: `EX_BURN_TEST_DEVICE=cuda` selects `{:cuda, 0}` (with the
+/// device kernels this binary has installed first).
 pub fn dev() -> Device {
     match std::env::var("EX_BURN_TEST_DEVICE").as_deref() {
-        Ok("cuda") => Device::Cuda(0),
+        Ok("cuda") => {
+            crate::device_kernels::install();
+            Device::Cuda(0)
+        }
         Ok("vulkan") => Device::Vulkan(0),
         _ => Device::Cpu,
     }
+}
+
+/// Whether device kernels are installed and fuse (NVIDIA GPUs with the CUDA kernels).
+pub fn kernels_fuse() -> bool {
+    ex_burn_core::kernels::installed().is_some_and(|k| k.fusion())
 }
 
 /// Whether the test device evaluates f32 library functions, small sums and small products in

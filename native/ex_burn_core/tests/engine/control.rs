@@ -1,6 +1,6 @@
 //! Programs with constants, several results per instruction, and while/cond sub-programs.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::{DType, Op, Program, Scalar};
 
 fn scalar(v: f64) -> Op {

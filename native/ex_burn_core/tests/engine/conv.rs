@@ -1,4 +1,4 @@
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::{DType, Op};
 
 fn with(f: impl FnOnce(&mut Op)) -> Op {

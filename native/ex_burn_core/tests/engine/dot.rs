@@ -1,4 +1,4 @@
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::{DType, Op};
 
 fn dot(ca: Vec<usize>, ba: Vec<usize>, cb: Vec<usize>, bb: Vec<usize>) -> Op {
@@ -154,16 +154,10 @@ fn small_products_run_in_full_f32() {
     let want = f64_product(&av, &bv, m, k, n);
     let op = matmul_op(Precision::Default);
     let (a, b) = (f(&av, &[m, k]), f(&bv, &[k, n]));
-    #[cfg(feature = "cuda")]
-    let before = ex_burn_core::cuda::gemm::products().0;
+    let before = library_products();
     let got = v(&ev(op, &[&a, &b]));
-    #[cfg(feature = "cuda")]
-    if dev() != ex_burn_core::Device::Cpu && ex_burn_core::cuda::gemm::available() {
-        assert_eq!(
-            ex_burn_core::cuda::gemm::products().0,
-            before + 1,
-            "not on cuBLAS"
-        );
+    if dev() != ex_burn_core::Device::Cpu && crate::device_kernels::library_available() {
+        assert_eq!(library_products(), before + 1, "not on cuBLAS");
     }
     let scale = want.iter().fold(0f64, |a, &w| a.max(w.abs()));
     let err = got
@@ -184,8 +178,7 @@ fn small_products_run_in_full_f32() {
 #[test]
 fn large_batched_products_match_an_f64_reference_in_every_precision() {
     use ex_burn_core::op::Precision;
-    #[cfg(feature = "cuda")]
-    ex_burn_core::cuda::gemm::set_min_work(1 << 20);
+    crate::device_kernels::set_min_work(1 << 20);
     let (nb, m, k, n) = (3, 96, 160, 128);
     let av: Vec<f64> = (0..nb * m * k)
         .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
@@ -259,13 +252,11 @@ fn large_batched_products_match_an_f64_reference_in_every_precision() {
             out: None,
             precision,
         };
-        #[cfg(feature = "cuda")]
-        let before = ex_burn_core::cuda::gemm::products();
+        let before = products();
         let got = ev(op, &[&a, &b]);
         let values = v(&got);
-        #[cfg(feature = "cuda")]
-        if dev() != ex_burn_core::Device::Cpu && ex_burn_core::cuda::gemm::available() {
-            let (all, cross) = ex_burn_core::cuda::gemm::products();
+        if dev() != ex_burn_core::Device::Cpu && crate::device_kernels::library_available() {
+            let (all, cross) = products();
             assert_eq!(
                 all,
                 before.0 + 1,
@@ -338,8 +329,7 @@ fn small_f32_products_on_the_cpu_are_f64_sums_rounded_once() {
 #[test]
 fn attention_products_read_heads_from_the_projection() {
     use ex_burn_core::op::Precision;
-    #[cfg(feature = "cuda")]
-    ex_burn_core::cuda::gemm::set_min_work(1 << 20);
+    crate::device_kernels::set_min_work(1 << 20);
     let (b, s, h, hd) = (2, 64, 4, 32);
     let width = 3 * h * hd;
     let pv: Vec<f64> = (0..b * s * width)
@@ -382,14 +372,12 @@ fn attention_products_read_heads_from_the_projection() {
         out: None,
         precision: Precision::Highest,
     };
-    #[cfg(feature = "cuda")]
-    let before = ex_burn_core::cuda::gemm::products().0;
+    let before = library_products();
     let scores = ev(prod(3, 3), &[&q, &k]);
     let weighted = ev(prod(3, 2), &[&scores, &vv]);
     let back = ev(prod(2, 2), &[&scores, &q]);
-    #[cfg(feature = "cuda")]
-    if dev() != ex_burn_core::Device::Cpu && ex_burn_core::cuda::gemm::available() {
-        let after = ex_burn_core::cuda::gemm::products().0;
+    if dev() != ex_burn_core::Device::Cpu && crate::device_kernels::library_available() {
+        let after = library_products();
         assert_eq!(after, before + 3, "not every product ran on cuBLAS");
     }
     let mut want_s = vec![0f64; b * h * s * s];
@@ -682,4 +670,16 @@ fn products_of_any_layout_match_f64() {
             }
         }
     }
+}
+
+/// Products the device kernels ran on the GPU vendor's library for this thread, and those of
+/// them with an operand of another thread's stream.
+fn products() -> (u64, u64) {
+    let c = ex_burn_core::kernels::counts();
+    (c.library_products, c.cross_stream_products)
+}
+
+/// Products the device kernels ran on the GPU vendor's library for this thread.
+fn library_products() -> u64 {
+    products().0
 }

@@ -1,6 +1,6 @@
 //! `reduce` and `window_reduce` with a function sub-program.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::program::Instr;
 use ex_burn_core::{DType, Op, Program};
 

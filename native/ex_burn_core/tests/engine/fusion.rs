@@ -1,7 +1,7 @@
 //! Cache-blocked element-wise runs and CPU scalar kernels give the same values as op-by-op
 //! evaluation.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::program::Instr;
 use ex_burn_core::{DType, Device, Op, Program, Scalar, Tensor};
 
@@ -283,22 +283,18 @@ fn f32_chunk_loops_match_op_by_op_evaluation() {
     assert_eq!(bits(&out[2]), bits(&e10));
 }
 
-/// Runs fused on this thread so far: chunk loops on the CPU, kernels of ours on CUDA.
+/// Runs fused on this thread so far: chunk loops on the CPU, kernels of the device kernels
+/// elsewhere.
 fn fused_so_far() -> u64 {
-    #[cfg(feature = "cuda")]
-    let kernels = ex_burn_core::cuda::elementwise::launches();
-    #[cfg(not(feature = "cuda"))]
-    let kernels = 0;
-    ex_burn_core::program::loop_runs() + kernels
+    ex_burn_core::program::loop_runs() + ex_burn_core::kernels::counts().fused_launches
 }
 
-/// Whether the test device fuses element-wise runs (the CPU, and CUDA with NVRTC).
+/// Whether the test device fuses element-wise runs (the CPU, and CUDA with its kernels and
+/// NVRTC).
 fn fuses() -> bool {
     match dev() {
         Device::Cpu => true,
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) => ex_burn_core::cuda::elementwise::available(),
-        _ => false,
+        _ => kernels_fuse(),
     }
 }
 
@@ -809,7 +805,6 @@ fn runs_with_steps_on_broadcast_operands_only_match_op_by_op_evaluation() {
             &want,
             &format!("mean read after the run: {mean_live}"),
         );
-        #[cfg(feature = "cuda")]
         if matches!(dev(), Device::Cuda(_)) && fuses() {
             assert_eq!(
                 fused,

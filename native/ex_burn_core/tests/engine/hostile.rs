@@ -2,7 +2,7 @@
 //! with an error naming the problem, or answers what Nx answers, before anything large is
 //! allocated. None of them may panic or abort.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::{DType, Op};
 
 const HUGE: usize = usize::MAX;

@@ -2,7 +2,7 @@
 //! on them runs as scalar kernels with the same values as op-by-op evaluation, for literals
 //! of every type the path takes (f32, f64, integers, wrapped unsigned ones) on either side.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::program::{literal_steps, Instr};
 use ex_burn_core::{DType, Op, Program, Scalar, Tensor};
 

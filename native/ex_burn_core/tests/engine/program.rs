@@ -1,4 +1,4 @@
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::program::Instr;
 use ex_burn_core::{guard, DType, Op, Program};
 

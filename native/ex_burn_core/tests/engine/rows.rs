@@ -3,7 +3,7 @@
 //! kernel each; sums may differ from Burn's reduction kernel in the last bits (another order
 //! of additions), everything else is exact. Elsewhere the same programs run op by op.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::{DType, Op, Program, Tensor};
 
 fn bin(op: Arith) -> Op {
@@ -37,19 +37,12 @@ fn data(n: usize, cols: usize, seed: u64, special: bool) -> Vec<f64> {
 
 /// Row regions this thread ran as one kernel.
 fn regions() -> u64 {
-    #[cfg(feature = "cuda")]
-    return ex_burn_core::program::row_regions();
-    #[cfg(not(feature = "cuda"))]
-    0
+    ex_burn_core::program::row_regions()
 }
 
 /// Whether the test device runs row regions as kernels.
 fn fuses_rows() -> bool {
-    #[cfg(feature = "cuda")]
-    if matches!(dev(), ex_burn_core::Device::Cuda(_)) {
-        return ex_burn_core::cuda::elementwise::available();
-    }
-    false
+    matches!(dev(), ex_burn_core::Device::Cuda(_)) && kernels_fuse()
 }
 
 /// Runs `prog` and op by op; asserts equal shapes and values within `tol` (relative to
@@ -299,10 +292,7 @@ fn regions_stop_where_they_cannot_hold_an_instruction() {
 
 /// Results written over an operand's buffer on CUDA, where nothing else holds it.
 fn reused() -> u64 {
-    #[cfg(feature = "cuda")]
-    return ex_burn_core::cuda::elementwise::reused_buffers();
-    #[cfg(not(feature = "cuda"))]
-    0
+    ex_burn_core::kernels::counts().reused_buffers
 }
 
 /// A softmax over a product made inside the program, which the region reads for the last

@@ -6,7 +6,7 @@
 //! values. It runs in place of the program on NVIDIA GPUs (where row regions fuse the
 //! recomputation); `Program::scheduled` gives it on any device.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::{DType, Op, Program, Tensor};
 
 fn bin(op: Arith) -> Op {

@@ -1,4 +1,4 @@
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::{DType, Device, Error, Op, Tensor};
 
 #[test]

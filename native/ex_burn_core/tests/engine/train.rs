@@ -1,6 +1,6 @@
 //! Native training: models, exact gradients, optimizers, epochs, checkpoints.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::train::model::{CompileOptions, Data};
 use ex_burn_core::train::optim::{Kind, OptimConfig};
 use ex_burn_core::train::spec::{Activation, LayerOp, LayerSpec, ModelSpec};
@@ -278,7 +278,7 @@ fn set_parameters_replaces_values() {
         .map(|(n, t)| (n.clone(), t.cast(DType::F32).unwrap()))
         .map(|(n, t)| {
             let z = vec![0.5; t.numel()];
-            (n, crate::common::t(&z, t.shape(), DType::F32))
+            (n, super::common::t(&z, t.shape(), DType::F32))
         })
         .collect();
     m.set_parameters(&zeros, None, false).unwrap();

@@ -1,8 +1,8 @@
 //! Training mathematics checked by hand: each optimizer's first steps, exact gradients
 //! against finite differences (f64), clipping, accumulation, frozen layers.
 
-use crate::common::*;
-use crate::train::{blobs, mlp, opts};
+use super::common::*;
+use super::train::{blobs, mlp, opts};
 use ex_burn_core::train::model::CompileOptions;
 use ex_burn_core::train::model::Data;
 use ex_burn_core::train::optim::Kind;

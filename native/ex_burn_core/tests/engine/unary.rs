@@ -1,4 +1,4 @@
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::{DType, Op, Tensor};
 
 fn run(op: Op, x: &[f64]) -> Vec<f64> {

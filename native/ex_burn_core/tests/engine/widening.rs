@@ -1,6 +1,6 @@
 //! Ops Burn's CPU backend implements for some types only, computed exactly in a wider type.
 
-use crate::common::*;
+use super::common::*;
 use ex_burn_core::op::TieBreak;
 use ex_burn_core::{DType, Op};
 

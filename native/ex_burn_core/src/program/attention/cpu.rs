@@ -2,7 +2,8 @@
 //! scores by the GEMM into a scratch block, the steps and the softmax row by row with the
 //! unfused program's f32 operations, the product with `v` by the GEMM.
 
-use super::{broadcast_strides, Operands, Scale};
+use super::{Operands, Scale};
+use crate::kernels::broadcast_strides;
 use crate::op::host_gemm::gemm_into;
 use crate::op::view::View;
 use crate::{DType, Device, Result, Tensor};

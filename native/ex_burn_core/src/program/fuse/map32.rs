@@ -14,54 +14,13 @@
 
 use super::{on_threads, Run, CHUNK};
 use crate::dtype::Kind;
+use crate::kernels::{Comparison, DeviceKernels, Exact, Layout, Map, MapRun, Src, Stage};
 use crate::op::exact32::{self, Fun};
 use crate::op::{self, Op};
 use crate::op::{Arith, Compare, Unary};
 use crate::{DType, Device, Error, Result, Tensor};
 use burn::tensor::TensorData;
 use std::mem::MaybeUninit;
-
-/// Where an operand of a step comes from.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Src {
-    /// The result of an earlier step of the run.
-    Stage(usize),
-    /// An external tensor (index into the plan's external operands).
-    Ext(usize),
-    /// A scalar, broadcast.
-    Const(f32),
-}
-
-/// How element `i` of the run's (row-major) output reads an external operand.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Layout {
-    /// The operand has the run's shape: element `i`.
-    Full,
-    /// The operand's shape is a trailing part of the run's (a bias row): element `i % len`.
-    Rows(usize),
-    /// The operand's shape is a leading part of the run's, then unit axes (a per-row
-    /// statistic kept with `keep_axes`): element `i / inner`.
-    Columns(usize),
-}
-
-impl Layout {
-    /// How an operand of shape `s` broadcasts to `full` (`None`: not one of the layouts).
-    pub(super) fn of(s: &[usize], full: &[usize]) -> Option<Layout> {
-        if s == full {
-            return Some(Layout::Full);
-        }
-        let lead = s.iter().take_while(|&&d| d == 1).count();
-        let rest = &s[lead..];
-        if s.len() <= full.len() && full.ends_with(rest) {
-            return Some(Layout::Rows(rest.iter().product()));
-        }
-        let keep = s.len() - s.iter().rev().take_while(|&&d| d == 1).count();
-        if s.len() == full.len() && s[..keep] == full[..keep] {
-            return Some(Layout::Columns(full[keep..].iter().product()));
-        }
-        None
-    }
-}
 
 /// An external operand: its values (row-major) and how the run reads them.
 pub(super) struct Ext {
@@ -71,98 +30,51 @@ pub(super) struct Ext {
     pub(super) layout: Layout,
 }
 
-/// The per-element function of a step.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Map {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    /// Nx `max`: the left operand where it is greater or NaN, else the right one (the op
-    /// table's `min_max`, element by element).
-    Max,
-    /// Nx `min`, as `Max` with "less".
-    Min,
-    /// `powf`, except exponents 2 and 3 given as constants: the products rounded once (the
-    /// op table's `small_power`).
-    Pow,
-    /// An IEEE comparison of f32 operands; its result is a mask (1.0 or 0.0) that only other steps read.
-    Cmp(Compare),
-    Neg,
-    Abs,
-    Sqrt,
-    /// `1 / sqrt(x)`, each rounded (the op table's `recip(sqrt(x))`).
-    Rsqrt,
-    Exp,
-    Log,
-    Sin,
-    Cos,
-    Tanh,
-    /// `sin`/`cos`/`tanh` by the correctly rounded kernels, as the op table computes them
-    /// on CPUs that have them.
-    Exact(Fun),
-}
-
-impl Map {
-    /// The map of `op` when its operands are f32 (`None`: not handled here).
-    fn of(op: &Op) -> Option<Map> {
-        let f32_out = |out: &Option<DType>| matches!(out, None | Some(DType::F32));
-        if let Op::Unary(u) = op {
-            if let Some(fun) = Fun::of(*u).filter(|_| exact32::available()) {
-                return Some(Map::Exact(fun));
-            }
+/// The map of `op` when its operands are f32 (`None`: not handled here).
+fn map_of(op: &Op) -> Option<Map> {
+    let f32_out = |out: &Option<DType>| matches!(out, None | Some(DType::F32));
+    if let Op::Unary(u) = op {
+        if let Some(fun) = Fun::of(*u).filter(|_| exact32::available()) {
+            return Some(Map::Exact(match fun {
+                Fun::Sin => Exact::Sin,
+                Fun::Cos => Exact::Cos,
+                Fun::Tanh => Exact::Tanh,
+            }));
         }
-        Some(match op {
-            Op::Binary { op: f, out } if f32_out(out) => match f {
-                Arith::Add => Map::Add,
-                Arith::Subtract => Map::Sub,
-                Arith::Multiply => Map::Mul,
-                Arith::Divide => Map::Div,
-                Arith::Pow => Map::Pow,
-                Arith::Max => Map::Max,
-                Arith::Min => Map::Min,
-                _ => return None,
-            },
-            Op::Compare(c) => Map::Cmp(*c),
-            Op::Unary(u) => match u {
-                Unary::Neg => Map::Neg,
-                Unary::Abs => Map::Abs,
-                Unary::Sqrt => Map::Sqrt,
-                Unary::Rsqrt => Map::Rsqrt,
-                Unary::Exp => Map::Exp,
-                Unary::Log => Map::Log,
-                Unary::Sin => Map::Sin,
-                Unary::Cos => Map::Cos,
-                Unary::Tanh => Map::Tanh,
-                _ => return None,
-            },
+    }
+    Some(match op {
+        Op::Binary { op: f, out } if f32_out(out) => match f {
+            Arith::Add => Map::Add,
+            Arith::Subtract => Map::Sub,
+            Arith::Multiply => Map::Mul,
+            Arith::Divide => Map::Div,
+            Arith::Pow => Map::Pow,
+            Arith::Max => Map::Max,
+            Arith::Min => Map::Min,
             _ => return None,
-        })
-    }
-
-    fn binary(self) -> bool {
-        matches!(
-            self,
-            Map::Add
-                | Map::Sub
-                | Map::Mul
-                | Map::Div
-                | Map::Pow
-                | Map::Max
-                | Map::Min
-                | Map::Cmp(_)
-        )
-    }
-}
-
-/// One instruction of the run: its map and operands (a constant instruction has no map).
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Stage {
-    Const(f32),
-    Unary(Map, Src),
-    Binary(Map, Src, Src),
-    /// Nx `select(pred, on_true, on_false)`: `pred` is true where it is not 0 (NaN included).
-    Select(Src, Src, Src),
+        },
+        Op::Compare(c) => Map::Cmp(match c {
+            Compare::Equal => Comparison::Equal,
+            Compare::NotEqual => Comparison::NotEqual,
+            Compare::Less => Comparison::Less,
+            Compare::LessEqual => Comparison::LessEqual,
+            Compare::Greater => Comparison::Greater,
+            Compare::GreaterEqual => Comparison::GreaterEqual,
+        }),
+        Op::Unary(u) => match u {
+            Unary::Neg => Map::Neg,
+            Unary::Abs => Map::Abs,
+            Unary::Sqrt => Map::Sqrt,
+            Unary::Rsqrt => Map::Rsqrt,
+            Unary::Exp => Map::Exp,
+            Unary::Log => Map::Log,
+            Unary::Sin => Map::Sin,
+            Unary::Cos => Map::Cos,
+            Unary::Tanh => Map::Tanh,
+            _ => return None,
+        },
+        _ => return None,
+    })
 }
 
 /// A run compiled to f32 loops.
@@ -190,8 +102,7 @@ pub(super) enum Ty {
     Mask,
     Const(DType),
     /// Whole numbers of an integer type small enough to be exact in f32 (a count of mask
-    /// elements), computed in f32 (only row regions make them, on CUDA).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    /// elements), computed in f32 (only row regions make them).
     Count(DType),
 }
 
@@ -215,16 +126,13 @@ impl Ty {
         }
     }
 
-    /// The tensor a kernel reads for an operand of this type: masks as f32 1.0/0.0.
+    /// The tensor a kernel reads for an operand of this type: masks as f32 1.0/0.0 (a
+    /// broadcast mask cast before it is broadcast, off the host).
     pub(super) fn operand(self, t: &Tensor, device: Device) -> Result<Tensor> {
         match self {
-            #[cfg(feature = "cuda")]
-            Ty::Mask if matches!(device, Device::Cuda(_)) => crate::cuda::elementwise::mask_f32(t),
+            Ty::Mask if !device.is_host() => op::shape::mask_f32(t),
             Ty::Mask => t.cast(DType::F32),
-            _ => {
-                let _ = device;
-                Ok(t.clone())
-            }
+            _ => Ok(t.clone()),
         }
     }
 }
@@ -257,7 +165,7 @@ fn declared_out(op: &Op) -> Option<DType> {
 pub(super) fn stage(op: &Op, srcs: &[Src], tys: &[Ty]) -> Option<(Stage, Ty)> {
     let map = match op {
         Op::Select { .. } => None,
-        op => Some(Map::of(op)?),
+        op => Some(map_of(op)?),
     };
     let out = declared_out(op);
     Some(match (map, srcs, tys) {
@@ -330,7 +238,7 @@ impl Plan {
                 kinds.push((Ty::Const(*dtype), false));
                 continue;
             }
-            if !matches!(op, Op::Select { .. }) && Map::of(op).is_none() {
+            if !matches!(op, Op::Select { .. }) && map_of(op).is_none() {
                 return Ok(None);
             }
             let mut srcs = Vec::with_capacity(3);
@@ -433,6 +341,39 @@ impl Plan {
                     .ok_or_else(|| Error::Execution("missing output".into())),
             })
             .collect()
+    }
+
+    /// Runs the plan over `n` elements as one kernel of the device kernels `k`; the live
+    /// results (shaped `shape`) in instruction order, or `None` where the kernels decline.
+    pub(super) fn on_device(
+        &self,
+        k: &dyn DeviceKernels,
+        n: usize,
+        live_out: &[bool],
+        shape: &[usize],
+    ) -> Result<Option<Vec<Option<Tensor>>>> {
+        let written = self.written(live_out);
+        let run = MapRun {
+            steps: &self.steps,
+            operands: self
+                .ext
+                .iter()
+                .map(|e| (e.tensor.operand(), e.layout))
+                .collect(),
+            written: &written,
+            shape,
+        };
+        let Some(results) = k.map_run(&run)? else {
+            return Ok(None);
+        };
+        crate::profile::note_detail(|| {
+            format!("{n} elements, {} in, {} out", self.ext.len(), written.len())
+        });
+        let computed = results
+            .into_iter()
+            .map(|p| Tensor::from_kernel(p, shape.to_vec()))
+            .collect();
+        self.results(live_out, computed).map(Some)
     }
 
     /// Runs the plan over `n` elements in `chunks` on `workers` threads; returns the live
@@ -675,14 +616,21 @@ fn unary(m: Map, a: Arg, out: &mut [f32]) {
         Map::Rsqrt => map1(a, out, |x| 1.0 / x.sqrt()),
         Map::Exp => map1(a, out, f32::exp),
         Map::Log => map1(a, out, f32::ln),
-        Map::Exact(fun) => match a {
-            Arg::Slice(a) => exact32::apply(fun, a, out),
-            Arg::Scalar(x) => {
-                let mut v = [0f32];
-                exact32::apply(fun, &[x], &mut v);
-                out.fill(v[0]);
+        Map::Exact(e) => {
+            let fun = match e {
+                Exact::Sin => Fun::Sin,
+                Exact::Cos => Fun::Cos,
+                Exact::Tanh => Fun::Tanh,
+            };
+            match a {
+                Arg::Slice(a) => exact32::apply(fun, a, out),
+                Arg::Scalar(x) => {
+                    let mut v = [0f32];
+                    exact32::apply(fun, &[x], &mut v);
+                    out.fill(v[0]);
+                }
             }
-        },
+        }
         Map::Sin => map1(a, out, f32::sin),
         Map::Cos => map1(a, out, f32::cos),
         Map::Tanh => map1(a, out, f32::tanh),
@@ -711,12 +659,12 @@ fn binary(m: Map, a: Arg, b: Arg, out: &mut [f32]) {
         Map::Cmp(c) => {
             let mask = |t: bool| if t { 1.0 } else { 0.0 };
             match c {
-                Compare::Equal => map2(a, b, out, |x, y| mask(x == y)),
-                Compare::NotEqual => map2(a, b, out, |x, y| mask(x != y)),
-                Compare::Less => map2(a, b, out, |x, y| mask(x < y)),
-                Compare::LessEqual => map2(a, b, out, |x, y| mask(x <= y)),
-                Compare::Greater => map2(a, b, out, |x, y| mask(x > y)),
-                Compare::GreaterEqual => map2(a, b, out, |x, y| mask(x >= y)),
+                Comparison::Equal => map2(a, b, out, |x, y| mask(x == y)),
+                Comparison::NotEqual => map2(a, b, out, |x, y| mask(x != y)),
+                Comparison::Less => map2(a, b, out, |x, y| mask(x < y)),
+                Comparison::LessEqual => map2(a, b, out, |x, y| mask(x <= y)),
+                Comparison::Greater => map2(a, b, out, |x, y| mask(x > y)),
+                Comparison::GreaterEqual => map2(a, b, out, |x, y| mask(x >= y)),
             }
         }
         _ => {}

@@ -1,20 +1,25 @@
-//! Row regions on NVIDIA GPUs: consecutive element-wise instructions and reductions over the
-//! same trailing axes (a softmax, a layer norm, and their gradients) as one kernel.
+//! Row regions: consecutive element-wise instructions and reductions over the same trailing
+//! axes (a softmax, a layer norm, and their gradients) planned for one kernel of the device
+//! kernels ([`crate::kernels::RowRegion`]; NVIDIA GPUs with the CUDA kernels).
 //!
 //! The region's shape `full` splits into `rows` (the leading axes) and `cols` (the reduced
-//! trailing axes). One block of threads computes one row: every element-wise step of the
-//! row's elements stays in registers, each reduction is a sum, max or min across the block,
-//! and values that only vary per row (the row's max, `1 / sqrt(var + eps)`) are computed once
-//! per row. Op by op, the same computation makes one pass over memory per op and one kernel
-//! per reduction. Element-wise steps compute what the op table computes (the stages of
-//! [`map32`]); sums add in another order than Burn's reduction kernel (rounding may differ in
-//! the last bits); `max`/`min` let NaN win, as Nx's.
+//! trailing axes). The kernel computes a row at a time: every element-wise step of the row's
+//! elements stays in registers, each reduction is a sum, max or min across the row, and values
+//! that only vary per row (the row's max, `1 / sqrt(var + eps)`) are computed once per row. Op
+//! by op, the same computation makes one pass over memory per op and one kernel per reduction.
+//! Element-wise steps compute what the op table computes (the stages of [`map32`]); sums add
+//! in another order than Burn's reduction kernel (rounding may differ in the last bits);
+//! `max`/`min` let NaN win, as Nx's.
 
-use super::map32::{self, Src, Stage, Ty};
+use super::map32::{self, Ty};
 use super::Run;
+use crate::kernels::{DeviceKernels, Fold, Level, RowOperand, RowRegion, Src, Stage};
 use crate::op::util::broadcast_shape;
 use crate::op::{Op, ReduceKind};
 use crate::{DType, Error, Result, Tensor};
+
+/// One instruction of a region.
+type Step = crate::kernels::RowStep;
 
 thread_local! {
     /// Row regions this thread ran as one kernel (see [`row_regions`]).
@@ -27,73 +32,12 @@ pub fn row_regions() -> u64 {
     REGIONS.with(|c| c.get())
 }
 
-/// Threads per block at most.
-const MAX_BLOCK: usize = 256;
-
-/// Elements of a row one thread computes at most (kept in registers): rows up to 512 with a
-/// warp per row, 4,096 with 256 threads, 16,384 with 1,024.
-const MAX_PER_THREAD: usize = 16;
-
-/// How a row kernel's threads cover the rows: `threads` per block, `lanes` of them per row
-/// (a warp, or the whole block), each computing `per` elements of its row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Threads {
-    /// Threads per block.
-    pub threads: usize,
-    /// Threads per row: 32 (a warp per row, `threads / 32` rows per block) or `threads`.
-    pub lanes: usize,
-    /// Row elements per thread.
-    pub per: usize,
-}
-
-impl Threads {
-    /// Rows one block computes at a time.
-    pub(super) fn rows_per_block(&self) -> usize {
-        self.threads / self.lanes
-    }
-}
-
-/// Row elements of full-size operands one thread of a warp-per-row kernel holds at most:
-/// with more (the gradient of softmax reads seven operands), registers spill and a block per
-/// row is faster (on an H200: 190 us against 460 us for [96 * 512, 512]).
-const WARP_REGISTERS: usize = 48;
-
-/// What a value of the region varies with.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Level {
-    /// One value for the whole region (a constant).
-    Scalar,
-    /// One value per row.
-    Row,
-    /// One value per element.
-    Full,
-}
-
-/// A fold over each row.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Fold {
-    Sum,
-    Max,
-    Min,
-}
-
-/// One instruction of the region.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Step {
-    /// An element-wise stage (of any level).
-    Map(Stage),
-    /// A fold of a full-level value over its row.
-    Fold(Fold, Src),
-    /// A reshape or broadcast: the same numbers.
-    Same(Src),
-}
-
 /// An external tensor operand and how the kernel reads it.
-pub(super) struct External {
+struct External {
     /// The operand (f32; masks cast to f32).
-    pub(super) tensor: Tensor,
+    tensor: Tensor,
     /// Per element, or once per row.
-    pub(super) level: Level,
+    level: Level,
     /// The program's value it is (`tensor` itself unless it is a mask cast to f32).
     value: Option<usize>,
     /// Whether the program handed its own tensor over (read for the last time here): a
@@ -104,20 +48,20 @@ pub(super) struct External {
 /// A region compiled for one kernel.
 pub(super) struct Plan {
     /// The instructions.
-    pub(super) steps: Vec<Step>,
+    steps: Vec<Step>,
     /// Each step's level.
-    pub(super) levels: Vec<Level>,
+    levels: Vec<Level>,
     /// Each step's shape (as Nx has it).
-    pub(super) shapes: Vec<Vec<usize>>,
+    shapes: Vec<Vec<usize>>,
     /// Each step's type.
     tys: Vec<Ty>,
     /// External operands.
-    pub(super) ext: Vec<External>,
+    ext: Vec<External>,
     /// The region's shape.
-    pub(super) full: Vec<usize>,
+    full: Vec<usize>,
     /// Rows (the product of the leading axes) and their length (of the reduced axes).
-    pub(super) rows: usize,
-    pub(super) cols: usize,
+    rows: usize,
+    cols: usize,
 }
 
 /// The outcome of planning at an instruction.
@@ -253,8 +197,8 @@ fn external_level(g: &Geometry, s: &[usize]) -> Option<Level> {
 /// Plans the longest region starting at `instrs[0]` (value number `first`; earlier values
 /// in `values`): element-wise instructions, reductions (sum, max, min) over the trailing
 /// axes of one shape, and reshapes and broadcasts of per-row values, with at least one
-/// reduction.
-pub(super) fn plan(run: &Run, values: &[Option<Tensor>]) -> Result<Attempt> {
+/// reduction, whose rows are at most `max_cols` long (what the kernels take).
+pub(super) fn plan(run: &Run, values: &[Option<Tensor>], max_cols: usize) -> Result<Attempt> {
     let (instrs, first) = (run.instrs, run.first);
     // Pass 1: the shapes, and the geometry from the first reduction over trailing axes.
     let mut shapes: Vec<Vec<usize>> = Vec::new();
@@ -291,7 +235,7 @@ pub(super) fn plan(run: &Run, values: &[Option<Tensor>]) -> Result<Attempt> {
     };
     let rows: usize = g.full[..g.lead].iter().product();
     let cols: usize = g.full[g.lead..].iter().product();
-    if rows == 0 || cols == 0 || cols.div_ceil(1024) > MAX_PER_THREAD {
+    if rows == 0 || cols == 0 || cols > max_cols {
         return Ok(Attempt::Skip(shapes.len().max(1)));
     }
     // Pass 2: each instruction's step, level and type, up to the first that does not fit.
@@ -460,34 +404,6 @@ impl Plan {
         }
     }
 
-    /// How the kernel's threads cover the rows (see [`Threads`]).
-    pub(super) fn threads(&self) -> Threads {
-        let full_inputs = self.ext.iter().filter(|e| e.level == Level::Full).count();
-        if self.cols <= 32 * MAX_PER_THREAD
-            && full_inputs * self.cols.div_ceil(32) <= WARP_REGISTERS
-        {
-            // short rows (attention's 512) of few operands: a warp per row, reductions by
-            // shuffles alone; a block per row of a few elements per thread spent its time in
-            // the block's synchronisations (softmax over [96 * 512, 512] on an H200: 72 us
-            // against 113 us)
-            return Threads {
-                threads: MAX_BLOCK,
-                lanes: 32,
-                per: self.cols.div_ceil(32),
-            };
-        }
-        let threads = if self.cols > MAX_BLOCK * MAX_PER_THREAD {
-            1024
-        } else {
-            MAX_BLOCK
-        };
-        Threads {
-            threads,
-            lanes: threads,
-            per: self.cols.div_ceil(threads),
-        }
-    }
-
     /// Takes over from `values` the full-size operands that `dies` says the region reads
     /// for the last time (the program's own tensors, so that when nothing else holds their
     /// buffers a result can be written over one; see [`Plan::give_back`]).
@@ -516,35 +432,13 @@ impl Plan {
         }
     }
 
-    /// For each written result (in order), the operand whose buffer it may be written over:
-    /// a donated full-size operand of as many elements that no other tensor holds.
-    fn reuse(&self, written: &[usize]) -> Vec<Option<usize>> {
-        let mut used = vec![false; self.ext.len()];
-        written
-            .iter()
-            .map(|&k| {
-                let count: usize = self.shapes[k].iter().product();
-                if self.levels[k] != Level::Full || count != self.rows * self.cols {
-                    return None;
-                }
-                let j = (0..self.ext.len()).find(|&j| {
-                    !used[j]
-                        && self.ext[j].donated
-                        && crate::cuda::elementwise::reusable(&self.ext[j].tensor, count)
-                })?;
-                used[j] = true;
-                Some(j)
-            })
-            .collect()
-    }
-
     /// Runs the region (its results read after it: `live_out`; `literal(k)`: the kept tensor
-    /// of constant step `k`) as one kernel; the live results in instruction order, or `None`
-    /// where the kernel does not apply (a mask, count or scalar read after the region).
-    /// Results may be written over donated operands (see [`Plan::take_last_reads`]): each
-    /// thread reads all of its elements of every operand before it writes any.
+    /// of constant step `k`) as one kernel of `kernels`; the live results in instruction order,
+    /// or `None` where the kernel does not apply (a mask, count or scalar read after the
+    /// region). Results may be written over donated operands (see [`Plan::take_last_reads`]).
     pub(super) fn execute(
         &self,
+        kernels: &dyn DeviceKernels,
         live_out: &[bool],
         literal: &dyn Fn(usize) -> Result<Tensor>,
     ) -> Result<Option<Vec<Option<Tensor>>>> {
@@ -558,39 +452,42 @@ impl Plan {
                 _ => written.push(k),
             }
         }
-        let Some(strides) = super::gpu::operand_strides(self.ext.iter().map(|e| &e.tensor)) else {
+        let region = RowRegion {
+            steps: &self.steps,
+            levels: &self.levels,
+            shapes: &self.shapes,
+            operands: self
+                .ext
+                .iter()
+                .map(|e| RowOperand {
+                    operand: e.tensor.operand(),
+                    level: e.level,
+                    donated: e.donated,
+                })
+                .collect(),
+            full: &self.full,
+            rows: self.rows,
+            cols: self.cols,
+            written: &written,
+        };
+        let Some(computed) = kernels.row_region(&region)? else {
             return Ok(None);
         };
-        let reuse = self.reuse(&written);
-        let restrict = reuse.iter().all(Option::is_none);
-        let Some(code) = super::gpu::row_source(self, &written, &strides, restrict) else {
-            return Ok(None);
-        };
-        let inputs: Vec<&Tensor> = self.ext.iter().map(|e| &e.tensor).collect();
-        let shapes: Vec<Vec<usize>> = written.iter().map(|&k| self.shapes[k].clone()).collect();
-        let g = self.threads();
-        let Some(computed) = crate::cuda::elementwise::launch_rows(
-            &code,
-            &inputs,
-            &shapes,
-            self.rows,
-            (g.threads, g.rows_per_block()),
-            &reuse,
-        )?
-        else {
-            return Ok(None);
-        };
+        drop(region);
         REGIONS.with(|c| c.set(c.get() + 1));
         crate::profile::note_detail(|| {
             format!(
                 "{}x{} rows, {} in, {} out",
                 self.rows,
                 self.cols,
-                inputs.len(),
-                shapes.len()
+                self.ext.len(),
+                written.len()
             )
         });
-        let mut computed = computed.into_iter();
+        let mut computed = written
+            .iter()
+            .zip(computed)
+            .map(|(&k, p)| Tensor::from_kernel(p, self.shapes[k].clone()));
         live_out
             .iter()
             .enumerate()
@@ -621,10 +518,10 @@ mod tests {
         }
     }
 
-    /// A masked softmax over [6, 300] plans as one region of every instruction, and its CUDA
-    /// C compiles with NVRTC where the library is found (no GPU needed).
+    /// A masked softmax over [6, 300] plans as one region of every instruction (the CUDA
+    /// crate's `a_softmax_region_compiles` compiles this region's kernel).
     #[test]
-    fn a_softmax_region_plans_and_its_source_compiles() {
+    fn a_softmax_region_plans() {
         let x =
             Tensor::from_bytes(&[0u8; 6 * 300 * 4], &[6, 300], DType::F32, Device::Cpu).unwrap();
         let m = x.cast(DType::U8).unwrap().to_bool();
@@ -658,30 +555,33 @@ mod tests {
             first: 2,
             literals: &[],
         };
-        let Attempt::Region(plan, len) = plan(&run, &values).unwrap() else {
+        let Attempt::Region(plan, len) = plan(&run, &values, 16 * 1024).unwrap() else {
             panic!("no region");
         };
         assert_eq!(len, instrs.len());
-        let warp = Threads {
-            threads: 256,
-            lanes: 32,
-            per: 10,
-        };
-        assert_eq!((plan.rows, plan.cols, plan.threads()), (6, 300, warp));
-        let strides: Vec<Vec<usize>> = plan
+        assert_eq!((plan.rows, plan.cols), (6, 300));
+        assert_eq!(
+            format!("{:?}", plan.steps),
+            "[Map(Const(8.0)), Map(Binary(Div, Ext(0), Const(8.0))), Map(Const(-1000000000.0)), \
+             Map(Select(Ext(1), Stage(1), Const(-1000000000.0))), Fold(Max, Stage(3)), \
+             Map(Binary(Sub, Stage(3), Stage(4))), Map(Unary(Exp, Stage(5))), \
+             Fold(Sum, Stage(6)), Map(Binary(Div, Stage(6), Stage(7)))]"
+        );
+        use Level::{Full, Row};
+        let one = Level::Scalar;
+        let levels = [one, Full, one, Full, Row, Full, Full, Row, Full];
+        assert_eq!(plan.levels, levels);
+        let ext: Vec<(&[usize], Level)> = plan
             .ext
             .iter()
-            .map(|e| match e.tensor.shape() {
-                [] => vec![1],
-                s => (0..s.len()).map(|a| s[a + 1..].iter().product()).collect(),
-            })
+            .map(|e| (e.tensor.shape(), e.level))
             .collect();
-        for restrict in [true, false] {
-            let source =
-                crate::program::fuse::gpu::row_source(&plan, &[8, 4, 7], &strides, restrict)
-                    .unwrap();
-            assert_eq!(source.contains("__restrict__"), restrict);
-            crate::cuda::elementwise::assert_compiles(&source);
-        }
+        assert_eq!(ext, [(&[6, 300][..], Full), (&[6, 300][..], Full)]);
+        // rows longer than the kernels take are not planned
+        assert!(matches!(plan_at(&run, &values, 299), Attempt::Skip(_)));
+    }
+
+    fn plan_at(run: &Run, values: &[Option<Tensor>], max_cols: usize) -> Attempt {
+        plan(run, values, max_cols).unwrap()
     }
 }

@@ -1,4 +1,5 @@
-//! The CUDA kernel of a fused attention (see the parent module): one block per batch matrix
+//! The CUDA kernel of a fused attention (`softmax(f(Q Kᵀ)) V` as the engine's
+//! `program::attention` plans it, [`AttentionCall`]): one block per batch matrix
 //! and block of [`ROWS`] query rows, each warp 16 of those rows. Keys and values come in
 //! blocks of [`KEYS`] through shared memory; a warp computes its scores with TF32 tensor-core
 //! products (`mma.sync` m16n8k8, as the GPU's f32 `dot` multiplies by default), applies the
@@ -11,12 +12,13 @@
 //! NaN score (NaN wins the maximum) or a `+inf` one makes its row NaN, a row whose every
 //! score is `-inf` is NaN. Not taken (the instructions run op by op): products asking for
 //! full f32 accuracy, products small enough that op by op they are not TF32 (below
-//! `cuda::gemm::threshold`: full f32, or exact), head sizes above 128, GPUs before compute
+//! [`crate::gemm::threshold`]: full f32, or exact), head sizes above 128, GPUs before compute
 //! capability 8.0.
 
-use super::{broadcast_strides, Operands, Scale};
-use crate::cuda::elementwise;
-use crate::{Result, Tensor};
+use crate::elementwise;
+use burn::DispatchTensor;
+use ex_burn_core::kernels::{broadcast_strides, AttentionCall, AttentionSizes, Operand, ScoreStep};
+use ex_burn_core::Result;
 use std::fmt::Write;
 
 /// Query rows per block (16 per warp).
@@ -47,11 +49,12 @@ struct Layout {
     col: usize,
 }
 
-/// The attention of `ops` with `nb` batch axes on the GPU, when every operand is an f32 CUDA
-/// tensor of the expected shapes and the kernel takes them; `Ok(None)` otherwise.
-pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
-    let (q, k, v) = (ops.q, ops.k, ops.v);
-    let Some(sizes) = ops.sizes(nb) else {
+/// The attention `call` on the GPU, when every operand is an f32 CUDA tensor of the
+/// expected shapes (predicates f32 or boolean) and the kernel takes them; `Ok(None)`
+/// otherwise.
+pub fn run(call: &AttentionCall) -> Result<Option<DispatchTensor>> {
+    let (nb, q, k, v) = (call.batch_axes, call.q, call.k, call.v);
+    let Some(sizes) = AttentionSizes::of(nb, q.shape, k.shape, v.shape) else {
         return Ok(None);
     };
     let (batch, nbatch, (sq, d, sk, dv)) = (sizes.batch, sizes.matrices(), sizes.dims());
@@ -65,16 +68,13 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     }
     // only where the op-by-op products multiply in TF32 too (smaller ones are full f32 or,
     // below `EXACT_F32_WORK`, exact)
-    if work.is_none_or(|w| w <= crate::op::EXACT_F32_WORK || w < crate::cuda::gemm::threshold()) {
+    if work.is_none_or(|w| w <= ex_burn_core::op::EXACT_F32_WORK || w < crate::gemm::threshold()) {
         return Ok(None);
     }
-    let Some(index) = (match q.device() {
-        crate::Device::Cuda(i) => Some(i),
-        _ => None,
-    }) else {
+    let Some(index) = crate::queue::cube(q.prim).map(|c| c.device.index) else {
         return Ok(None);
     };
-    if crate::cuda::compute_capability(index)?.0 < 8 {
+    if crate::device::compute_capability(index)?.0 < 8 {
         return Ok(None);
     }
     let blocks = nbatch.checked_mul(sq.div_ceil(ROWS));
@@ -83,9 +83,9 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     };
     let scores: Vec<usize> = [batch, &[sq, sk]].concat();
     // a mask as the kernel reads it: its element type and layout over the scores' axes
-    let layout = |t: &Tensor| -> Option<(&'static str, Layout)> {
+    let layout = |t: Operand| -> Option<(&'static str, Layout)> {
         let (ty, st) = elementwise::operand_layout(t)?;
-        let full = broadcast_strides(t.shape(), &st, &scores)?;
+        let full = broadcast_strides(t.shape, &st, &scores)?;
         Some((
             ty,
             Layout {
@@ -96,7 +96,7 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
         ))
     };
     // q, k, v as [batch.., rows, cols] over their own axes
-    let own = |t: &Tensor| -> Option<Layout> {
+    let own = |t: Operand| -> Option<Layout> {
         let st = elementwise::strides(t)?;
         (st.len() == nb + 2).then(|| Layout {
             batch: st[..nb].to_vec(),
@@ -107,26 +107,23 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     let (Some(ql), Some(kl), Some(vl)) = (own(q), own(k), own(v)) else {
         return Ok(None);
     };
-    // masks read as they are (f32 or boolean, broadcast views included), others cast to f32
-    let mut masks = Vec::new();
-    for (step, pred, _) in &ops.steps {
-        if let (Scale::Select { .. }, Some(p)) = (step, pred) {
-            masks.push(match elementwise::operand_layout(p) {
-                Some(_) => (*p).clone(),
-                None => elementwise::mask_f32(p)?,
-            });
-        }
-    }
-    let selects = ops
+    // masks read as they are (f32 or boolean, broadcast views included; the engine cast
+    // others to f32)
+    let masks: Vec<Operand> = call
         .steps
         .iter()
-        .filter(|(s, _, _)| matches!(s, Scale::Select { .. }))
+        .filter_map(|&(step, pred, _)| pred.filter(|_| step == ScoreStep::Select))
+        .collect();
+    let selects = call
+        .steps
+        .iter()
+        .filter(|(s, _, _)| *s == ScoreStep::Select)
         .count();
     if masks.len() != selects {
         return Ok(None);
     }
     let mut mask_layouts = Vec::with_capacity(masks.len());
-    for m in &masks {
+    for &m in &masks {
         let Some(l) = layout(m) else { return Ok(None) };
         mask_layouts.push(l);
     }
@@ -140,10 +137,10 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     if stages(&shape).is_none() {
         return Ok(None);
     }
-    let steps: Vec<(Scale, f32)> = ops.steps.iter().map(|&(s, _, c)| (s, c)).collect();
+    let steps: Vec<(ScoreStep, f32)> = call.steps.iter().map(|&(s, _, c)| (s, c)).collect();
     let source = source(&shape, [&ql, &kl, &vl], &mask_layouts, &steps);
-    let mut inputs: Vec<&Tensor> = vec![q, k, v];
-    inputs.extend(masks.iter());
+    let mut inputs: Vec<Operand> = vec![q, k, v];
+    inputs.extend(masks);
     let out: Vec<usize> = [batch, &[sq, dv]].concat();
     Ok(elementwise::submit_for(
         BUILD,
@@ -198,10 +195,10 @@ fn mask_at(m: usize, l: &Layout, row: &str, col: &str) -> String {
 /// step exists), `LAST_MASK(row, col)` (the last `select`'s mask: where it is 0 every score is
 /// that step's fill, whatever came before) and `LAST_FILL` (that fill after the steps that
 /// follow it, as the kernel computes them).
-fn skipping(masks: &[(&str, Layout)], steps: &[(Scale, f32)]) -> String {
+fn skipping(masks: &[(&str, Layout)], steps: &[(ScoreStep, f32)]) -> String {
     let Some(last) = steps
         .iter()
-        .rposition(|(s, _)| matches!(s, Scale::Select { .. }))
+        .rposition(|(s, _)| matches!(s, ScoreStep::Select))
     else {
         return "#define SKIPPING 0\n".into();
     };
@@ -211,9 +208,9 @@ fn skipping(masks: &[(&str, Layout)], steps: &[(Scale, f32)]) -> String {
     let mut fill = float(steps[last].1);
     for &(step, c) in &steps[last + 1..] {
         fill = match step {
-            Scale::Divide(_) => format!("({fill} / {})", float(c)),
-            Scale::Multiply(_) => format!("({fill} * {})", float(c)),
-            Scale::Select { .. } => fill,
+            ScoreStep::Divide => format!("({fill} / {})", float(c)),
+            ScoreStep::Multiply => format!("({fill} * {})", float(c)),
+            ScoreStep::Select => fill,
         };
     }
     format!(
@@ -249,7 +246,7 @@ fn source(
     shape: &Shape,
     [q, k, v]: [&Layout; 3],
     masks: &[(&str, Layout)],
-    steps: &[(Scale, f32)],
+    steps: &[(ScoreStep, f32)],
 ) -> String {
     let (dp, dvp) = (padded(shape.d), padded(shape.dv));
     let stages = stages(shape).unwrap_or(1);
@@ -462,20 +459,20 @@ extern "C" __global__ void __launch_bounds__({threads}, 4) exburn_attention(cons
     let mut mask = 0;
     let last = steps
         .iter()
-        .rposition(|(s, _)| matches!(s, Scale::Select { .. }));
+        .rposition(|(s, _)| matches!(s, ScoreStep::Select));
     for (i, &(step, c)) in steps.iter().enumerate() {
         match step {
             // by a power of two: the product by its reciprocal is the same number
-            Scale::Divide(_) if exact_reciprocal(c) => {
+            ScoreStep::Divide if exact_reciprocal(c) => {
                 let _ = writeln!(s, "          x = x * {};", float(1.0 / c));
             }
-            Scale::Divide(_) => {
+            ScoreStep::Divide => {
                 let _ = writeln!(s, "          x = x / {};", float(c));
             }
-            Scale::Multiply(_) => {
+            ScoreStep::Multiply => {
                 let _ = writeln!(s, "          x = x * {};", float(c));
             }
-            Scale::Select { .. } if Some(i) == last => {
+            ScoreStep::Select if Some(i) == last => {
                 let _ = writeln!(
                     s,
                     "          if (!((lm >> (nt * 4 + j)) & 1u)) x = {};",
@@ -483,7 +480,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 4) exburn_attention(cons
                 );
                 mask += 1;
             }
-            Scale::Select { .. } => {
+            ScoreStep::Select => {
                 let _ = writeln!(
                     s,
                     "          if (row < SQ && {} == 0) x = {};",
@@ -612,10 +609,7 @@ mod tests {
         };
         let qkv = layout(&[512 * 2304, 64], 2304, 1);
         let mask = ("unsigned char", layout(&[0, 0], 512, 1));
-        let steps = [
-            (Scale::Divide(0), 8.0),
-            (Scale::Select { pred: 0, fill: 0 }, -1.0e9),
-        ];
+        let steps = [(ScoreStep::Divide, 8.0), (ScoreStep::Select, -1.0e9)];
         assert_eq!(stages(&shape), Some(2));
         let src = source(&shape, [&qkv, &qkv, &qkv], &[mask], &steps);
         elementwise::assert_compiles_for(BUILD.arch, &src);
@@ -630,7 +624,7 @@ mod tests {
         let l = layout(&[41 * 20], 20, 1);
         elementwise::assert_compiles_for(
             BUILD.arch,
-            &source(&odd, [&l, &l, &l], &[], &[(Scale::Multiply(0), 0.125)]),
+            &source(&odd, [&l, &l, &l], &[], &[(ScoreStep::Multiply, 0.125)]),
         );
         // the largest heads fit the shared memory
         let big = Shape {

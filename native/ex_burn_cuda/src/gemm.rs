@@ -32,15 +32,15 @@
 //! queued on CubeCL's device thread (`queue::submit`) and the calling thread goes on (on an
 //! H200 the lookups cost ~110 us of host time per product); one that fails there sets its
 //! result to NaN and reports the error at the next read ([`queue::check_failures`]).
-use super::queue::{self, driver, GpuResource, Nan, Output};
-use crate::dtype::Kind;
-use crate::op::Precision;
-use crate::{DType, Error, Result, Tensor};
+use crate::queue::{self, driver, GpuResource, Nan, Output};
+use burn::DispatchTensor;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl_cuda::CudaRuntime;
 use cubecl_runtime::server::Handle;
 use cudarc::cublas::sys as blas;
 use cudarc::driver::{result as drv, sys as drv_sys};
+use ex_burn_core::kernels::{Operand, Precision};
+use ex_burn_core::{DType, Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -330,13 +330,22 @@ fn compute_type(dtype: DType, precision: Precision) -> blas::cublasComputeType_t
 
 /// `[nb, m, k] x [nb, k, n]` (batch broadcast where one side has `nb` 1) by cuBLAS, or `None`
 /// when it does not apply (see the module documentation).
-pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<Option<Tensor>> {
-    let (sa, sb) = (a3.shape(), b3.shape());
-    if a3.kind() != Kind::Float || a3.rank() != 3 || b3.rank() != 3 || a3.dtype() != b3.dtype() {
+pub fn batched_matmul(
+    a3: Operand,
+    b3: Operand,
+    precision: Precision,
+) -> Result<Option<DispatchTensor>> {
+    let (sa, sb) = (a3.shape, b3.shape);
+    // float CUDA tensors of rank 3 and one type
+    let (Some(ta), Some(tb)) = (queue::cube(a3.prim), queue::cube(b3.prim)) else {
+        return Ok(None);
+    };
+    if sa.len() != 3 || sb.len() != 3 || ta.dtype != tb.dtype {
         return Ok(None);
     }
+    let dtype = DType::from_burn(ta.dtype).unwrap_or(DType::F32);
     let (nb, m, k, n) = (sa[0].max(sb[0]), sa[1], sa[2], sb[2]);
-    let Some(data_type) = blas_type(a3.dtype()) else {
+    let Some(data_type) = blas_type(dtype) else {
         return Ok(None);
     };
     let fits = |v: usize| i32::try_from(v).is_ok();
@@ -348,10 +357,6 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
     {
         return Ok(None);
     }
-    let (pa, pb) = (a3.prim(), b3.prim());
-    let (Some(ta), Some(tb)) = (queue::cube(&pa), queue::cube(&pb)) else {
-        return Ok(None);
-    };
     let (Some(la), Some(lb)) = (layout(ta), layout(tb)) else {
         return Ok(None);
     };
@@ -367,8 +372,8 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         a: la,
         b: lb,
         data_type,
-        compute: compute_type(a3.dtype(), precision),
-        nan: Nan::of(a3.dtype()),
+        compute: compute_type(dtype, precision),
+        nan: Nan::of(dtype),
     };
     let Some(out_handle) = launch(ta, tb, gemm)? else {
         return Ok(None);
@@ -377,8 +382,8 @@ pub fn batched_matmul(a3: &Tensor, b3: &Tensor, precision: Precision) -> Result<
         ta,
         out_handle,
         &[nb, m, n],
-        a3.dtype(),
-        pa.checkpointing,
+        dtype,
+        a3.prim.checkpointing,
     )))
 }
 
@@ -429,8 +434,8 @@ fn launch(
                 }
             },
         );
-        crate::profile::note("cublas");
-        crate::profile::note_detail(|| {
+        ex_burn_core::profile::note("cublas");
+        ex_burn_core::profile::note_detail(|| {
             let op = |l: Layout| if l.transposed { 'T' } else { 'N' };
             format!("cublas {nb}x{m}x{n}x{k} {}{}", op(la), op(lb))
         });
@@ -456,7 +461,7 @@ fn launch(
         drop((ra, rb, rc));
         CROSS.with(|c| c.fetch_add(u64::from(cross), Ordering::Relaxed));
         READY.with(|r| r.set(r.get() | device_bit(gemm.index)));
-        crate::profile::note("cublas[first]");
+        ex_burn_core::profile::note("cublas[first]");
     }
     PRODUCTS.with(|c| c.set(c.get() + 1));
     Ok(Some(out_handle))
@@ -522,7 +527,7 @@ fn foreign_matmul(
     Some(Box::new(CubeTensor::new_contiguous(
         ta.client.clone(),
         ta.device.clone(),
-        crate::tensor::prim_shape(&plan.shape),
+        ex_burn_core::tensor::prim_shape(&plan.shape),
         handle,
         out,
     )))

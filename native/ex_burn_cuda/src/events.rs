@@ -1,19 +1,16 @@
 //! CUDA events queued in order with this thread's GPU work, for the GPU-time profile
-//! (`EX_BURN_PROFILE=gpu`, `crate::profile`): an event recorded before and after each
+//! (`EX_BURN_PROFILE=gpu`, `ex_burn_core::profile`): an event recorded before and after each
 //! program step times the step on the GPU itself, apart from the time the GPU waited for
 //! the host to queue it.
 
-use super::queue::{self, driver, Nan, Output};
-use crate::{Error, Result};
+use crate::queue::{self, driver, Nan, Output};
 use burn_cubecl::tensor::CubeTensor;
 use cubecl_cuda::{CudaDevice, CudaRuntime};
 use cubecl_runtime::runtime::Runtime;
 use cudarc::driver::{result as drv, sys as drv_sys};
+use ex_burn_core::kernels::Mark;
+use ex_burn_core::{Error, Result};
 use std::sync::{Arc, Mutex};
-
-/// An event recorded on this thread's stream of a device once the work queued before it has
-/// been issued: its handle (as an integer) once the device thread has recorded it.
-pub(crate) type Mark = Arc<Mutex<Option<usize>>>;
 
 /// A one-element buffer on this thread's stream of CUDA device `index`, through which work
 /// is queued on that stream.
@@ -24,7 +21,7 @@ fn anchor(index: usize) -> CubeTensor<CudaRuntime> {
     CubeTensor::new_contiguous(
         client,
         device,
-        crate::tensor::prim_shape(&[1]),
+        ex_burn_core::tensor::prim_shape(&[1]),
         handle,
         burn::tensor::DType::F32,
     )
@@ -106,6 +103,6 @@ pub(crate) fn elapsed(index: usize, pairs: Vec<(Mark, Mark)>) -> Vec<Option<f64>
         }
         Ok(())
     });
-    let _ = crate::Device::Cuda(index).sync();
+    let _ = ex_burn_core::Device::Cuda(index).sync();
     results.lock().map(|r| r.clone()).unwrap_or_default()
 }

@@ -13,10 +13,9 @@
 //! (`enabled`), and the next read of any tensor to the host returns the error
 //! ([`check_failures`]).
 
-use crate::tensor::Prim;
-use crate::{DType, Error, Result, Tensor};
+use burn::DispatchTensor;
 use burn_cubecl::tensor::CubeTensor;
-use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
+use burn_dispatch::{BackendTensor, DispatchTensorKind};
 use cubecl_common::device::Device as _;
 use cubecl_common::device_handle::DeviceHandle;
 use cubecl_common::stream_id::StreamId;
@@ -25,6 +24,7 @@ use cubecl_runtime::runtime::Runtime;
 use cubecl_runtime::server::{Binding, ComputeServer, Handle};
 use cubecl_runtime::storage::ComputeStorage;
 use cudarc::driver::{result as drv, sys as drv_sys};
+use ex_burn_core::{DType, Error, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -55,34 +55,33 @@ impl Nan {
 }
 
 /// The CUDA tensor behind a float primitive, when it is one.
-pub(crate) fn cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
+pub(crate) fn cube(prim: &DispatchTensor) -> Option<&CubeTensor<CudaRuntime>> {
     match &prim.kind {
         DispatchTensorKind::Cuda(BackendTensor::Float(t)) => Some(t),
         _ => None,
     }
 }
 
-/// The float tensor of `shape` (contiguous) in buffer `handle`, an output of queued work on
-/// the device of `like`.
+/// The float primitive of logical shape `shape` (contiguous) in buffer `handle`, an output of
+/// queued work on the device of `like`.
 pub(crate) fn output(
     like: &CubeTensor<CudaRuntime>,
     handle: Handle,
     shape: &[usize],
     dtype: DType,
     checkpointing: burn_dispatch::CheckpointingStrategy,
-) -> Tensor {
+) -> DispatchTensor {
     let t = CubeTensor::new_contiguous(
         like.client.clone(),
         like.device.clone(),
-        crate::tensor::prim_shape(shape),
+        ex_burn_core::tensor::prim_shape(shape),
         handle,
         dtype.burn(),
     );
-    let prim = DispatchTensor {
+    DispatchTensor {
         kind: DispatchTensorKind::Cuda(BackendTensor::Float(t)),
         checkpointing,
-    };
-    Tensor::from_prim(prim, crate::dtype::Kind::Float, shape.to_vec())
+    }
 }
 
 /// An output of queued work: which binding, how many elements and their NaN.
@@ -168,7 +167,7 @@ pub(crate) fn submit<W>(
     W: FnOnce(&[&GpuResource], drv_sys::CUstream) -> Result<()> + Send + 'static,
 {
     let stream_id = StreamId::current();
-    let timed = crate::profile::gpu_mode();
+    let timed = ex_burn_core::profile::gpu_mode();
     DeviceHandle::<Server>::new(tensor.device.to_id()).submit(move |server: &mut Server| {
         let started = timed.then(std::time::Instant::now);
         let resources: Option<Vec<_>> = bindings
@@ -238,7 +237,7 @@ pub fn flush(index: usize) {
 
 /// Time CubeCL's device thread spent on ExBurn's queued work: pieces, nanoseconds looking up
 /// their buffers, nanoseconds in all (read by the GPU-time profile, `EX_BURN_PROFILE=gpu`).
-pub(crate) struct DeviceThreadTime {
+pub struct DeviceThreadTime {
     count: std::sync::atomic::AtomicU64,
     lookups: std::sync::atomic::AtomicU64,
     total: std::sync::atomic::AtomicU64,
@@ -254,7 +253,7 @@ impl DeviceThreadTime {
     }
 
     /// `(pieces, lookup time, total time)` since the last call.
-    pub(crate) fn take(&self) -> (u64, std::time::Duration, std::time::Duration) {
+    pub fn take(&self) -> (u64, std::time::Duration, std::time::Duration) {
         let ns = |a: &std::sync::atomic::AtomicU64| {
             std::time::Duration::from_nanos(a.swap(0, Ordering::Relaxed))
         };
@@ -267,7 +266,7 @@ impl DeviceThreadTime {
 }
 
 /// See [`DeviceThreadTime`].
-pub(crate) static DEVICE_THREAD: DeviceThreadTime = DeviceThreadTime {
+pub static DEVICE_THREAD: DeviceThreadTime = DeviceThreadTime {
     count: std::sync::atomic::AtomicU64::new(0),
     lookups: std::sync::atomic::AtomicU64::new(0),
     total: std::sync::atomic::AtomicU64::new(0),

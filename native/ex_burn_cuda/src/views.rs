@@ -8,21 +8,17 @@
 //! one copy by an element-wise kernel of ours. Two more of Burn's strided paths are kernels of
 //! ours here: `put_slice` (one pass writing the result) and f32 sums over leading axes.
 
-use super::elementwise::{
+use crate::elementwise::{
     self, f32_cube, grid, grid_loop, header, map_source, strided_index, submit,
 };
-use crate::dtype::Kind;
-use crate::{Result, Tensor};
 use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
+use ex_burn_core::kernels::Operand;
+use ex_burn_core::Result;
 
 /// The strides that read a tensor of `shape` stored with `strides` as `new` (same elements in
 /// row-major order) from the same buffer: each run of axes merged or split must be evenly
 /// strided; `None` where no strides can.
-pub(crate) fn view_strides(
-    shape: &[usize],
-    strides: &[usize],
-    new: &[usize],
-) -> Option<Vec<usize>> {
+pub fn view_strides(shape: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
     if shape.iter().product::<usize>() == 0 {
         return None;
     }
@@ -72,7 +68,7 @@ pub(crate) fn view_strides(
 }
 
 /// Whether `strides` are the row-major strides of `shape` (unit axes aside).
-pub(crate) fn contiguous(shape: &[usize], strides: &[usize]) -> bool {
+pub fn contiguous(shape: &[usize], strides: &[usize]) -> bool {
     let mut want = 1;
     shape.iter().zip(strides).rev().all(|(&d, &s)| {
         let ok = d == 1 || s == want;
@@ -83,28 +79,27 @@ pub(crate) fn contiguous(shape: &[usize], strides: &[usize]) -> bool {
 
 /// `t` (an f32 CUDA tensor stored with strides other than row-major) as `shape`: a view of
 /// its buffer where strides can express it, else its elements copied into a row-major buffer
-/// by one kernel. `None` where Burn's reshape only changes metadata (a row-major tensor) or
-/// this does not apply (another type or device).
-pub fn reshape(t: &Tensor, shape: &[usize]) -> Result<Option<Tensor>> {
-    let prim = t.as_prim();
+/// of `t`'s shape by one kernel (the engine reshapes that). `None` where Burn's reshape only
+/// changes metadata (a row-major tensor) or this does not apply (another type or device).
+pub fn reshape(t: Operand, shape: &[usize]) -> Result<Option<DispatchTensor>> {
+    let prim = t.prim;
     let Some(cube) = f32_cube(prim) else {
         return Ok(None);
     };
     let strides = cube.meta.strides().to_vec();
-    let have = t.shape();
+    let have = t.shape;
     if strides.len() != have.len() || contiguous(have, &strides) {
         return Ok(None);
     }
-    let dims = crate::tensor::prim_shape(shape);
+    let dims = ex_burn_core::tensor::prim_shape(shape);
     if let Some(view_strides) = view_strides(have, &strides, &dims) {
         let mut view = cube.clone();
         *view.meta.shape_mut() = dims;
         *view.meta.strides_mut() = view_strides.into_iter().collect();
-        let prim = DispatchTensor {
+        return Ok(Some(DispatchTensor {
             kind: DispatchTensorKind::Cuda(BackendTensor::Float(view)),
             checkpointing: prim.checkpointing,
-        };
-        return Ok(Some(Tensor::from_prim(prim, Kind::Float, shape.to_vec())));
+        }));
     }
     if !elementwise::available() {
         return Ok(None);
@@ -112,8 +107,7 @@ pub fn reshape(t: &Tensor, shape: &[usize]) -> Result<Option<Tensor>> {
     let index = strided_index(have, &strides, have);
     let source = map_source(1, &format!("o0[i] = e0[{index}];"));
     let n = t.numel();
-    let copy = submit(&source, &[t], &[have.to_vec()], grid(n), n)?.and_then(|mut o| o.pop());
-    copy.map(|c| c.reshape(shape.to_vec())).transpose()
+    Ok(submit(&source, &[t], &[have.to_vec()], grid(n), n)?.and_then(|mut o| o.pop()))
 }
 
 /// `update` written into a copy of `t` at `starts` (clamped already; Nx's `put_slice`), both
@@ -122,11 +116,11 @@ pub fn reshape(t: &Tensor, shape: &[usize]) -> Result<Option<Tensor>> {
 /// gradient of a slice (the update put into a broadcast zero of the projection's size, three
 /// times per attention layer) that was ~100 us for [8, 512, 2304] on an H200. `None` where
 /// this does not apply (another type or device).
-pub fn put_slice(t: &Tensor, update: &Tensor, starts: &[usize]) -> Result<Option<Tensor>> {
+pub fn put_slice(t: Operand, update: Operand, starts: &[usize]) -> Result<Option<DispatchTensor>> {
     let (Some(ts), Some(us)) = (elementwise::strides(t), elementwise::strides(update)) else {
         return Ok(None);
     };
-    let (full, lens) = (t.shape(), update.shape());
+    let (full, lens) = (t.shape, update.shape);
     let rank = full.len();
     if ts.len() != rank
         || us.len() != rank
@@ -140,7 +134,7 @@ pub fn put_slice(t: &Tensor, update: &Tensor, starts: &[usize]) -> Result<Option
     let source = put_slice_source(full, lens, &ts, &us, starts);
     let n = t.numel();
     let out = submit(&source, &[t, update], &[full.to_vec()], grid(n), n)?;
-    crate::profile::note("kernel");
+    ex_burn_core::profile::note("kernel");
     Ok(out.and_then(|mut o| o.pop()))
 }
 
@@ -189,11 +183,11 @@ fn put_slice_source(
 /// Burn's reduction kernel walks such (strided) reductions several times slower (60-90 us for
 /// [4096, 3072] on an H200). The result has the remaining axes; `None` where this does not
 /// apply (another type or device, nothing to sum).
-pub fn leading_sum(t: &Tensor, lead: usize) -> Result<Option<Tensor>> {
+pub fn leading_sum(t: Operand, lead: usize) -> Result<Option<DispatchTensor>> {
     let Some(strides) = elementwise::strides(t) else {
         return Ok(None);
     };
-    let shape = t.shape();
+    let shape = t.shape;
     if lead == 0 || lead >= shape.len() || strides.len() != shape.len() || !elementwise::available()
     {
         return Ok(None);
@@ -227,14 +221,12 @@ pub fn leading_sum(t: &Tensor, lead: usize) -> Result<Option<Tensor>> {
         header("", 1, 1),
         grid_loop("c")
     );
-    let out = submit(
-        &total,
-        &[&part],
-        &[shape[lead..].to_vec()],
-        grid(cols),
-        cols,
-    )?;
-    crate::profile::note_detail(|| format!("leading {rows}x{cols}"));
+    let part = Operand {
+        prim: &part,
+        shape: &[splits, cols],
+    };
+    let out = submit(&total, &[part], &[shape[lead..].to_vec()], grid(cols), cols)?;
+    ex_burn_core::profile::note_detail(|| format!("leading {rows}x{cols}"));
     Ok(out.and_then(|mut o| o.pop()))
 }
 
@@ -252,7 +244,7 @@ mod tests {
             &[1280, 32, 1],
             &[0, 0, 32],
         );
-        crate::cuda::elementwise::assert_compiles(&source);
+        crate::elementwise::assert_compiles(&source);
     }
 
     #[test]

@@ -1,16 +1,10 @@
 //! CUDA preflight: the checks that turn a missing driver, NVRTC or CUDA headers into a clear
-//! [`Error::Device`] before Burn's CUDA runtime would panic on first use.
+//! [`Error::Device`] before Burn's CUDA runtime would panic on first use; device names,
+//! compute capabilities and memory; Burn's CUDA backend as ExBurn configures it.
 
-pub mod cache;
-pub mod elementwise;
-pub(crate) mod events;
-pub mod gemm;
-pub mod memory;
-pub mod queue;
-pub mod views;
-
-use crate::{Error, Result};
+use crate::gemm;
 use cudarc::driver::result as drv;
+use ex_burn_core::{guard, Error, Result};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -41,7 +35,7 @@ pub const REDUCE_AUTOTUNE_FLOOR: usize = 1024;
 /// products on cuBLAS ([`gemm`]), and the autotune floors above, unless the environment
 /// variable `EX_BURN_AUTOTUNE` is `all` (every convolution and reduction autotuned, as Burn
 /// does: slower first calls, possibly faster later ones).
-pub(crate) fn configure_burn() {
+pub fn configure_burn() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         gemm::install();
@@ -74,7 +68,7 @@ fn probe() -> Result<usize> {
             ))
         }
     }
-    crate::guard(|| {
+    guard(|| {
         drv::init()
             .map_err(|e| Error::Device(format!("CUDA driver failed to initialise: {e:?}")))?;
         let n = drv::device::get_count()
@@ -107,7 +101,7 @@ pub fn check(index: usize) -> Result<()> {
 /// The device's name as the driver reports it.
 pub fn device_name(index: usize) -> Result<String> {
     check(index)?;
-    crate::guard(|| {
+    guard(|| {
         let dev = drv::device::get(index as i32).map_err(|e| Error::Device(format!("{e:?}")))?;
         let name = drv::device::get_name(dev).map_err(|e| Error::Device(format!("{e:?}")))?;
         // SAFETY: `dev` is a valid device handle from the driver.
@@ -133,7 +127,7 @@ pub fn compute_capability(index: usize) -> Result<(i32, i32)> {
         return Ok(cc);
     }
     check(index)?;
-    let cc = crate::guard(|| {
+    let cc = guard(|| {
         let dev = drv::device::get(index as i32).map_err(|e| Error::Device(format!("{e:?}")))?;
         let attr = |a| {
             // SAFETY: `dev` is a valid device handle from the driver.
@@ -160,7 +154,7 @@ pub fn total_memory(index: usize) -> Result<u64> {
         return Ok(v);
     }
     check(index)?;
-    let total = crate::guard(|| {
+    let total = guard(|| {
         let dev = drv::device::get(index as i32).map_err(|e| Error::Device(format!("{e:?}")))?;
         // SAFETY: `dev` is a valid device handle from the driver.
         unsafe { drv::device::total_mem(dev) }

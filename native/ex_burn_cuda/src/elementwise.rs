@@ -1,19 +1,20 @@
 //! Element-wise kernels of ExBurn's own on NVIDIA GPUs: CUDA C source compiled at run time
 //! with NVRTC (as Burn's kernels are), run on the buffers of Burn's CUDA tensors.
 //!
-//! A fused run of a program (`program::fuse`) becomes one kernel that reads each operand
+//! A fused run of a program ([`crate::fused`]) becomes one kernel that reads each operand
 //! once and writes each live result once, where Burn launches one kernel per op and makes
 //! a pass over memory for each. Kernels are compiled once per source and device and kept
 //! for the process; they are compiled without contracting products and sums into fused
 //! multiply-adds (`--fmad=false`), so each op rounds as Burn's kernel for it does.
 
-use super::queue::{self, driver, Nan, Output};
-use crate::tensor::Prim;
-use crate::{DType, Error, Result, Tensor};
+use crate::queue::{self, driver, Nan, Output};
+use burn::DispatchTensor;
 use burn_cubecl::tensor::CubeTensor;
 use burn_dispatch::{BackendTensor, DispatchTensorKind};
 use cubecl_cuda::CudaRuntime;
 use cudarc::driver::{result as drv, sys as drv_sys};
+use ex_burn_core::kernels::{Operand, Rounded};
+use ex_burn_core::{guard, DType, Error, Result};
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -108,7 +109,7 @@ fn compile(index: usize, source: &str, build: Build) -> Result<Kernel> {
         arch: build.arch,
         ..Default::default()
     };
-    let ptx = crate::guard(|| {
+    let ptx = guard(|| {
         cudarc::nvrtc::compile_ptx_with_opts(source, opts)
             .map_err(|e| Error::Device(format!("NVRTC failed on a fused kernel: {e:?}")))
     })?;
@@ -131,18 +132,18 @@ fn compile(index: usize, source: &str, build: Build) -> Result<Kernel> {
 }
 
 /// The CUDA tensor behind an f32 tensor.
-pub(crate) fn f32_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
+pub(crate) fn f32_cube(prim: &DispatchTensor) -> Option<&CubeTensor<CudaRuntime>> {
     queue::cube(prim).filter(|t| t.dtype == burn::tensor::DType::F32)
 }
 
 /// The strides (in elements) of an f32 CUDA tensor's buffer, axis by axis (CubeCL pads the
 /// rows of some tensors, and views are strided); `None` for other tensors.
-pub fn strides(t: &Tensor) -> Option<Vec<usize>> {
-    f32_cube(t.as_prim()).map(|c| c.meta.strides().to_vec())
+pub fn strides(t: Operand) -> Option<Vec<usize>> {
+    f32_cube(t.prim).map(|c| c.meta.strides().to_vec())
 }
 
 /// The CUDA tensor behind an f32 or boolean tensor (a kernel operand; see [`submit_for`]).
-pub(crate) fn operand_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
+pub(crate) fn operand_cube(prim: &DispatchTensor) -> Option<&CubeTensor<CudaRuntime>> {
     match &prim.kind {
         DispatchTensorKind::Cuda(BackendTensor::Bool(t)) => Some(t),
         _ => f32_cube(prim),
@@ -152,9 +153,9 @@ pub(crate) fn operand_cube(prim: &Prim) -> Option<&CubeTensor<CudaRuntime>> {
 /// The C type of a kernel operand's elements and its strides (see [`strides`]): `float` for
 /// f32, `unsigned char` or `unsigned int` for booleans as Burn stores them; `None` for other
 /// tensors.
-pub fn operand_layout(t: &Tensor) -> Option<(&'static str, Vec<usize>)> {
+pub fn operand_layout(t: Operand) -> Option<(&'static str, Vec<usize>)> {
     use burn::tensor::{BoolStore, DType as B};
-    let c = operand_cube(t.as_prim())?;
+    let c = operand_cube(t.prim)?;
     let ty = match c.dtype {
         B::F32 => "float",
         B::Bool(BoolStore::U8 | BoolStore::Native) => "unsigned char",
@@ -231,11 +232,11 @@ pub(crate) fn map_source(inputs: usize, body: &str) -> String {
 /// the device (reading it on the host would wait for the GPU): exponents 2 and 3 as products
 /// rounded once (the op table's `small_power`, and what fused kernels compute), others by
 /// `powf`. `None` where it does not apply (see [`submit`]).
-pub fn small_power(x: &Tensor, e: &Tensor) -> Result<Option<Tensor>> {
+pub fn small_power(x: Operand, e: Operand) -> Result<Option<DispatchTensor>> {
     let Some(xs) = strides(x) else {
         return Ok(None);
     };
-    let shape = x.shape();
+    let shape = x.shape;
     if xs.len() != shape.len() || e.numel() != 1 {
         return Ok(None);
     }
@@ -256,24 +257,24 @@ fn small_power_source(shape: &[usize], strides: &[usize]) -> String {
     )
 }
 
-/// `f` (`"exp"`, `"log"` or `"cbrt"`, a CUDA math library function of a double) of an f32 CUDA tensor,
-/// computed in f64 and rounded once to f32 in one kernel (the fused kernels compute the same,
-/// `program::fuse::gpu`); `None` where it does not apply (see [`submit`]).
-pub fn rounded_from_f64(x: &Tensor, f: &'static str) -> Result<Option<Tensor>> {
+/// `f` (a CUDA math library function of a double) of an f32 CUDA tensor, computed in f64 and
+/// rounded once to f32 in one kernel (the fused kernels compute the same, [`crate::fused`]);
+/// `None` where it does not apply (see [`submit`]).
+pub fn rounded_from_f64(x: Operand, f: Rounded) -> Result<Option<DispatchTensor>> {
     let Some(xs) = strides(x) else {
         return Ok(None);
     };
-    let shape = x.shape();
-    if xs.len() != shape.len() || !matches!(f, "exp" | "log" | "cbrt") {
+    let shape = x.shape;
+    if xs.len() != shape.len() {
         return Ok(None);
     }
-    let source = rounded_source(shape, &xs, f);
+    let source = rounded_source(shape, &xs, f.name());
     let n = x.numel();
     Ok(submit(&source, &[x], &[shape.to_vec()], grid(n), n)?.and_then(|mut o| o.pop()))
 }
 
 /// The CUDA C expression of f32 `a` through the double function `f`, rounded once to f32
-/// (eager kernels and the fused ones, `program::fuse::gpu`, compute it alike).
+/// (eager kernels and the fused ones, [`crate::fused`], compute it alike).
 pub(crate) fn rounded_call(f: &str, a: &str) -> String {
     format!("(float){f}((double){a})")
 }
@@ -325,46 +326,23 @@ pub fn coordinate(inner: usize, dim: usize, total: usize) -> String {
     }
 }
 
-/// A boolean tensor as f32 0.0/1.0 for a fused kernel. A broadcast view (axes of stride 0,
-/// as a causal mask broadcast over batch and heads) is cast before it is broadcast, as a view
-/// again: one small cast instead of a full-size tensor written and read back.
-pub fn mask_f32(t: &Tensor) -> Result<Tensor> {
-    let strides = match &t.prim().kind {
-        DispatchTensorKind::Cuda(BackendTensor::Bool(c)) => c.meta.strides().to_vec(),
-        _ => return t.cast(DType::F32),
-    };
-    let shape = t.shape();
-    let broadcast = |(&d, &s): (&usize, &usize)| d > 1 && s == 0;
-    if strides.len() != shape.len() || !shape.iter().zip(&strides).any(broadcast) {
-        return t.cast(DType::F32);
-    }
-    let lens: Vec<usize> = shape
-        .iter()
-        .zip(&strides)
-        .map(|(&d, &s)| if s == 0 { 1 } else { d })
-        .collect();
-    let rank = shape.len();
-    let small = crate::op::shape::slice_static(t, &vec![0; rank], &lens, &vec![1; rank])?;
-    crate::op::util::broadcast_to(&small.cast(DType::F32)?, shape)
-}
-
 /// Runs kernel `source` (defining [`ENTRY`] with parameters `(const float* inputs...,
 /// float* outputs..., unsigned long long n)`, reading each input with the [`strides`] it has)
 /// over `n` elements: `outputs` f32 results of `shape`, contiguous. `None` (nothing queued)
 /// where it does not apply: an input not an f32 CUDA tensor, or the source did not compile.
 pub fn launch(
     source: &str,
-    inputs: &[&Tensor],
+    inputs: &[Operand],
     outputs: usize,
     n: usize,
     shape: &[usize],
-) -> Result<Option<Vec<Tensor>>> {
+) -> Result<Option<Vec<DispatchTensor>>> {
     let shapes = vec![shape.to_vec(); outputs];
     counted(submit(source, inputs, &shapes, grid(n), n)?)
 }
 
 /// Counts a queued kernel of a fused run or region (see [`launches`]).
-fn counted(out: Option<Vec<Tensor>>) -> Result<Option<Vec<Tensor>>> {
+fn counted(out: Option<Vec<DispatchTensor>>) -> Result<Option<Vec<DispatchTensor>>> {
     if out.is_some() {
         LAUNCHES.with(|c| c.set(c.get() + 1));
     }
@@ -377,18 +355,18 @@ pub(crate) fn grid(n: usize) -> (u32, u32) {
 }
 
 /// Runs a row kernel `source` (parameters as for [`launch`], `n` the number of rows; see
-/// `program::fuse::rows`) with blocks of `block` threads computing `per_block` rows at a time
+/// [`crate::fused`]) with blocks of `block` threads computing `per_block` rows at a time
 /// (a grid-stride loop over rows beyond the grid): f32 results of `shapes`, contiguous;
 /// `None` as for [`launch`]; results written over operands as `reuse` says (see
 /// [`submit_for`]).
 pub fn launch_rows(
     source: &str,
-    inputs: &[&Tensor],
+    inputs: &[Operand],
     shapes: &[Vec<usize>],
     rows: usize,
     (block, per_block): (usize, usize),
     reuse: &[Option<usize>],
-) -> Result<Option<Vec<Tensor>>> {
+) -> Result<Option<Vec<DispatchTensor>>> {
     let blocks = rows.div_ceil(per_block.max(1)).min(MAX_BLOCKS) as u32;
     counted(submit_reusing(
         source,
@@ -404,8 +382,8 @@ pub fn launch_rows(
 /// tensor that is contiguous, fills its whole buffer (no view into a larger one) and whose
 /// buffer no other tensor holds (the caller's handle is the only one: the program's value,
 /// read for the last time, not a tensor Elixir or another value still holds).
-pub(crate) fn reusable(t: &Tensor, count: usize) -> bool {
-    f32_cube(t.as_prim()).is_some_and(|c| {
+pub(crate) fn reusable(t: Operand, count: usize) -> bool {
+    f32_cube(t.prim).is_some_and(|c| {
         c.can_mut()
             && c.is_contiguous()
             && c.is_contiguous_buffer()
@@ -419,24 +397,24 @@ pub(crate) fn reusable(t: &Tensor, count: usize) -> bool {
 /// nothing queued, as for [`launch`]). Not counted in [`launches`].
 pub(crate) fn submit(
     source: &str,
-    inputs: &[&Tensor],
+    inputs: &[Operand],
     shapes: &[Vec<usize>],
     grid: (u32, u32),
     n: usize,
-) -> Result<Option<Vec<Tensor>>> {
+) -> Result<Option<Vec<DispatchTensor>>> {
     submit_reusing(source, inputs, shapes, grid, n, &[])
 }
 
 /// [`submit`], with results written over operands as `reuse` says (see [`submit_for`]).
 fn submit_reusing(
     source: &str,
-    inputs: &[&Tensor],
+    inputs: &[Operand],
     shapes: &[Vec<usize>],
     grid: (u32, u32),
     n: usize,
     reuse: &[Option<usize>],
-) -> Result<Option<Vec<Tensor>>> {
-    if !inputs.iter().all(|t| f32_cube(t.as_prim()).is_some()) {
+) -> Result<Option<Vec<DispatchTensor>>> {
+    if !inputs.iter().all(|t| f32_cube(t.prim).is_some()) {
         return Ok(None);
     }
     submit_for(ELEMENTWISE, source, inputs, shapes, grid, n, reuse)
@@ -450,18 +428,21 @@ fn submit_reusing(
 pub(crate) fn submit_for(
     build: Build,
     source: &str,
-    inputs: &[&Tensor],
+    inputs: &[Operand],
     shapes: &[Vec<usize>],
     (blocks, threads): (u32, u32),
     n: usize,
     reuse: &[Option<usize>],
-) -> Result<Option<Vec<Tensor>>> {
+) -> Result<Option<Vec<DispatchTensor>>> {
     let outputs = shapes.len();
     if n == 0 || outputs == 0 || !available() {
         return Ok(None);
     }
-    let prims: Vec<Prim> = inputs.iter().map(|t| t.prim()).collect();
-    let Some(cubes) = prims.iter().map(operand_cube).collect::<Option<Vec<_>>>() else {
+    let Some(cubes) = inputs
+        .iter()
+        .map(|t| operand_cube(t.prim))
+        .collect::<Option<Vec<_>>>()
+    else {
         return Ok(None);
     };
     let Some(first) = cubes.first().copied() else {
@@ -534,7 +515,7 @@ pub(crate) fn submit_for(
             }
         },
     );
-    let checkpointing = prims[0].checkpointing;
+    let checkpointing = inputs[0].prim.checkpointing;
     Ok(Some(
         handles
             .into_iter()

@@ -21,8 +21,8 @@
 //!   2026-11-27; against `pooled`: GPT-2 layer 2,542 against 3,728 MiB);
 //! * `pooled` - CubeCL's default, `MemoryConfiguration::SubSlices`.
 
-use crate::{Error, Result};
 use cubecl_runtime::memory_management::MemoryConfiguration;
+use ex_burn_core::{guard, Error, Result};
 use std::sync::OnceLock;
 
 /// The default when `EX_BURN_CUDA_MEMORY` is unset.
@@ -64,7 +64,7 @@ pub fn configure() -> Result<&'static str> {
 /// synchronisation (the default threshold, 0).
 fn keep_driver_pools() {
     use cudarc::driver::{result as drv, sys};
-    let Ok(count) = super::device_count() else {
+    let Ok(count) = crate::device::device_count() else {
         return;
     };
     for i in 0..count {
@@ -93,7 +93,7 @@ pub fn give_back(index: usize) {
     use cubecl_cuda::{CudaDevice, CudaRuntime};
     use cubecl_runtime::runtime::Runtime;
     if configure() == Ok("driver") {
-        let _ = crate::guard(|| {
+        let _ = guard(|| {
             CudaRuntime::client(&CudaDevice::new(index)).memory_cleanup();
             Ok(())
         });
@@ -105,9 +105,9 @@ pub fn give_back(index: usize) {
 pub fn usage(index: usize) -> Result<(u64, u64)> {
     use cubecl_cuda::{CudaDevice, CudaRuntime};
     use cubecl_runtime::runtime::Runtime;
-    super::check(index)?;
+    crate::device::check(index)?;
     configure()?;
-    crate::guard(|| {
+    guard(|| {
         let client = CudaRuntime::client(&CudaDevice::new(index));
         let usage = client
             .memory_usage()

@@ -1,0 +1,605 @@
+//! The device-kernel seam: what an accelerator plug-in may compute in place of Burn, and the
+//! one place where it is installed.
+//!
+//! The engine is written against Burn's `Dispatch` backend and runs on every device without
+//! this module. An accelerator with kernels of its own (ExBurn's CUDA crate,
+//! `native/ex_burn_cuda`: cuBLAS products, fused element-wise runs and row regions, strided
+//! views, attention, memory statistics) implements [`DeviceKernels`] and is [`install`]ed
+//! once, at load time (the NIF's `load`). The engine asks the kernels serving a tensor's
+//! device first; every method may decline (`Ok(None)`, what the defaults return), and the
+//! engine then computes the same result with Burn. Nothing here knows CUDA: the plug-in
+//! reaches the backend tensors behind the primitives it is handed.
+//!
+//! This module sits on the engine's lowest floor (it names only errors, Burn's primitives and
+//! the types below), so that devices, tensors, ops and programs all call down into it. The
+//! kernels' vocabulary: an [`Operand`] is a Burn primitive with its logical shape; results
+//! are float primitives the engine wraps into tensors; fused work arrives as step lists the
+//! engine planned ([`MapRun`], [`RowRegion`], [`AttentionCall`]).
+
+use crate::Result;
+use burn::DispatchTensor;
+use serde::Deserialize;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// A tensor as kernels read it.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a> {
+    /// Burn's primitive (rank 0 is stored as `[1]`).
+    pub prim: &'a DispatchTensor,
+    /// The logical shape (`[]` for a scalar).
+    pub shape: &'a [usize],
+}
+
+impl Operand<'_> {
+    /// Number of elements (1 for rank 0).
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Precision of float32 matrix products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// The backend's fastest f32 path (TF32 tensor cores on recent NVIDIA GPUs).
+    #[default]
+    Default,
+    /// Full f32 accuracy: on GPUs, four TF32 products of operands split exactly at bf16
+    /// precision (about 4x the cost); identical to `Default` on the CPU.
+    Highest,
+}
+
+/// A function that f32 work computes in f64 and rounds once to f32 (as the op table does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rounded {
+    /// `exp`.
+    Exp,
+    /// Natural logarithm.
+    Log,
+    /// Cube root.
+    Cbrt,
+}
+
+impl Rounded {
+    /// The C math library's name of the function (of a double).
+    pub fn name(self) -> &'static str {
+        match self {
+            Rounded::Exp => "exp",
+            Rounded::Log => "log",
+            Rounded::Cbrt => "cbrt",
+        }
+    }
+}
+
+/// Where an operand of a fused step comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Src {
+    /// The result of an earlier step of the run.
+    Stage(usize),
+    /// An external tensor (index into the run's operands).
+    Ext(usize),
+    /// A scalar, broadcast.
+    Const(f32),
+}
+
+/// How element `i` of a fused run's (row-major) output reads an external operand.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Layout {
+    /// The operand has the run's shape: element `i`.
+    Full,
+    /// The operand's shape is a trailing part of the run's (a bias row): element `i % len`.
+    Rows(usize),
+    /// The operand's shape is a leading part of the run's, then unit axes (a per-row
+    /// statistic kept with `keep_axes`): element `i / inner`.
+    Columns(usize),
+}
+
+impl Layout {
+    /// How an operand of shape `s` broadcasts to `full` (`None`: not one of the layouts).
+    pub fn of(s: &[usize], full: &[usize]) -> Option<Layout> {
+        if s == full {
+            return Some(Layout::Full);
+        }
+        let lead = s.iter().take_while(|&&d| d == 1).count();
+        let rest = &s[lead..];
+        if s.len() <= full.len() && full.ends_with(rest) {
+            return Some(Layout::Rows(rest.iter().product()));
+        }
+        let keep = s.len() - s.iter().rev().take_while(|&&d| d == 1).count();
+        if s.len() == full.len() && s[..keep] == full[..keep] {
+            return Some(Layout::Columns(full[keep..].iter().product()));
+        }
+        None
+    }
+}
+
+/// An IEEE comparison of f32 operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Comparison {
+    Equal,
+    NotEqual,
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+}
+
+/// A function with correctly rounded f32 kernels on some CPUs (`op::exact32`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Exact {
+    Sin,
+    Cos,
+    Tanh,
+}
+
+/// The per-element function of a fused step, on f32 operands.
+#[derive(Clone, Copy, Debug)]
+pub enum Map {
+    /// `a + b`.
+    Add,
+    /// `a - b`.
+    Sub,
+    /// `a * b`.
+    Mul,
+    /// `a / b`.
+    Div,
+    /// Nx `max`: the left operand where it is greater or NaN, else the right one (the op
+    /// table's `min_max`, element by element).
+    Max,
+    /// Nx `min`, as `Max` with "less".
+    Min,
+    /// `powf`, except exponents 2 and 3 given as constants: the products rounded once (the
+    /// op table's `small_power`).
+    Pow,
+    /// An IEEE comparison; its result is a mask (1.0 or 0.0) that only other steps read.
+    Cmp(Comparison),
+    /// `-a`.
+    Neg,
+    /// `|a|`.
+    Abs,
+    /// Square root.
+    Sqrt,
+    /// `1 / sqrt(x)`, each rounded (the op table's `recip(sqrt(x))`).
+    Rsqrt,
+    /// `exp`, in f64 rounded once to f32 off the CPU.
+    Exp,
+    /// Natural logarithm, in f64 rounded once to f32 off the CPU.
+    Log,
+    /// Sine.
+    Sin,
+    /// Cosine.
+    Cos,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// `sin`/`cos`/`tanh` by the correctly rounded kernels, as the op table computes them
+    /// on CPUs that have them (the same function as [`Map::Sin`] elsewhere).
+    Exact(Exact),
+}
+
+impl Map {
+    /// Whether the map takes two operands.
+    pub fn binary(self) -> bool {
+        matches!(
+            self,
+            Map::Add
+                | Map::Sub
+                | Map::Mul
+                | Map::Div
+                | Map::Pow
+                | Map::Max
+                | Map::Min
+                | Map::Cmp(_)
+        )
+    }
+}
+
+/// One instruction of a fused run: its map and operands (a constant instruction has no map).
+#[derive(Clone, Copy, Debug)]
+pub enum Stage {
+    /// An f32 constant.
+    Const(f32),
+    /// A map of one operand.
+    Unary(Map, Src),
+    /// A map of two operands.
+    Binary(Map, Src, Src),
+    /// Nx `select(pred, on_true, on_false)`: `pred` is true where it is not 0 (NaN included).
+    Select(Src, Src, Src),
+}
+
+/// A run of f32 element-wise steps over one shape, for one kernel: each element computed
+/// as the op table computes it op by op.
+pub struct MapRun<'a> {
+    /// The steps in order.
+    pub steps: &'a [Stage],
+    /// The external operands (f32; masks cast to f32) and how the run reads them.
+    pub operands: Vec<(Operand<'a>, Layout)>,
+    /// The steps whose values are written out, in order: one result of the run's shape each.
+    pub written: &'a [usize],
+    /// The run's shape.
+    pub shape: &'a [usize],
+}
+
+/// What a value of a row region varies with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Level {
+    /// One value for the whole region (a constant).
+    Scalar,
+    /// One value per row.
+    Row,
+    /// One value per element.
+    Full,
+}
+
+/// A fold over each row of a row region.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum Fold {
+    Sum,
+    Max,
+    Min,
+}
+
+/// One instruction of a row region.
+#[derive(Clone, Copy, Debug)]
+pub enum RowStep {
+    /// An element-wise stage (of any level).
+    Map(Stage),
+    /// A fold of a full-level value over its row.
+    Fold(Fold, Src),
+    /// A reshape or broadcast: the same numbers.
+    Same(Src),
+}
+
+/// An external operand of a row region.
+#[derive(Clone, Copy, Debug)]
+pub struct RowOperand<'a> {
+    /// The operand (f32; masks cast to f32).
+    pub operand: Operand<'a>,
+    /// Read per element, or once per row.
+    pub level: Level,
+    /// Whether the program handed its own tensor over (read for the last time here): a
+    /// result may be written over its buffer where nothing else holds it.
+    pub donated: bool,
+}
+
+/// Consecutive element-wise instructions and reductions over the same trailing axes (a
+/// softmax, a layer norm, their gradients), for one kernel: the region's shape `full` splits
+/// into `rows` (its leading axes) and `cols` (the reduced trailing axes).
+pub struct RowRegion<'a> {
+    /// The instructions.
+    pub steps: &'a [RowStep],
+    /// Each step's level.
+    pub levels: &'a [Level],
+    /// Each step's shape (as Nx has it).
+    pub shapes: &'a [Vec<usize>],
+    /// External operands.
+    pub operands: Vec<RowOperand<'a>>,
+    /// The region's shape.
+    pub full: &'a [usize],
+    /// Rows (the product of the leading axes).
+    pub rows: usize,
+    /// Row length (the product of the reduced axes).
+    pub cols: usize,
+    /// The steps whose values are written out, in order: full-size steps (one value per
+    /// element) or per-row ones (one per row).
+    pub written: &'a [usize],
+}
+
+/// An element-wise step applied to attention scores before the softmax.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoreStep {
+    /// `x / c`.
+    Divide,
+    /// `x * c`.
+    Multiply,
+    /// `select(pred, x, c)`: `pred` non-zero picks `x`.
+    Select,
+}
+
+/// `softmax(f(Q Kᵀ)) V` for one kernel, `f` the score steps in order.
+pub struct AttentionCall<'a> {
+    /// Leading batch axes of `q`, `k` and `v`.
+    pub batch_axes: usize,
+    /// Queries `[batch.., sq, d]`.
+    pub q: Operand<'a>,
+    /// Keys `[batch.., sk, d]`.
+    pub k: Operand<'a>,
+    /// Values `[batch.., sk, dv]`.
+    pub v: Operand<'a>,
+    /// Each step, the predicate of a `Select` (f32 or boolean, broadcasting to the scores)
+    /// and the step's scalar `c`.
+    pub steps: Vec<(ScoreStep, Option<Operand<'a>>, f32)>,
+}
+
+/// The sizes of an attention's operands: `q` `[batch.., sq, d]`, `k` `[batch.., sk, d]`, `v`
+/// `[batch.., sk, dv]`.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionSizes<'a> {
+    /// The batch axes.
+    pub batch: &'a [usize],
+    /// Query rows.
+    pub sq: usize,
+    /// Head size of `q` and `k`.
+    pub d: usize,
+    /// Keys.
+    pub sk: usize,
+    /// Head size of `v`.
+    pub dv: usize,
+}
+
+impl<'a> AttentionSizes<'a> {
+    /// The sizes when `q`, `k` and `v` have `nb` batch axes, agree with each other and no
+    /// size is 0 (the kernels' precondition); `None` otherwise.
+    pub fn of(nb: usize, q: &'a [usize], k: &[usize], v: &[usize]) -> Option<AttentionSizes<'a>> {
+        if ![q, k, v].iter().all(|s| s.len() == nb + 2) {
+            return None;
+        }
+        let batch = &q[..nb];
+        let (sq, d, sk, dv) = (q[nb], q[nb + 1], k[nb], v[nb + 1]);
+        let agree = k[..nb] == *batch && v[..nb] == *batch && k[nb + 1] == d && v[nb] == sk;
+        let empty = batch.contains(&0) || [sq, d, sk, dv].contains(&0);
+        (agree && !empty).then_some(AttentionSizes {
+            batch,
+            sq,
+            d,
+            sk,
+            dv,
+        })
+    }
+
+    /// How many `[sq, sk]` matrices the batch axes hold.
+    pub fn matrices(&self) -> usize {
+        self.batch.iter().product()
+    }
+
+    /// `(sq, d, sk, dv)`.
+    pub fn dims(&self) -> (usize, usize, usize, usize) {
+        (self.sq, self.d, self.sk, self.dv)
+    }
+}
+
+/// Strides of a tensor of `shape` (its own element `strides`) broadcast to `full`
+/// (trailing-aligned): zero on axes it lacks or has as 1 (a mask's layout over attention
+/// scores, say); `None` if it does not broadcast.
+pub fn broadcast_strides<S: Copy + Default>(
+    shape: &[usize],
+    strides: &[S],
+    full: &[usize],
+) -> Option<Vec<S>> {
+    let lead = full.len().checked_sub(shape.len())?;
+    if strides.len() != shape.len()
+        || !shape
+            .iter()
+            .zip(&full[lead..])
+            .all(|(&s, &f)| s == f || s == 1)
+    {
+        return None;
+    }
+    Some(
+        (0..full.len())
+            .map(|a| match a.checked_sub(lead) {
+                Some(i) if shape[i] == full[a] && shape[i] != 1 => strides[i],
+                _ => S::default(),
+            })
+            .collect(),
+    )
+}
+
+/// A point in a device's queued work (a timing event), recorded by [`DeviceKernels::mark`]:
+/// its handle once the device has recorded it.
+pub type Mark = Arc<Mutex<Option<usize>>>;
+
+/// What the installed kernels did for the calling thread (tests tell a kernel's path from
+/// Burn's by them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Matrix products the vendor library computed.
+    pub library_products: u64,
+    /// Those of them with an operand owned by another thread's stream (complete once a
+    /// result has been read).
+    pub cross_stream_products: u64,
+    /// Fused runs and row regions launched as one kernel.
+    pub fused_launches: u64,
+    /// Kernel results written over an operand's buffer instead of a new one.
+    pub reused_buffers: u64,
+}
+
+/// The kernels of an accelerator, installed with [`install`]. Device indices are those of
+/// the family the kernels serve ([`DeviceKernels::family`]). Every method has a default
+/// that declines or reports nothing, so a plug-in implements what it has.
+pub trait DeviceKernels: Send + Sync {
+    /// The device family served (`"cuda"`: the tensors of `Device::Cuda`).
+    fn family(&self) -> &'static str;
+
+    /// Prepares device `index` before Burn first uses it (checks that its driver and
+    /// libraries load, configures memory pools, caches and autotuning): called every time
+    /// the engine maps the device to Burn's, so repeated calls must be cheap.
+    fn prepare(&self, index: usize) -> Result<()> {
+        let _ = index;
+        Ok(())
+    }
+
+    /// Number of devices of the family, or the reason none can be used.
+    fn device_count(&self) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// The device's name as its driver reports it.
+    fn device_name(&self, index: usize) -> Option<Result<String>> {
+        let _ = index;
+        None
+    }
+
+    /// Total memory of the device in bytes.
+    fn total_memory(&self, index: usize) -> Option<u64> {
+        let _ = index;
+        None
+    }
+
+    /// What the device's memory pools hold for this process, `(bytes in use, bytes
+    /// reserved)`.
+    fn pool_usage(&self, index: usize) -> Option<(u64, u64)> {
+        let _ = index;
+        None
+    }
+
+    /// After a piece of work on the device: gives memory its allocator keeps idle back,
+    /// where it is configured to.
+    fn after_work(&self, index: usize) {
+        let _ = index;
+    }
+
+    /// Starts the work queued for the device (the engine calls it between program steps).
+    fn start_queued(&self, index: usize) {
+        let _ = index;
+    }
+
+    /// The error of queued work that failed since the last call, once (its results were
+    /// filled with NaN). Called after every read of a tensor to the host.
+    fn check_failures(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// `[nb, m, k] x [nb, k, n]` (batch broadcast where one side has `nb` 1), `[nb, m, n]`.
+    fn matmul(
+        &self,
+        a: Operand,
+        b: Operand,
+        precision: Precision,
+    ) -> Result<Option<DispatchTensor>> {
+        let _ = (a, b, precision);
+        Ok(None)
+    }
+
+    /// `t` as `shape` without Burn's copy of strided tensors: a view of the same buffer, or
+    /// a contiguous copy (of any shape of as many elements; the engine reshapes it).
+    fn reshape(&self, t: Operand, shape: &[usize]) -> Result<Option<DispatchTensor>> {
+        let _ = (t, shape);
+        Ok(None)
+    }
+
+    /// `update` written into a copy of `t` at `starts` (clamped already; Nx's `put_slice`).
+    fn put_slice(
+        &self,
+        t: Operand,
+        update: Operand,
+        starts: &[usize],
+    ) -> Result<Option<DispatchTensor>> {
+        let _ = (t, update, starts);
+        Ok(None)
+    }
+
+    /// The f32 sum of `t` over its first `lead` axes (the remaining axes' shape).
+    fn leading_sum(&self, t: Operand, lead: usize) -> Result<Option<DispatchTensor>> {
+        let _ = (t, lead);
+        Ok(None)
+    }
+
+    /// `x ** e` for f32 `x` and an f32 scalar `e` read on the device: exponents 2 and 3 as
+    /// products rounded once, others by `powf`.
+    fn small_power(&self, x: Operand, e: Operand) -> Result<Option<DispatchTensor>> {
+        let _ = (x, e);
+        Ok(None)
+    }
+
+    /// `f` of f32 `x` computed in f64 and rounded once to f32.
+    fn rounded(&self, x: Operand, f: Rounded) -> Result<Option<DispatchTensor>> {
+        let _ = (x, f);
+        Ok(None)
+    }
+
+    /// The element strides of a tensor's buffer, axis by axis (views are strided, some
+    /// buffers padded), where the kernels know them.
+    fn strides(&self, t: Operand) -> Option<Vec<usize>> {
+        let _ = t;
+        None
+    }
+
+    /// Whether fused kernels ([`DeviceKernels::map_run`], [`DeviceKernels::row_region`],
+    /// [`DeviceKernels::attention`]) may be used: the engine plans fused work for the
+    /// family's devices only then.
+    fn fusion(&self) -> bool {
+        false
+    }
+
+    /// The results of a fused run's written steps, in order, as one kernel.
+    fn map_run(&self, run: &MapRun) -> Result<Option<Vec<DispatchTensor>>> {
+        let _ = run;
+        Ok(None)
+    }
+
+    /// The longest rows ([`RowRegion::cols`]) a row-region kernel takes: the engine plans
+    /// no longer ones.
+    fn row_limit(&self) -> usize {
+        0
+    }
+
+    /// The results of a row region's written steps, in order, as one kernel.
+    fn row_region(&self, region: &RowRegion) -> Result<Option<Vec<DispatchTensor>>> {
+        let _ = region;
+        Ok(None)
+    }
+
+    /// An attention `[batch.., sq, dv]` as one kernel.
+    fn attention(&self, call: &AttentionCall) -> Result<Option<DispatchTensor>> {
+        let _ = call;
+        Ok(None)
+    }
+
+    /// Records a timing event after the work queued so far on this thread's stream of
+    /// device `index` (`EX_BURN_PROFILE=gpu`).
+    fn mark(&self, index: usize) -> Option<Mark> {
+        let _ = index;
+        None
+    }
+
+    /// The time in milliseconds between each pair of marks (`None` for a pair not recorded),
+    /// once the device has run them; waits for the device.
+    fn elapsed(&self, index: usize, pairs: Vec<(Mark, Mark)>) -> Vec<Option<f64>> {
+        let _ = index;
+        vec![None; pairs.len()]
+    }
+
+    /// Host time the device's own queue spent on the kernels' queued work since the last
+    /// call: `(pieces, looking up buffers, in all)`.
+    fn queued_work_time(&self) -> (u64, Duration, Duration) {
+        (0, Duration::ZERO, Duration::ZERO)
+    }
+
+    /// What the kernels did for the calling thread.
+    fn counts(&self) -> Counts {
+        Counts::default()
+    }
+}
+
+/// The installed kernels.
+static INSTALLED: OnceLock<&'static dyn DeviceKernels> = OnceLock::new();
+
+/// Installs `kernels` for the rest of the process; `false` when kernels were installed
+/// already (those stay).
+pub fn install(kernels: &'static dyn DeviceKernels) -> bool {
+    INSTALLED.set(kernels).is_ok()
+}
+
+/// The installed kernels, if any.
+pub fn installed() -> Option<&'static dyn DeviceKernels> {
+    INSTALLED.get().copied()
+}
+
+/// The installed kernels when they serve device `family` (`"cuda"`).
+pub fn serving(family: &str) -> Option<&'static dyn DeviceKernels> {
+    installed().filter(|k| k.family() == family)
+}
+
+/// Reports the failure of queued kernel work (see [`DeviceKernels::check_failures`]).
+pub fn check_failures() -> Result<()> {
+    installed().map_or(Ok(()), |k| k.check_failures())
+}
+
+/// What the installed kernels did for the calling thread (zeros without kernels).
+pub fn counts() -> Counts {
+    installed().map_or_else(Counts::default, |k| k.counts())
+}

@@ -1,0 +1,181 @@
+//! # ex_burn_cuda
+//!
+//! ExBurn's kernels for NVIDIA GPUs, plugged into the engine through its device-kernel seam
+//! (`ex_burn_core::kernels`): [`install`] them once (the NIF does at load) and the engine's
+//! CUDA tensors use them where they apply, Burn's CUDA backend elsewhere.
+//!
+//! | module        | what                                                                 |
+//! |---------------|----------------------------------------------------------------------|
+//! | [`device`]    | preflight (driver, NVRTC, headers), device names, memory, CubeCL setup |
+//! | [`cache`]     | compiled kernels and autotune results cached on disk                   |
+//! | [`memory`]    | how CubeCL pools CUDA memory (`EX_BURN_CUDA_MEMORY`)                   |
+//! | [`queue`]     | work of ours queued in order with CubeCL's kernels; failures          |
+//! | [`gemm`]      | matrix products by cuBLAS (also Burn's own, through `burn-cubecl`)     |
+//! | [`elementwise`] | element-wise kernels compiled with NVRTC, and their launches         |
+//! | [`views`]     | strided reshapes, `put_slice`, sums over leading axes                  |
+//! | [`fused`]     | fused element-wise runs and row regions as CUDA C                      |
+//! | [`attention`] | fused attention (TF32 `mma.sync`)                                      |
+//! | [`events`]    | CUDA events for the GPU-time profile                                   |
+//!
+//! ## Cargo features
+//!
+//! | feature  | what                                                                       |
+//! |----------|----------------------------------------------------------------------------|
+//! | `cuda`   | the kernels (and `ex_burn_core/cuda`); without it this crate is empty        |
+//! | `fusion` | Burn's kernel fusion (`ex_burn_core/fusion`)                                |
+//!
+//! Pin the CUDA API with `CUDARC_CUDA_VERSION` (`.cargo/config.toml` sets a default).
+#![warn(missing_docs)]
+#![cfg(feature = "cuda")]
+
+pub mod attention;
+pub mod cache;
+pub mod device;
+pub mod elementwise;
+pub(crate) mod events;
+pub mod fused;
+pub mod gemm;
+pub mod memory;
+pub mod queue;
+pub mod views;
+
+use burn::DispatchTensor;
+use ex_burn_core::kernels::{
+    self, AttentionCall, Counts, DeviceKernels, MapRun, Mark, Operand, Precision, Rounded,
+    RowRegion,
+};
+use ex_burn_core::Result;
+use std::time::Duration;
+
+/// The CUDA kernels, as the engine's seam sees them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cuda;
+
+/// Installs the CUDA kernels for the rest of the process (once; later calls do nothing);
+/// `false` when other kernels were installed already.
+pub fn install() -> bool {
+    static KERNELS: Cuda = Cuda;
+    kernels::install(&KERNELS) || kernels::installed().is_some_and(|k| k.family() == "cuda")
+}
+
+impl DeviceKernels for Cuda {
+    fn family(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn prepare(&self, index: usize) -> Result<()> {
+        device::check(index)?;
+        cache::configure();
+        memory::configure()?;
+        device::configure_burn();
+        Ok(())
+    }
+
+    fn device_count(&self) -> Result<usize> {
+        device::device_count()
+    }
+
+    fn device_name(&self, index: usize) -> Option<Result<String>> {
+        Some(device::device_name(index))
+    }
+
+    fn total_memory(&self, index: usize) -> Option<u64> {
+        device::total_memory(index).ok()
+    }
+
+    fn pool_usage(&self, index: usize) -> Option<(u64, u64)> {
+        memory::usage(index).ok()
+    }
+
+    fn after_work(&self, index: usize) {
+        memory::give_back(index);
+    }
+
+    fn start_queued(&self, index: usize) {
+        queue::flush(index);
+    }
+
+    fn check_failures(&self) -> Result<()> {
+        queue::check_failures()
+    }
+
+    fn matmul(
+        &self,
+        a: Operand,
+        b: Operand,
+        precision: Precision,
+    ) -> Result<Option<DispatchTensor>> {
+        gemm::batched_matmul(a, b, precision)
+    }
+
+    fn reshape(&self, t: Operand, shape: &[usize]) -> Result<Option<DispatchTensor>> {
+        views::reshape(t, shape)
+    }
+
+    fn put_slice(
+        &self,
+        t: Operand,
+        update: Operand,
+        starts: &[usize],
+    ) -> Result<Option<DispatchTensor>> {
+        views::put_slice(t, update, starts)
+    }
+
+    fn leading_sum(&self, t: Operand, lead: usize) -> Result<Option<DispatchTensor>> {
+        views::leading_sum(t, lead)
+    }
+
+    fn small_power(&self, x: Operand, e: Operand) -> Result<Option<DispatchTensor>> {
+        elementwise::small_power(x, e)
+    }
+
+    fn rounded(&self, x: Operand, f: Rounded) -> Result<Option<DispatchTensor>> {
+        elementwise::rounded_from_f64(x, f)
+    }
+
+    fn strides(&self, t: Operand) -> Option<Vec<usize>> {
+        elementwise::operand_layout(t).map(|(_, strides)| strides)
+    }
+
+    fn fusion(&self) -> bool {
+        elementwise::available()
+    }
+
+    fn map_run(&self, run: &MapRun) -> Result<Option<Vec<DispatchTensor>>> {
+        fused::map_run(run)
+    }
+
+    fn row_limit(&self) -> usize {
+        fused::ROW_LIMIT
+    }
+
+    fn row_region(&self, region: &RowRegion) -> Result<Option<Vec<DispatchTensor>>> {
+        fused::row_region(region)
+    }
+
+    fn attention(&self, call: &AttentionCall) -> Result<Option<DispatchTensor>> {
+        attention::run(call)
+    }
+
+    fn mark(&self, index: usize) -> Option<Mark> {
+        Some(events::mark(index))
+    }
+
+    fn elapsed(&self, index: usize, pairs: Vec<(Mark, Mark)>) -> Vec<Option<f64>> {
+        events::elapsed(index, pairs)
+    }
+
+    fn queued_work_time(&self) -> (u64, Duration, Duration) {
+        queue::DEVICE_THREAD.take()
+    }
+
+    fn counts(&self) -> Counts {
+        let (library_products, cross_stream_products) = gemm::products();
+        Counts {
+            library_products,
+            cross_stream_products,
+            fused_launches: elementwise::launches(),
+            reused_buffers: elementwise::reused_buffers(),
+        }
+    }
+}
