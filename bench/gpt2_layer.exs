@@ -9,7 +9,7 @@
 #     EX_BURN_BENCH_DEVICE=cuda mix run bench/gpt2_layer.exs
 #
 # EX_BURN_BENCH_PEERS (default "torch jax"; empty: no peers), EX_BURN_BENCH_ROUNDS (20); the
-# CUDA memory pools follow EX_BURN_CUDA_MEMORY (see native/ex_burn_core/src/cuda/memory.rs).
+# CUDA memory pools follow EX_BURN_CUDA_MEMORY (see native/ex_burn_cuda/src/memory.rs).
 #
 # Results: bench/results/gpt2_layer_<device>.md
 Code.require_file("support/bench.exs", __DIR__)

@@ -83,7 +83,7 @@ for v in ${VARIANTS:-fusion nofusion}; do
         done ;;
       profile)
         # The GPT-2 layer (no peers, 10 rounds) with EX_BURN_PROFILE=$PROFILE_MODE (default 1: host
-        # time by program step; sync: device time by step; native/ex_burn_core/src/program/profile.rs),
+        # time by program step; sync: device time by step; native/ex_burn_core/src/profile.rs),
         # the last table of the run.
         elixir118 || continue
         EX_BURN_PROFILE=${PROFILE_MODE:-1} EX_BURN_BENCH_DEVICE=cuda EX_BURN_BENCH_PEERS= EX_BURN_BENCH_ROUNDS=10 MIX_ENV=test \
