@@ -83,6 +83,12 @@ impl Device {
         Ok(())
     }
 
+    /// Whether this device computes f64 reliably: the host and CUDA (not the wgpu devices, see
+    /// [`Device::check_dtype`]).
+    pub fn computes_f64(&self) -> bool {
+        matches!(self, Device::Cpu | Device::Cuda(_))
+    }
+
     /// Whether this device runs on the host (compute there belongs on dirty CPU schedulers).
     pub fn is_host(&self) -> bool {
         matches!(self, Device::Cpu)

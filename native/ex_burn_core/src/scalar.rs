@@ -22,6 +22,27 @@ pub enum Scalar {
     NegInfinity,
 }
 
+/// The largest (`max`) or smallest value of an integer type, as a scalar.
+pub(crate) fn extreme(t: crate::DType, max: bool) -> Scalar {
+    use crate::DType::*;
+    match (t, max) {
+        (S8, false) => Scalar::I(i8::MIN as i64),
+        (S16, false) => Scalar::I(i16::MIN as i64),
+        (S32, false) => Scalar::I(i32::MIN as i64),
+        (S64, false) => Scalar::I(i64::MIN),
+        (S8, true) => Scalar::I(i8::MAX as i64),
+        (S16, true) => Scalar::I(i16::MAX as i64),
+        (S32, true) => Scalar::I(i32::MAX as i64),
+        (S64, true) => Scalar::I(i64::MAX),
+        (U8, true) => Scalar::I(u8::MAX as i64),
+        (U16, true) => Scalar::I(u16::MAX as i64),
+        (U32, true) => Scalar::I(u32::MAX as i64),
+        (U64, true) => Scalar::U(u64::MAX),
+        (_, false) => Scalar::I(0),
+        (_, true) => Scalar::Infinity,
+    }
+}
+
 impl Scalar {
     /// The value as an `f64`.
     pub fn to_f64(self) -> f64 {

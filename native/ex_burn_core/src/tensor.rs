@@ -7,9 +7,9 @@
 
 use crate::dtype::{DType, Kind};
 use crate::kernels::{DeviceKernels, Operand};
-use crate::{Device, Error, Result};
+use crate::{Device, Error, Result, Scalar};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
-use burn::tensor::{BoolDType, Shape, TensorData, TensorMetadata};
+use burn::tensor::{BoolDType, FloatDType, IntDType, Shape, TensorData, TensorMetadata};
 use burn::{Dispatch, DispatchTensor};
 
 /// The Burn backend every tensor lives on.
@@ -368,7 +368,7 @@ impl Tensor {
 
     /// Converts to another Nx type with Nx's rules: floats to ints as `trunc(x)` modulo 2^bits
     /// (NaN 0, infinities the type's extremes), ints wrap to narrower ints, and booleans become
-    /// 0/1 (`op::integer`).
+    /// 0/1.
     pub fn cast(&self, to: DType) -> Result<Tensor> {
         let from = self.dtype();
         if from == to && self.kind != Kind::Bool {
@@ -378,8 +378,8 @@ impl Tensor {
         let p = self.prim.clone();
         let (prim, kind) = match (self.kind, to.kind()) {
             (Kind::Float, Kind::Float) => (B::float_cast(p, to.float_dtype()?), Kind::Float),
-            (Kind::Float, _) => return crate::op::integer::from_float(self, to),
-            (Kind::Int, Kind::Float) => return crate::op::integer::to_float(self, to),
+            (Kind::Float, _) => return float_to_int(self, to),
+            (Kind::Int, Kind::Float) => return int_to_float(self, to),
             (Kind::Int, _) => (B::int_cast(p, to.int_dtype()?), Kind::Int),
             (Kind::Bool, Kind::Float) => (B::bool_into_float(p, to.float_dtype()?), Kind::Float),
             (Kind::Bool, _) => (B::bool_into_int(p, to.int_dtype()?), Kind::Int),
@@ -460,4 +460,67 @@ fn device_of(prim: &Prim, kind: Kind) -> burn::DispatchDevice {
         Kind::Int => B::int_device(prim),
         Kind::Bool => B::bool_device(prim),
     }
+}
+
+/// 2^k as an f64.
+fn two_to(k: i32) -> f64 {
+    2f64.powi(k)
+}
+
+/// A float tensor converted to integer type `to` as Nx converts: `trunc(x)` modulo 2^bits (the
+/// low bits of the integer), NaN to 0, infinities to the type's largest and smallest values.
+/// The value splits exactly into `x = h * 2^32 + lo` (|lo| < 2^32, of x's sign) and, for 64-bit
+/// results, `h = hh (mod 2^32)` with |hh| < 2^32: `lo` and `hh` convert exactly, and
+/// `(hh << 32) + trunc(lo)` wraps to the result. f16 and bf16 compute in f32 (exact).
+fn float_to_int(x: &Tensor, to: DType) -> Result<Tensor> {
+    let int = to.int_dtype()?;
+    if x.numel() == 0 {
+        return Ok(Tensor::same_shape_as(
+            B::float_into_int(x.prim(), int),
+            Kind::Int,
+            x,
+        ));
+    }
+    let w = match x.dtype() {
+        DType::F64 | DType::F32 => x.clone(),
+        _ => x.cast(DType::F32)?,
+    };
+    let (p, bd) = (w.prim(), w.bool_dtype());
+    let muls = |p: Prim, c: f64| B::float_mul_scalar(p, c.into());
+    let nan = B::float_is_nan(p.clone(), bd);
+    let bounded = B::float_clamp(p.clone(), (-two_to(100)).into(), two_to(100).into());
+    let finite = B::float_mask_fill(bounded, nan, 0.0f64.into());
+    let h = B::float_trunc(muls(finite.clone(), two_to(-32)));
+    let lo = B::float_sub(finite, muls(h.clone(), two_to(32)));
+    let mut v = B::float_into_int(lo, IntDType::I64);
+    if to.bits() > 32 {
+        let hh = B::float_sub(
+            h.clone(),
+            muls(B::float_trunc(muls(h, two_to(-32))), two_to(32)),
+        );
+        let high = B::float_into_int(hh, IntDType::I64);
+        let high = B::bitwise_left_shift_scalar(high, Scalar::I(32).burn_for(DType::S64));
+        v = B::int_add(high, v);
+    }
+    let mut v = B::int_cast(v, int);
+    for (edge, max) in [(f64::INFINITY, true), (f64::NEG_INFINITY, false)] {
+        let at = B::float_equal_elem(p.clone(), edge.into(), bd);
+        v = B::int_mask_fill(v, at, crate::scalar::extreme(to, max).burn_for(to));
+    }
+    Ok(Tensor::same_shape_as(v, Kind::Int, x))
+}
+
+/// An integer tensor converted to float type `to`: s64 and u64 to f32, f16 and bf16 through f64
+/// where the device computes f64 (Nx rounds the integer to an f64, then to the type; a direct
+/// conversion rounds once and differs where the first rounding lands on a tie).
+fn int_to_float(x: &Tensor, to: DType) -> Result<Tensor> {
+    let p = x.prim();
+    let prim =
+        if x.dtype().bits() == 64 && to != DType::F64 && x.numel() > 0 && x.device().computes_f64()
+        {
+            B::float_cast(B::int_into_float(p, FloatDType::F64), to.float_dtype()?)
+        } else {
+            B::int_into_float(p, to.float_dtype()?)
+        };
+    Ok(Tensor::same_shape_as(prim, Kind::Float, x))
 }

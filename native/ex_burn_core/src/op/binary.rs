@@ -5,13 +5,15 @@
 //! `min`/`max` propagate NaN; integer shifts, powers and u64-with-signed pairs follow Nx in
 //! `integer`.
 
-use super::{integer, util};
+use super::util;
 use super::{Arith, Compare, Logical, Op};
 use crate::dtype::Kind;
 use crate::scalar::Scalar;
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+
+mod integer;
 
 pub(super) fn eval(op: &Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     match op {

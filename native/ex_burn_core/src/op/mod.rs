@@ -14,7 +14,6 @@ pub(crate) mod host_gemm;
 mod host_map;
 mod hostmath;
 mod index;
-pub(crate) mod integer;
 mod linalg;
 mod narrow;
 mod nn;

@@ -124,7 +124,7 @@ fn padded_dims(x: &Tensor, padding: Option<&[(i64, i64)]>) -> Vec<u128> {
 /// Bytes per element of converting `from` to `to` (`Tensor::cast`): the result, and the
 /// copies its path makes. Floats change width through f64 on the CPU backend (other than
 /// widening to f64); floats become integers through f32 or f64 halves of 32 bits and s64
-/// pieces (`integer::from_float`); 64-bit integers become narrower floats through f64.
+/// pieces (`Tensor::cast`); 64-bit integers become narrower floats through f64.
 fn cast_cost(from: DType, to: DType) -> u128 {
     let w = to.size() as u128;
     match (from.is_float(), to.is_float()) {
@@ -349,7 +349,7 @@ fn plan_on(op: &Op, inputs: &[Tensor], device: Device) -> Result<Plan> {
                     work: n,
                 });
             } else if ints && mixed {
-                // a u64 with a signed integer: on sign and magnitude (`integer::mixed`)
+                // a u64 with a signed integer: on sign and magnitude (`binary::integer::mixed`)
                 8 * o.size() as u128 + 4 * b
             } else {
                 arith_cost(*f, o, scalar_rhs, device)

@@ -1,6 +1,7 @@
 //! Small helpers shared by the op families: axis checks, broadcasting, fills, selection.
 
 use crate::dtype::Kind;
+pub(crate) use crate::scalar::extreme;
 use crate::tensor::{prim_shape, Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
@@ -270,27 +271,6 @@ pub(crate) fn slices(spec: &[(usize, usize, usize)]) -> Vec<burn::tensor::Slice>
     spec.iter()
         .map(|&(s, e, st)| burn::tensor::Slice::new(s as isize, Some(e as isize), st as isize))
         .collect()
-}
-
-/// The largest (`max`) or smallest value of an integer type, as a scalar.
-pub(crate) fn extreme(t: DType, max: bool) -> Scalar {
-    use DType::*;
-    match (t, max) {
-        (S8, false) => Scalar::I(i8::MIN as i64),
-        (S16, false) => Scalar::I(i16::MIN as i64),
-        (S32, false) => Scalar::I(i32::MIN as i64),
-        (S64, false) => Scalar::I(i64::MIN),
-        (S8, true) => Scalar::I(i8::MAX as i64),
-        (S16, true) => Scalar::I(i16::MAX as i64),
-        (S32, true) => Scalar::I(i32::MAX as i64),
-        (S64, true) => Scalar::I(i64::MAX),
-        (U8, true) => Scalar::I(u8::MAX as i64),
-        (U16, true) => Scalar::I(u16::MAX as i64),
-        (U32, true) => Scalar::I(u32::MAX as i64),
-        (U64, true) => Scalar::U(u64::MAX),
-        (_, false) => Scalar::I(0),
-        (_, true) => Scalar::Infinity,
-    }
 }
 
 /// `f` of `operands` computed on the host, its result moved back to the first operand's

@@ -37,7 +37,7 @@ pub(super) fn f64_device(device: crate::Device) -> bool {
 /// Whether f32 work on `device` may be computed in f64 and rounded once: the host and
 /// [`f64_device`]s.
 pub(super) fn rounds_from_f64(device: crate::Device) -> bool {
-    device.is_host() || f64_device(device)
+    device.computes_f64()
 }
 
 /// `f` of f32 operands computed in f64 and rounded once to f32.

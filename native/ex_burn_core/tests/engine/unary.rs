@@ -516,7 +516,7 @@ fn rank_zero_and_empty() {
 /// Nx's conversion of float `x` to integer type `dtype`: `trunc(x)` modulo 2^bits, NaN 0,
 /// infinities the type's extremes.
 fn nx_to_int(x: f64, dtype: DType) -> i128 {
-    use crate::binary::wrap;
+    use super::binary::wrap;
     let bits = dtype.bits();
     let (min, max) = if dtype.is_signed_int() {
         (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
@@ -535,7 +535,7 @@ fn nx_to_int(x: f64, dtype: DType) -> i128 {
 
 #[test]
 fn floats_convert_to_integers_modulo_the_width() {
-    use crate::binary::{int_values, INTS};
+    use super::binary::{int_values, INTS};
     let p = |k: i32| 2f64.powi(k);
     let mut values = vec![
         0.0,
@@ -599,7 +599,7 @@ fn floats_convert_to_integers_modulo_the_width() {
 
 #[test]
 fn wide_integers_convert_to_f32_through_f64_as_nx_does() {
-    use crate::binary::ints;
+    use super::binary::ints;
     // 2^60 + 2^36 + 1 rounds to 2^60 + 2^36 in f64, a tie in f32 that goes to even (2^60);
     // a single rounding gives 2^60 + 2^37
     let s = ints(

@@ -1,4 +1,4 @@
-//! Integer semantics of Nx where Burn's kernels differ. Nx.BinaryBackend computes integer ops on
+//! Integer semantics of Nx's binary ops where Burn's kernels differ. Nx.BinaryBackend computes integer ops on
 //! the operands' values as big integers and stores the result's low bits; Burn's CPU backend
 //! shifts by the amount modulo 64 and shifts u64 values as i64 (sign-extending), GPU kernels
 //! leave shifts by the width or more undefined and raise integers to powers through floats, and
@@ -10,17 +10,15 @@
 //! * `pow` multiplies by squaring over the exponent's bits (negative exponents are refused);
 //! * a u64 meets a signed operand in s64, which holds neither's every value: comparisons,
 //!   `min`/`max`, `quotient` and `remainder` of such pairs work on sign and magnitude, right
-//!   shifts in the left operand's own type, shift amounts and exponents in theirs;
-//! * floats convert to integers as `trunc(x)` modulo 2^bits (NaN to 0, infinities to the
-//!   type's extremes), and s64/u64 to narrower floats through f64 (Nx rounds the integer to an
-//!   f64 first).
+//!   shifts in the left operand's own type, shift amounts and exponents in theirs.
+//!
+//! (`Tensor::cast` converts floats to integers and back by Nx's rules the same way.)
 
-use super::{binary, util, Arith, Compare};
 use crate::dtype::Kind;
-use crate::tensor::{Prim, B};
+use crate::op::{binary, util, Arith, Compare};
+use crate::tensor::B;
 use crate::{DType, Error, Result, Scalar, Tensor};
-use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
-use burn::tensor::{FloatDType, IntDType};
+use burn::tensor::ops::{BoolTensorOps, IntTensorOps};
 
 /// `t` as an integer tensor of its own type (booleans as u8).
 fn as_int(t: &Tensor) -> Result<Tensor> {
@@ -309,69 +307,4 @@ fn divide_mixed(quotient: bool, a: &Tensor, b: &Tensor, out: DType) -> Result<Te
         None => m,
     };
     signed.cast(out)
-}
-
-/// 2^k as an f64.
-fn two_to(k: i32) -> f64 {
-    2f64.powi(k)
-}
-
-/// A float tensor converted to integer type `to` as Nx converts: `trunc(x)` modulo 2^bits (the
-/// low bits of the integer), NaN to 0, infinities to the type's largest and smallest values.
-/// The value splits exactly into `x = h * 2^32 + lo` (|lo| < 2^32, of x's sign) and, for 64-bit
-/// results, `h = hh (mod 2^32)` with |hh| < 2^32: `lo` and `hh` convert exactly, and
-/// `(hh << 32) + trunc(lo)` wraps to the result. f16 and bf16 compute in f32 (exact).
-pub(crate) fn from_float(x: &Tensor, to: DType) -> Result<Tensor> {
-    let int = to.int_dtype()?;
-    if x.numel() == 0 {
-        return Ok(Tensor::same_shape_as(
-            B::float_into_int(x.prim(), int),
-            Kind::Int,
-            x,
-        ));
-    }
-    let w = match x.dtype() {
-        DType::F64 | DType::F32 => x.clone(),
-        _ => x.cast(DType::F32)?,
-    };
-    let (p, bd) = (w.prim(), w.bool_dtype());
-    let muls = |p: Prim, c: f64| B::float_mul_scalar(p, c.into());
-    let nan = B::float_is_nan(p.clone(), bd);
-    let bounded = B::float_clamp(p.clone(), (-two_to(100)).into(), two_to(100).into());
-    let finite = B::float_mask_fill(bounded, nan, 0.0f64.into());
-    let h = B::float_trunc(muls(finite.clone(), two_to(-32)));
-    let lo = B::float_sub(finite, muls(h.clone(), two_to(32)));
-    let mut v = B::float_into_int(lo, IntDType::I64);
-    if to.bits() > 32 {
-        let hh = B::float_sub(
-            h.clone(),
-            muls(B::float_trunc(muls(h, two_to(-32))), two_to(32)),
-        );
-        let high = B::float_into_int(hh, IntDType::I64);
-        let high = B::bitwise_left_shift_scalar(high, int_scalar(32, DType::S64));
-        v = B::int_add(high, v);
-    }
-    let mut v = B::int_cast(v, int);
-    for (edge, max) in [(f64::INFINITY, true), (f64::NEG_INFINITY, false)] {
-        let at = B::float_equal_elem(p.clone(), edge.into(), bd);
-        v = B::int_mask_fill(v, at, util::extreme(to, max).burn_for(to));
-    }
-    Ok(Tensor::same_shape_as(v, Kind::Int, x))
-}
-
-/// An integer tensor converted to float type `to`: s64 and u64 to f32, f16 and bf16 through f64
-/// where the device computes f64 (Nx rounds the integer to an f64, then to the type; a direct
-/// conversion rounds once and differs where the first rounding lands on a tie).
-pub(crate) fn to_float(x: &Tensor, to: DType) -> Result<Tensor> {
-    let p = x.prim();
-    let prim = if x.dtype().bits() == 64
-        && to != DType::F64
-        && x.numel() > 0
-        && super::wide::rounds_from_f64(x.device())
-    {
-        B::float_cast(B::int_into_float(p, FloatDType::F64), to.float_dtype()?)
-    } else {
-        B::int_into_float(p, to.float_dtype()?)
-    };
-    Ok(Tensor::same_shape_as(prim, Kind::Float, x))
 }
