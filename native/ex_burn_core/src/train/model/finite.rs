@@ -120,11 +120,15 @@ impl Checks {
             .into_data()
             .iter::<f64>()
             .collect();
-        let sources = self.sources;
+        let (sources, what) = (self.sources, self.what);
+        let bad_at =
+            |i: usize| !read[i].is_finite() && sources[i].as_ref().is_none_or(any_non_finite);
+        // An earlier update's damage first: it explains whatever else is not finite.
         let bad = (0..read.len())
-            .find(|&i| !read[i].is_finite() && sources[i].as_ref().is_none_or(any_non_finite))
+            .find(|&i| matches!(what[i], Checked::Parameter(_)) && bad_at(i))
+            .or_else(|| (0..read.len()).find(|&i| bad_at(i)))
             .map(|i| Bad {
-                what: self.what[i].clone(),
+                what: what[i].clone(),
                 value: read[i],
             });
         (read.first().copied().unwrap_or(f64::NAN), bad)
@@ -193,13 +197,19 @@ impl Model {
         Ok(())
     }
 
+    /// Adds a mark per parameter.
+    pub(super) fn check_parameters(&self, checks: &mut Checks) -> Result<()> {
+        for (name, p) in self.param_refs(self.net()?) {
+            checks.push(Checked::Parameter(name), p.value_mark());
+        }
+        Ok(())
+    }
+
     /// Checks the parameters after an update (one device read): an update that overflowed
     /// fails with [`Model::overflowed`]'s error.
     pub(super) fn check_update(&self, at: Option<(usize, usize, usize)>) -> Result<()> {
         let mut checks = Checks::new();
-        for (name, p) in self.param_refs(self.net()?) {
-            checks.push(Checked::Parameter(name), p.value_mark());
-        }
+        self.check_parameters(&mut checks)?;
         match checks.read().1 {
             Some(bad) => Err(self.overflowed(&bad, at)),
             None => Ok(()),
@@ -603,12 +613,25 @@ mod tests {
         let huge = floats(&vec![3.0e38; kernel.1.numel()], kernel.1.shape());
         m.set_parameters(&[(kernel.0.clone(), huge)], None, false)
             .expect("set");
+        let fresh = m.clone();
         match m.train_step(&data(8, &[], 0.0), 3.0, OnNonFinite::Skip) {
             Err(Error::NonFinite(msg)) => assert!(
                 msg.contains("overflowed") && msg.contains("damaged") && msg.contains(&kernel.0),
                 "{msg}"
             ),
             other => panic!("expected an overflow error, got {other:?}"),
+        }
+        // In an epoch the parameters are read with the next step's check (one read per step),
+        // or at the epoch's end after its last step; the error names the update's batch.
+        for (n, place) in [(16, "epoch 1, batch 1 of 2"), (8, "epoch 1, batch 1 of 1")] {
+            let mut m = fresh.clone();
+            let opts = epoch(OnNonFinite::Skip, 8, 1, 3.0);
+            match m.train_epoch(&data(n, &[], 0.0), &opts, &mut |_, _, _| {}) {
+                Err(Error::NonFinite(msg)) => {
+                    assert!(msg.contains("overflowed") && msg.contains(place), "{msg}")
+                }
+                other => panic!("expected an overflow error, got {other:?}"),
+            }
         }
     }
 

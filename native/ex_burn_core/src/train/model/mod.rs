@@ -26,7 +26,11 @@ mod params;
 
 pub use data::collect_autodiff_garbage;
 use data::*;
-use finite::{Bad, Checks, Running};
+use finite::{Bad, Checked, Checks, Running};
+
+/// The place of the last applied update while no read has checked its parameters yet
+/// (`Some(None)`: a step outside an epoch).
+type Unchecked = Option<Option<(usize, usize, usize)>>;
 
 /// A batch's forward pass: the loss on the autodiff graph, the same loss off it and, for
 /// classification, which samples were predicted right. Nothing is read from the device.
@@ -447,7 +451,16 @@ impl Model {
         let f = self.forward_loss(batch, false)?;
         let grads = self.grads(f.loss, 1)?;
         let mut checks = Checks::with_loss(f.inner);
-        let (loss, bad) = self.guarded_apply(grads, lr, &mut checks, running.as_ref(), None)?;
+        let mut unchecked = None;
+        let (loss, bad) = self.guarded_apply(
+            grads,
+            lr,
+            &mut checks,
+            running.as_ref(),
+            None,
+            &mut unchecked,
+        )?;
+        self.check_unchecked(&mut unchecked)?;
         match bad {
             Some(bad) if on == OnNonFinite::Raise => Err(self.non_finite(&bad, None)),
             bad => Ok(Step {
@@ -457,11 +470,14 @@ impl Model {
         }
     }
 
-    /// Reads `checks` with the marks of the gradients and of the batch-norm statistics added
-    /// (one device read). When an entry is not finite the update is left out and the running
-    /// statistics are put back to `running`; otherwise the update is applied and the updated
-    /// parameters are checked (a second read; `at` places an overflow's error). Returns the
-    /// first entry (the loss) and the first non-finite one.
+    /// Reads `checks` with the marks of the gradients and of the batch-norm statistics added,
+    /// and those of the parameters when the previous update is still `unchecked` (one device
+    /// read for both, so that a step synchronises with the device once). A parameter that the
+    /// previous update made NaN or infinite fails with [`Model::overflowed`]'s error. When
+    /// another entry is not finite the update is left out and the running statistics are put
+    /// back to `running`; otherwise it is applied and `unchecked` records `at`, its place, for
+    /// the next read ([`Model::check_unchecked`] reads it alone). Returns the first entry (the
+    /// loss) and the first non-finite one.
     fn guarded_apply(
         &mut self,
         grads: GradientsParams,
@@ -469,17 +485,46 @@ impl Model {
         checks: &mut Checks,
         running: Option<&Running>,
         at: Option<(usize, usize, usize)>,
+        unchecked: &mut Unchecked,
     ) -> Result<(f64, Option<Bad>)> {
         self.check_gradients(&grads, lr, checks)?;
         self.check_statistics(checks)?;
-        let (first, bad) = std::mem::replace(checks, Checks::new()).read();
-        if bad.is_some() {
+        let bad = self.read_checks(checks, unchecked)?;
+        if bad.1.is_some() {
             self.restore_running(running);
-            return Ok((first, bad));
+            return Ok(bad);
         }
         self.apply(grads, lr)?;
-        self.check_update(at)?;
-        Ok((first, None))
+        *unchecked = Some(at);
+        Ok(bad)
+    }
+
+    /// Reads `checks` (with the parameters' marks when an update is `unchecked`, which it
+    /// clears); an overflowed parameter is an error.
+    fn read_checks(
+        &self,
+        checks: &mut Checks,
+        unchecked: &mut Unchecked,
+    ) -> Result<(f64, Option<Bad>)> {
+        let previous = unchecked.take();
+        if previous.is_some() {
+            self.check_parameters(checks)?;
+        }
+        let (first, bad) = std::mem::replace(checks, Checks::new()).read();
+        match bad {
+            Some(bad) if matches!(bad.what, Checked::Parameter(_)) => {
+                Err(self.overflowed(&bad, previous.flatten()))
+            }
+            bad => Ok((first, bad)),
+        }
+    }
+
+    /// Checks the parameters after an update that no read has covered yet (one device read).
+    fn check_unchecked(&self, unchecked: &mut Unchecked) -> Result<()> {
+        match unchecked.take() {
+            Some(at) => self.check_update(at),
+            None => Ok(()),
+        }
     }
 
     /// The loss of a batch through `net` (on the autodiff device when `ad`), with the value it
@@ -551,19 +596,21 @@ impl Model {
     }
 
     /// Applies the accumulated gradients (checked micro-batch by micro-batch before they were
-    /// summed) and checks the updated parameters (one device read; see [`Model::overflowed`]).
+    /// summed); the updated parameters are checked by the next read (`unchecked`).
     fn apply_accumulated(
         &mut self,
         acc: &mut Option<burn::optim::GradientsAccumulator<Net<B>>>,
         lr: f64,
         at: (usize, usize, usize),
+        unchecked: &mut Unchecked,
     ) -> Result<()> {
         let Some(a) = acc.as_mut() else {
             return Ok(());
         };
         let grads = a.grads();
         self.apply(grads, lr)?;
-        self.check_update(Some(at))
+        *unchecked = Some(Some(at));
+        Ok(())
     }
 
     /// One epoch over `data` in batches cut on the device; `progress(batches_done, total,
@@ -604,6 +651,7 @@ impl Model {
         let mut acc: Option<burn::optim::GradientsAccumulator<Net<B>>> = None;
         // Micro-batches since the last optimizer step, tallied once it is applied.
         let mut pending: Vec<Counted> = Vec::new();
+        let mut unchecked: Unchecked = None;
         let (mut steps, mut seen, mut skipped, mut stopped) = (0, 0, 0, false);
         let lr_at = |k: usize| {
             let lr = opts.lrs.get(k).or(opts.lrs.last()).copied().unwrap_or(1e-3);
@@ -627,8 +675,14 @@ impl Model {
             // The first non-finite entry of a batch that was left out.
             let failed = if accumulate == 1 {
                 let lr = lr_at(steps);
-                let (_, bad) =
-                    self.guarded_apply(grads, lr, &mut checks, running.as_ref(), Some(at))?;
+                let (_, bad) = self.guarded_apply(
+                    grads,
+                    lr,
+                    &mut checks,
+                    running.as_ref(),
+                    Some(at),
+                    &mut unchecked,
+                )?;
                 if bad.is_none() {
                     steps += 1;
                     seen += counted.rows;
@@ -640,7 +694,7 @@ impl Model {
                 // are summed.
                 self.check_gradients(&grads, lr_at(steps), &mut checks)?;
                 self.check_statistics(&mut checks)?;
-                let bad = checks.read().1;
+                let bad = self.read_checks(&mut checks, &mut unchecked)?.1;
                 if bad.is_some() {
                     self.restore_running(running.as_ref());
                 } else {
@@ -661,7 +715,7 @@ impl Model {
                 }
             }
             if !pending.is_empty() && (pending.len() == accumulate || b + 1 == batches) {
-                self.apply_accumulated(&mut acc, lr_at(steps), at)?;
+                self.apply_accumulated(&mut acc, lr_at(steps), at, &mut unchecked)?;
                 steps += 1;
                 for c in pending.drain(..) {
                     seen += c.rows;
@@ -675,13 +729,15 @@ impl Model {
         }
         // Stopped inside an accumulation: the finite micro-batches before still make a step.
         if !pending.is_empty() {
-            self.apply_accumulated(&mut acc, lr_at(steps), (opts.epoch, batches, batches))?;
+            let at = (opts.epoch, batches, batches);
+            self.apply_accumulated(&mut acc, lr_at(steps), at, &mut unchecked)?;
             steps += 1;
             for c in pending.drain(..) {
                 seen += c.rows;
                 tally.add(c.loss, c.rows, c.hits);
             }
         }
+        self.check_unchecked(&mut unchecked)?;
         let (loss_sum, correct) = tally.totals();
         let loss = if seen == 0 {
             f64::NAN
@@ -804,11 +860,18 @@ impl Model {
         sync()?;
         let t2 = Instant::now();
         // The optimizer phase includes the step's finiteness checks (two device reads).
-        if let (_, Some(bad)) =
-            self.guarded_apply(grads, lr, &mut checks, running.as_ref(), None)?
-        {
+        let mut unchecked = None;
+        if let (_, Some(bad)) = self.guarded_apply(
+            grads,
+            lr,
+            &mut checks,
+            running.as_ref(),
+            None,
+            &mut unchecked,
+        )? {
             return Err(self.non_finite(&bad, None));
         }
+        self.check_unchecked(&mut unchecked)?;
         sync()?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
