@@ -1,11 +1,12 @@
 //! Non-finite values kept out of a model. Before each update one small vector is read from the
 //! device: the loss, and per gradient (times the learning rate) and per batch-norm statistic a
-//! mark that is 0 when all its elements are finite and NaN otherwise; a step with a non-finite
-//! entry is left out, so no NaN or infinity from the data, the forward or the backward pass is
-//! ever written into the weights or the optimizer state. After the update a second read checks
-//! the parameters: what it can still find is an overflow of the update itself, which fails
-//! loudly (undoing it would need a copy of the whole model at every step). Datasets are
-//! checked the same way, in chunks, before training.
+//! mark (its sum) that is finite when all its elements are; a step with a non-finite entry is
+//! left out, so no NaN or infinity from the data, the forward or the backward pass is ever
+//! written into the weights or the optimizer state. The parameters are checked at the end of
+//! an epoch (or of a single step) and whenever a step fails its check: what that can still find
+//! is an overflow of an update itself, which fails loudly (undoing it would need a copy of the
+//! whole model at every step; the step after such an overflow fails its own check, so training
+//! stops there). Datasets are checked the same way, in chunks, before training.
 
 use super::params::ParamRef;
 use super::*;
@@ -20,27 +21,30 @@ const CHECK_CHUNK: usize = 1 << 22;
 /// not finite although they all are), with the elements to settle such a case exactly.
 pub(super) struct Mark {
     value: T1,
-    source: Option<T1>,
+    source: Option<Exact>,
 }
 
-/// The mark of `t`: its sum (one pass over it, no temporary), which is NaN or infinite when an
-/// element is. A sum of finite elements can overflow too; [`Checks::read`] then looks at the
-/// elements themselves. Half-precision tensors, whose sums overflow easily, are marked by the
-/// sum of `x * 0` instead (0 for finite `x`, NaN otherwise), which cannot overflow.
+/// Whether a marked tensor really holds NaN or infinity (looks at its elements; one read).
+type Exact = Box<dyn Fn() -> bool>;
+
+/// The mark of `t`: its sum (one pass over it, no temporary, no reshape), which is NaN or
+/// infinite when an element is. A sum of finite elements can overflow too; [`Checks::read`]
+/// then looks at the elements themselves. Half-precision tensors, whose sums overflow easily,
+/// are marked by the sum of `x * 0` instead (0 for finite `x`, NaN otherwise), which cannot
+/// overflow.
 fn mark<const D: usize>(t: burn::tensor::Tensor<B, D>) -> Mark {
-    let flat: T1 = t.flatten(0, D - 1);
-    let value = match flat.dtype() {
-        burn::tensor::DType::F16 | burn::tensor::DType::BF16 => flat.clone().mul_scalar(0.0).sum(),
-        _ => flat.clone().sum(),
+    let value = match t.dtype() {
+        burn::tensor::DType::F16 | burn::tensor::DType::BF16 => t.clone().mul_scalar(0.0).sum(),
+        _ => t.clone().sum(),
     };
     Mark {
         value,
-        source: Some(flat),
+        source: Some(Box::new(move || any_non_finite(&t))),
     }
 }
 
 /// Whether any element of `t` is NaN or infinite (one device read).
-fn any_non_finite(t: &T1) -> bool {
+fn any_non_finite<const D: usize>(t: &burn::tensor::Tensor<B, D>) -> bool {
     t.clone()
         .is_finite()
         .bool_not()
@@ -75,7 +79,7 @@ pub(super) struct Bad {
 pub(super) struct Checks {
     what: Vec<Checked>,
     values: Vec<T1>,
-    sources: Vec<Option<T1>>,
+    sources: Vec<Option<Exact>>,
 }
 
 impl Checks {
@@ -122,8 +126,8 @@ impl Checks {
             .collect();
         let (sources, what) = (self.sources, self.what);
         let bad_at =
-            |i: usize| !read[i].is_finite() && sources[i].as_ref().is_none_or(any_non_finite);
-        // An earlier update's damage first: it explains whatever else is not finite.
+            |i: usize| !read[i].is_finite() && sources[i].as_ref().is_none_or(|exact| exact());
+        // A parameter first: an earlier update's damage explains whatever else is not finite.
         let bad = (0..read.len())
             .find(|&i| matches!(what[i], Checked::Parameter(_)) && bad_at(i))
             .or_else(|| (0..read.len()).find(|&i| bad_at(i)))

@@ -26,9 +26,9 @@ mod params;
 
 pub use data::collect_autodiff_garbage;
 use data::*;
-use finite::{Bad, Checked, Checks, Running};
+use finite::{Bad, Checks, Running};
 
-/// The place of the last applied update while no read has checked its parameters yet
+/// The place of the last applied update while its parameters are not checked yet
 /// (`Some(None)`: a step outside an epoch).
 type Unchecked = Option<Option<(usize, usize, usize)>>;
 
@@ -470,14 +470,15 @@ impl Model {
         }
     }
 
-    /// Reads `checks` with the marks of the gradients and of the batch-norm statistics added,
-    /// and those of the parameters when the previous update is still `unchecked` (one device
-    /// read for both, so that a step synchronises with the device once). A parameter that the
-    /// previous update made NaN or infinite fails with [`Model::overflowed`]'s error. When
-    /// another entry is not finite the update is left out and the running statistics are put
-    /// back to `running`; otherwise it is applied and `unchecked` records `at`, its place, for
-    /// the next read ([`Model::check_unchecked`] reads it alone). Returns the first entry (the
-    /// loss) and the first non-finite one.
+    /// Reads `checks` with the marks of the gradients and of the batch-norm statistics added
+    /// (one device read, the step's only synchronisation with the device). When an entry is
+    /// not finite the update is left out and the running statistics are put back to `running`
+    /// (and, if an earlier update is `unchecked`, the parameters are looked at: one it made NaN
+    /// or infinite fails with [`Model::overflowed`]'s error, since it explains the rest).
+    /// Otherwise the update is applied and `unchecked` records `at`, its place: its parameters
+    /// are checked when a later step fails its check or by [`Model::check_unchecked`] (at the
+    /// end of an epoch or of a single step). Returns the first entry (the loss) and the first
+    /// non-finite one.
     fn guarded_apply(
         &mut self,
         grads: GradientsParams,
@@ -499,24 +500,18 @@ impl Model {
         Ok(bad)
     }
 
-    /// Reads `checks` (with the parameters' marks when an update is `unchecked`, which it
-    /// clears); an overflowed parameter is an error.
+    /// Reads `checks`; when an entry is not finite and an update is `unchecked`, checks the
+    /// parameters first (an overflowed one is the error).
     fn read_checks(
         &self,
         checks: &mut Checks,
         unchecked: &mut Unchecked,
     ) -> Result<(f64, Option<Bad>)> {
-        let previous = unchecked.take();
-        if previous.is_some() {
-            self.check_parameters(checks)?;
-        }
         let (first, bad) = std::mem::replace(checks, Checks::new()).read();
-        match bad {
-            Some(bad) if matches!(bad.what, Checked::Parameter(_)) => {
-                Err(self.overflowed(&bad, previous.flatten()))
-            }
-            bad => Ok((first, bad)),
+        if bad.is_some() {
+            self.check_unchecked(unchecked)?;
         }
+        Ok((first, bad))
     }
 
     /// Checks the parameters after an update that no read has covered yet (one device read).
@@ -596,7 +591,7 @@ impl Model {
     }
 
     /// Applies the accumulated gradients (checked micro-batch by micro-batch before they were
-    /// summed); the updated parameters are checked by the next read (`unchecked`).
+    /// summed); the updated parameters are checked later (`unchecked`).
     fn apply_accumulated(
         &mut self,
         acc: &mut Option<burn::optim::GradientsAccumulator<Net<B>>>,
