@@ -18,12 +18,14 @@ defmodule ExBurn.Training do
     type: {:in, [:raise, :skip, :stop]},
     default: :raise,
     doc:
-      "what a step whose loss, gradients or updated parameters (batch-norm statistics included) " <>
-        "hold NaN or infinity does; such a step is undone, so no non-finite value is ever written " <>
-        "into the weights or the optimizer state (cost: one small device read per step, see the " <>
-        "training guide): `:raise` (an `ExBurn.Error` of kind `:non_finite` naming the epoch, " <>
-        "the batch and what was not finite; the weights are as before that step), `:skip` (leave " <>
-        "the step out), `:stop` (end training after the epoch's completed steps)"
+      "what a step whose loss, gradients or batch-norm statistics hold NaN or infinity does; " <>
+        "they are checked before the update (one small device read per step, see the training " <>
+        "guide), so such a step is never applied: `:raise` (an `ExBurn.Error` of kind " <>
+        "`:non_finite` naming the epoch, the batch and what was not finite; the weights and the " <>
+        "optimizer state are as before that step), `:skip` (leave the step out), `:stop` (end " <>
+        "training after the epoch's completed steps). An update that overflows by itself " <>
+        "(finite gradients) is found when the parameters are checked (after each epoch, and " <>
+        "when a step fails its check) and always raises"
   ]
 
   @fit_opts [
@@ -134,9 +136,9 @@ defmodule ExBurn.Training do
   epoch).
 
   NaN and infinities never train silently: the data are checked before the first epoch
-  (`:check_inputs`), and every step's loss, gradients and updated parameters are checked
-  before the step is kept (`:on_non_finite`). Both raise `ExBurn.Error` of kind `:non_finite`
-  by default.
+  (`:check_inputs`), every step's loss, gradients and batch-norm statistics are checked
+  before its update (`:on_non_finite`), and the parameters after each epoch. Both raise
+  `ExBurn.Error` of kind `:non_finite` by default.
 
   ## Options
 
@@ -417,14 +419,15 @@ defmodule ExBurn.Training do
         @non_finite,
         :doc,
         "`:raise` (default) or `:skip`/`:stop` (no update; the loss is returned) for a step whose " <>
-          "loss, gradients or updated parameters hold NaN or infinity"
+          "loss, gradients or batch-norm statistics hold NaN or infinity"
       )
   ]
 
   @doc """
   One optimizer step (forward, backward, update in one NIF call); returns `{loss, model}`.
-  A step whose loss, gradients or updated parameters hold NaN or infinity is undone: the
-  weights and the optimizer state stay as they were.
+  A step whose loss, gradients or batch-norm statistics hold NaN or infinity is not applied:
+  the weights and the optimizer state stay as they were. The updated parameters are checked
+  after the step; an update that overflowed raises.
 
   ## Options
 
