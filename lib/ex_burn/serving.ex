@@ -140,42 +140,99 @@ if Code.ensure_loaded?(Nx) do
     # at once.
     defp moved_to_host(term), do: each_tensor(term, &Nx.backend_transfer(&1, Nx.BinaryBackend), true)
 
-    # templates (e.g. an Nx.Batch's) have no data to copy
-    defp each_tensor(%Nx.Tensor{data: %backend{}} = tensor, _fun, _streams?)
-         when backend in [Nx.BinaryBackend, Nx.TemplateBackend],
-         do: tensor
+    # `term` with `fun` applied to each tensor in it. Parts without a tensor are returned as
+    # they are, not rebuilt: a term of millions of plain values (or of ExBurn.Tensor structs,
+    # which are not Nx tensors) costs one walk and no allocation, so no garbage collection
+    # of a copy holds the scheduler.
+    defp each_tensor(term, fun, streams?) do
+      case walk(term, fun, streams?) do
+        :same -> term
+        {:new, new} -> new
+      end
+    end
 
-    defp each_tensor(%Nx.Tensor{} = tensor, fun, _streams?), do: fun.(tensor)
+    # :same, or {:new, term} when a tensor (or stream) inside was replaced.
+    # templates (e.g. an Nx.Batch's) have no data to copy
+    defp walk(%Nx.Tensor{data: %backend{}}, _fun, _streams?)
+         when backend in [Nx.BinaryBackend, Nx.TemplateBackend],
+         do: :same
+
+    defp walk(%Nx.Tensor{} = tensor, fun, _streams?), do: {:new, fun.(tensor)}
 
     # a batch holds closures over its entries: its rows, materialised, make the new batch
-    defp each_tensor(%Nx.Batch{stack: [_ | _]} = batch, fun, streams?) do
+    defp walk(%Nx.Batch{stack: [_ | _]} = batch, fun, streams?) do
       rows = Nx.Defn.jit_apply(&Function.identity/1, [%{batch | pad: 0}], compiler: Nx.Defn.Evaluator)
-      %{Nx.Batch.concatenate([each_tensor(rows, fun, streams?)]) | pad: batch.pad, key: batch.key}
+
+      {:new, %{Nx.Batch.concatenate([each_tensor(rows, fun, streams?)]) | pad: batch.pad, key: batch.key}}
     end
 
     # a streaming serving's result: copied event by event
-    defp each_tensor(%Stream{} = stream, fun, true), do: Stream.map(stream, &each_tensor(&1, fun, true))
+    defp walk(%Stream{} = stream, fun, true), do: {:new, Stream.map(stream, &each_tensor(&1, fun, true))}
 
-    defp each_tensor(stream, fun, true) when is_function(stream, 2),
-      do: Stream.map(stream, &each_tensor(&1, fun, true))
+    defp walk(stream, fun, true) when is_function(stream, 2),
+      do: {:new, Stream.map(stream, &each_tensor(&1, fun, true))}
 
-    defp each_tensor(list, fun, streams?) when is_list(list), do: each_in_list(list, fun, streams?, [])
+    defp walk(list, fun, streams?) when is_list(list), do: walk_list(list, list, 0, fun, streams?)
 
-    defp each_tensor(tuple, fun, streams?) when is_tuple(tuple),
-      do: tuple |> Tuple.to_list() |> each_in_list(fun, streams?, []) |> List.to_tuple()
+    defp walk(tuple, fun, streams?) when is_tuple(tuple),
+      do: walk_tuple(tuple, 0, tuple_size(tuple), fun, streams?)
 
     # structs too (their __struct__ key is kept)
-    defp each_tensor(map, fun, streams?) when is_map(map),
-      do: map |> Map.to_list() |> Map.new(fn {k, v} -> {k, each_tensor(v, fun, streams?)} end)
+    defp walk(map, fun, streams?) when is_map(map),
+      do: walk_map(:maps.next(:maps.iterator(map)), map, fun, streams?)
 
-    defp each_tensor(other, _fun, _streams?), do: other
+    defp walk(_other, _fun, _streams?), do: :same
 
-    defp each_in_list([h | t], fun, streams?, acc),
-      do: each_in_list(t, fun, streams?, [each_tensor(h, fun, streams?) | acc])
+    # Unchanged so far: `seen` elements of `list` are kept as they are.
+    defp walk_list([h | t], list, seen, fun, streams?) do
+      case walk(h, fun, streams?) do
+        :same -> walk_list(t, list, seen + 1, fun, streams?)
+        {:new, new} -> {:new, Enum.take(list, seen) ++ [new | rebuild_list(t, fun, streams?, [])]}
+      end
+    end
 
-    defp each_in_list([], _fun, _streams?, acc), do: Enum.reverse(acc)
+    defp walk_list([], _list, _seen, _fun, _streams?), do: :same
+
     # an improper list keeps its tail
-    defp each_in_list(tail, fun, streams?, acc), do: :lists.reverse(acc, each_tensor(tail, fun, streams?))
+    defp walk_list(tail, list, seen, fun, streams?) do
+      case walk(tail, fun, streams?) do
+        :same -> :same
+        {:new, new} -> {:new, :lists.reverse(Enum.reverse(Enum.take(list, seen)), new)}
+      end
+    end
+
+    defp rebuild_list([h | t], fun, streams?, acc),
+      do: rebuild_list(t, fun, streams?, [each_tensor(h, fun, streams?) | acc])
+
+    defp rebuild_list([], _fun, _streams?, acc), do: Enum.reverse(acc)
+    defp rebuild_list(tail, fun, streams?, acc), do: :lists.reverse(acc, each_tensor(tail, fun, streams?))
+
+    defp walk_tuple(_tuple, i, n, _fun, _streams?) when i == n, do: :same
+
+    defp walk_tuple(tuple, i, n, fun, streams?) do
+      case walk(elem(tuple, i), fun, streams?) do
+        :same ->
+          walk_tuple(tuple, i + 1, n, fun, streams?)
+
+        {:new, new} ->
+          rest = for j <- (i + 1)..(n - 1)//1, do: each_tensor(elem(tuple, j), fun, streams?)
+          {:new, List.to_tuple(Enum.map(0..(i - 1)//1, &elem(tuple, &1)) ++ [new | rest])}
+      end
+    end
+
+    defp walk_map(:none, _map, _fun, _streams?), do: :same
+
+    defp walk_map({k, v, iterator}, map, fun, streams?) do
+      case walk(v, fun, streams?) do
+        :same -> walk_map(:maps.next(iterator), map, fun, streams?)
+        {:new, new} -> {:new, rebuild_map(:maps.next(iterator), fun, streams?, Map.put(map, k, new))}
+      end
+    end
+
+    defp rebuild_map(:none, _fun, _streams?, map), do: map
+
+    defp rebuild_map({k, v, iterator}, fun, streams?, map),
+      do: rebuild_map(:maps.next(iterator), fun, streams?, Map.put(map, k, each_tensor(v, fun, streams?)))
 
     defp output_fun(:device), do: & &1
     defp output_fun(:host), do: fn run -> &moved_to_host(run.(&1)) end

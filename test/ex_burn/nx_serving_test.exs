@@ -103,6 +103,29 @@ if Code.ensure_loaded?(Nx) do
     """
 
     @tag :distributed
+    test "to_host copies every tensor in any container and leaves the rest as it is" do
+      t = Nx.tensor([1.0, 2.0], backend: ExBurn.Backend)
+      host = Nx.backend_copy(t, Nx.BinaryBackend)
+      plain = {:a, [1, 2.0], %{k: "v"}, %ExBurn.Error{kind: :argument}}
+
+      term = [plain, {t, :x, [t | :tail]}, %{a: t, b: [1, {2, t}]}, [1 | t], fn -> :ok end]
+      [p, {a, :x, [b | :tail]}, %{a: c, b: [1, {2, d}]}, [1 | e], f] = ExBurn.Serving.to_host(term)
+
+      for copied <- [a, b, c, d, e] do
+        assert %Nx.Tensor{data: %Nx.BinaryBackend{}} = copied
+        assert Nx.to_list(copied) == [1.0, 2.0]
+      end
+
+      assert p === plain and is_function(f, 0)
+      # tensor-free terms (and host tensors) come back as the same term, not a copy
+      big = List.duplicate(%{shape: {2}, list: [1, 2]}, 200_000)
+      assert :erts_debug.same(ExBurn.Serving.to_host(big), big)
+      pair = {host, big}
+      assert :erts_debug.same(ExBurn.Serving.to_host(pair), pair)
+      {copied, rest} = ExBurn.Serving.to_host({t, big})
+      assert Nx.to_list(copied) == [1.0, 2.0] and :erts_debug.same(rest, big)
+    end
+
     test "a serving on another BEAM node answers {:distributed, name} requests" do
       case start_peer() do
         {:ok, peer, node} ->
