@@ -154,7 +154,7 @@ defmodule ExBurn.Type do
   def encode(values, type, op \\ :encode) do
     type = normalize!(type)
 
-    unless is_list(values),
+    unless is_list(values) and ExBurn.Options.proper_list?(values),
       do: ExBurn.Options.fail(op, "expected a list of numbers, got #{ExBurn.Options.short(values)}")
 
     for v <- values, into: <<>> do

@@ -299,7 +299,9 @@ defmodule ExBurn.BoundaryTest do
             fn -> Training.fit(m, {[t | :low], y}, epochs: 1, verbose: false) end,
             fn -> Training.evaluate(m, {[t | :select], y}) end,
             fn -> Model.unfreeze(m, ["dense_0" | :valid]) end,
-            fn -> Layers.input("x", shape: {nil, 1, 8, 8}) |> Layers.conv(2, kernel_size: [3 | nil]) end
+            fn -> Layers.input("x", shape: {nil, 1, 8, 8}) |> Layers.conv(2, kernel_size: [3 | nil]) end,
+            # found by the fuzz (seed 227940347)
+            fn -> ExBurn.Type.encode([-0.0 | 5.0e-324], :f64) end
           ] do
         assert %ExBurn.Error{kind: :argument} = error(f)
       end
