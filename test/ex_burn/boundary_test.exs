@@ -6,24 +6,12 @@ defmodule ExBurn.BoundaryTest do
   @moduletag :tmp_dir
 
   alias ExBurn.{BurnBridge, Dataset, Layers, Model, Op, Tensor, Training}
-
-  defp error(fun) do
-    fun.()
-    flunk("expected an ExBurn.Error")
-  rescue
-    e in ExBurn.Error -> e
-  end
+  import ExBurn.Test.Boundary, only: [error: 1, data: 0, data: 1]
 
   defp mlp(opts \\ []) do
     Layers.input("x", shape: {nil, 4})
     |> Layers.dense(3, name: "d")
     |> Model.compile(Keyword.merge([seed: 1], opts))
-  end
-
-  defp data(n \\ 16) do
-    x = BurnBridge.random_normal({n, 4}, seed: 3)
-    y = x |> BurnBridge.sum(axes: [1]) |> BurnBridge.greater(0.0) |> BurnBridge.as_type(:s64)
-    {x, y}
   end
 
   defp kernel(model), do: Model.parameters(model)["d.kernel"] |> Tensor.to_list()

@@ -10,17 +10,11 @@ defmodule ExBurn.BoundedErrorsTest do
 
   import Bitwise
   alias ExBurn.{BurnBridge, Dataset, Format, Layers, Model, Op, Options, Tensor, Training}
+  import ExBurn.Test.Boundary, only: [error: 1, data: 0, data: 1]
 
   @moduletag :tmp_dir
 
   @huge 1 <<< 1_000_000
-
-  defp error(fun) do
-    fun.()
-    flunk("expected an ExBurn.Error")
-  rescue
-    e in ExBurn.Error -> e
-  end
 
   # Runs `fun` in a process of its own; returns its result (or the ExBurn.Error it raised) and
   # the longest time it held a normal scheduler in one go (ms; 0 when never over 50 ms).
@@ -57,12 +51,6 @@ defmodule ExBurn.BoundedErrorsTest do
     Layers.input("x", shape: {nil, 4})
     |> Layers.dense(3, name: "d")
     |> Model.compile(Keyword.merge([seed: 1, optimizer: :sgd, learning_rate: 0.1], opts))
-  end
-
-  defp data(n \\ 16) do
-    x = BurnBridge.random_normal({n, 4}, seed: 3)
-    y = x |> BurnBridge.sum(axes: [1]) |> BurnBridge.greater(0.0) |> BurnBridge.as_type(:s64)
-    {x, y}
   end
 
   describe "class 1: error messages are bounded and quick" do

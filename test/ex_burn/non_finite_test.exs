@@ -6,25 +6,13 @@ defmodule ExBurn.NonFiniteTest do
   use ExUnit.Case, async: true
 
   alias ExBurn.{BurnBridge, Layers, Model, Tensor, Training}
-
-  defp error(fun) do
-    fun.()
-    flunk("expected an ExBurn.Error")
-  rescue
-    e in ExBurn.Error -> e
-  end
+  import ExBurn.Test.Boundary, only: [error: 1, data: 0, data: 1]
 
   defp mlp(opts \\ []) do
     Layers.input("x", shape: {nil, 4})
     |> Layers.dense(8, activation: :relu, name: "h")
     |> Layers.dense(3, name: "o")
     |> Model.compile(Keyword.merge([seed: 1, optimizer: :sgd, learning_rate: 0.1], opts))
-  end
-
-  defp data(n \\ 16) do
-    x = BurnBridge.random_normal({n, 4}, seed: 3)
-    y = x |> BurnBridge.sum(axes: [1]) |> BurnBridge.greater(0.0) |> BurnBridge.as_type(:s64)
-    {x, y}
   end
 
   # `x` with row `row` replaced by `value` (:nan, :infinity, :neg_infinity) in every feature.
