@@ -220,7 +220,117 @@ impl Drop for Reservation {
 /// configured limit or what the device can hold ([`bound`]); granted, they are held until the
 /// returned [`Reservation`] is dropped.
 pub fn reserve(device: Device, bytes: u128, what: &dyn Fn() -> String) -> Result<Reservation> {
-    reserve_with(device, bytes, limit(), &|| bound(device), what)
+    if !device.is_host() {
+        return reserve_with(device, bytes, limit(), &|| bound(device), what);
+    }
+    // The host's figures cost tens of microseconds to read (several files under /proc and
+    // /sys), more than many ops: a recent reading less what was granted since decides a grant,
+    // and a refusal is decided again on a fresh reading.
+    let r = match reserve_with(device, bytes, limit(), &reading::recent, what) {
+        Err(e) if e.kind() == "out_of_memory" => {
+            reading::forget();
+            reserve_with(device, bytes, limit(), &reading::recent, what)
+        }
+        r => r,
+    };
+    if let Ok(granted) = &r {
+        reading::granted(granted.bytes);
+    }
+    r
+}
+
+/// The last reading of the host's bound, reused for [`reading::FRESH_FOR`] with the bytes
+/// granted since it was taken subtracted (so it can only err on the side of refusing).
+mod reading {
+    use super::{host_bound, Bound};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    /// How long a reading stands in for the system's figures.
+    pub const FRESH_FOR: Duration = Duration::from_millis(50);
+
+    /// A reading of the system's figures and the bytes granted since.
+    pub struct Reading {
+        bound: Bound,
+        at: Instant,
+        granted: u128,
+    }
+
+    static LAST: Mutex<Option<Reading>> = Mutex::new(None);
+
+    fn lock(m: &Mutex<Option<Reading>>) -> std::sync::MutexGuard<'_, Option<Reading>> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The host's bound: the last reading less what was granted since, or a fresh one.
+    pub fn recent() -> Option<Bound> {
+        recent_in(&LAST, Instant::now(), &host_bound)
+    }
+
+    /// [`recent`] over the reading kept in `last`, at `now`, reading the system with `read`.
+    pub fn recent_in(
+        last: &Mutex<Option<Reading>>,
+        now: Instant,
+        read: &dyn Fn() -> Option<Bound>,
+    ) -> Option<Bound> {
+        let mut last = lock(last);
+        let fresh = |r: &&Reading| now.saturating_duration_since(r.at) < FRESH_FOR;
+        if let Some(r) = last.as_ref().filter(fresh) {
+            let left = (r.bound.bytes as u128).saturating_sub(r.granted);
+            return Some(Bound::new(left as u64, r.bound.source.clone()));
+        }
+        let bound = read();
+        *last = bound.clone().map(|bound| Reading {
+            bound,
+            at: now,
+            granted: 0,
+        });
+        bound
+    }
+
+    /// Counts `bytes` granted against the last reading.
+    pub fn granted(bytes: u128) {
+        granted_in(&LAST, bytes)
+    }
+
+    /// [`granted`] against the reading kept in `last`.
+    pub fn granted_in(last: &Mutex<Option<Reading>>, bytes: u128) {
+        if let Some(r) = lock(last).as_mut() {
+            r.granted = r.granted.saturating_add(bytes);
+        }
+    }
+
+    /// Drops the last reading: the next query reads the system.
+    pub fn forget() {
+        *lock(&LAST) = None;
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_reading_stands_for_a_while_less_what_was_granted() {
+            let last = Mutex::new(None);
+            let reads = std::cell::Cell::new(0);
+            let read = || {
+                reads.set(reads.get() + 1);
+                Some(Bound::new(1000, "test"))
+            };
+            let t0 = Instant::now();
+            assert_eq!(recent_in(&last, t0, &read).map(|b| b.bytes), Some(1000));
+            granted_in(&last, 300);
+            let soon = t0 + FRESH_FOR / 2;
+            assert_eq!(recent_in(&last, soon, &read).map(|b| b.bytes), Some(700));
+            assert_eq!(reads.get(), 1);
+            granted_in(&last, 5000);
+            assert_eq!(recent_in(&last, soon, &read).map(|b| b.bytes), Some(0));
+            // stale: read again, nothing granted since
+            let later = t0 + FRESH_FOR;
+            assert_eq!(recent_in(&last, later, &read).map(|b| b.bytes), Some(1000));
+            assert_eq!(reads.get(), 2);
+        }
+    }
 }
 
 fn reserve_with(

@@ -179,7 +179,6 @@ pub fn plan(op: &Op, inputs: &[Tensor]) -> Result<Plan> {
 
 /// Whether `op` may compute on the host when its inputs live on a GPU (`util::on_host`).
 fn detours(op: &Op, inputs: &[Tensor]) -> bool {
-    let t = inputs.first().map_or(DType::F32, Tensor::dtype);
     match op {
         Op::Unary(u) => {
             matches!(u, Unary::ErfInv | Unary::Cbrt)
@@ -189,10 +188,45 @@ fn detours(op: &Op, inputs: &[Tensor]) -> bool {
         Op::Binary {
             op: Arith::Atan2, ..
         } => true,
-        Op::Dot { out, .. } => !out.unwrap_or_else(|| widest(inputs)).is_float() || t == DType::F32,
+        Op::Dot {
+            out,
+            contract_a,
+            batch_a,
+            ..
+        } => {
+            // integer products run on the host; exact small f32 products too on devices that
+            // compute no f64 (`dot::dot`); every other product stays on the device
+            let out = out.unwrap_or_else(|| widest(inputs));
+            let small_f32 = || {
+                out == DType::F32
+                    && !super::wide::f64_device(device_of(inputs))
+                    && dot_work(inputs, contract_a, batch_a) <= super::wide::EXACT_F32_WORK as u128
+            };
+            !out.is_float() || small_f32()
+        }
         Op::TriangularSolve { .. } | Op::Narrow { .. } | Op::Bitcast { .. } => true,
         _ => false,
     }
+}
+
+/// Multiply-adds of a dot product: the product of every dimension of `a` and of `b`'s free
+/// dimensions (`a`'s batch and contracted dimensions are `b`'s too), saturating.
+fn dot_work(inputs: &[Tensor], contract_a: &[usize], batch_a: &[usize]) -> u128 {
+    let (Some(a), Some(b)) = (inputs.first(), inputs.get(1)) else {
+        return 0;
+    };
+    let shared: u128 = contract_a
+        .iter()
+        .chain(batch_a)
+        .map(|&i| a.shape().get(i).copied().unwrap_or(1) as u128)
+        .fold(1, u128::saturating_mul);
+    let all = |t: &Tensor| {
+        t.shape()
+            .iter()
+            .fold(1u128, |p, &d| p.saturating_mul(d as u128))
+    };
+    // a's elements times b's, divided by what both hold (the batch and contracted axes)
+    all(a).saturating_mul(all(b)) / shared.max(1)
 }
 
 /// Bytes per element of unary `u` of `x` on `device` (the input's conversion included).
