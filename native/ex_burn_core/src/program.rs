@@ -15,6 +15,7 @@ mod hoist;
 mod literal;
 mod reduce_fn;
 mod remat;
+mod small;
 mod step;
 mod values;
 
@@ -22,6 +23,7 @@ pub use attention::attention_steps;
 pub use fuse::loop_runs;
 pub use fuse::row_regions;
 pub use literal::literal_steps;
+pub use small::loops_run as small_loops_run;
 pub use step::{eval, names, Step};
 
 use crate::profile;

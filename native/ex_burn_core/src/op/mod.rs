@@ -22,7 +22,7 @@ mod reduce;
 pub(crate) mod scatter;
 pub(crate) mod shape;
 mod sort;
-mod sum32;
+pub(crate) mod sum32;
 mod table;
 mod unary;
 mod wide;

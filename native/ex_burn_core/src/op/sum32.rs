@@ -97,6 +97,12 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
     Tensor::from_data(data, DType::F32, shape, Device::Cpu)
 }
 
+/// The sum of every element of `v` as [`sum`] computes it for one run of values (the whole
+/// tensor): accumulated in f64, rounded once.
+pub(crate) fn sum_all(v: &[f32]) -> f32 {
+    round(kernels::run_sum(v))
+}
+
 /// An f64 sum rounded to f32; NaN is the positive quiet NaN (what Nx writes; x86 adds give
 /// the negative one for `Inf + -Inf`).
 fn round(s: f64) -> f32 {

@@ -12,7 +12,7 @@
 //! element-wise instructions together with reductions over the same trailing axes (softmax,
 //! layer norm, their gradients) as one kernel per region (`rows`); other GPUs run op by op.
 
-mod map32;
+pub(super) mod map32;
 mod rows;
 
 pub use rows::row_regions;

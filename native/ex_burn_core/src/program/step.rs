@@ -181,6 +181,10 @@ fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
     match step {
         Step::Op(op) => op::eval(op, inputs, device),
         Step::While { cond, body, state } => {
+            // loops over small tensors run whole on the host, without per-op dispatch
+            if let Some(out) = super::small::run(step, inputs, device)? {
+                return Ok(out);
+            }
             let (mut st, inv) = (inputs[..*state].to_vec(), &inputs[*state..]);
             loop {
                 crate::cancel::check()?;

@@ -55,6 +55,7 @@ mod rows;
 mod scatter;
 mod scheduled;
 mod shape;
+mod small_loops;
 mod sort;
 mod tensor;
 mod train;

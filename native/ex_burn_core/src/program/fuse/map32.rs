@@ -31,7 +31,7 @@ pub(super) struct Ext {
 }
 
 /// The map of `op` when its operands are f32 (`None`: not handled here).
-fn map_of(op: &Op) -> Option<Map> {
+pub(in crate::program) fn map_of(op: &Op) -> Option<Map> {
     let f32_out = |out: &Option<DType>| matches!(out, None | Some(DType::F32));
     if let Op::Unary(u) = op {
         if let Some(fun) = Fun::of(*u).filter(|_| exact32::available()) {
@@ -551,8 +551,10 @@ type Parts<'a> = Vec<&'a mut [MaybeUninit<f32>]>;
 
 /// An operand of a loop: a chunk or a broadcast scalar.
 #[derive(Clone, Copy)]
-enum Arg<'a> {
+pub(in crate::program) enum Arg<'a> {
+    /// One value per element.
     Slice(&'a [f32]),
+    /// One value for every element.
     Scalar(f32),
 }
 
@@ -582,7 +584,7 @@ fn map2(a: Arg, b: Arg, out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
 /// Applies map `m` to a chunk (`b`: the second operand of a binary map). On x86-64 CPUs with
 /// AVX2 the loops are compiled for 8-lane vectors; the element functions are the same IEEE
 /// operations (no contraction into fused multiply-adds), so results do not change.
-fn run_step(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
+pub(in crate::program) fn run_step(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if op::util::simd().avx2 {
         // SAFETY: AVX2 was detected on this CPU.
@@ -600,7 +602,7 @@ unsafe fn run_step_avx2(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
 }
 
 #[inline(always)]
-fn run_step_any(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
+pub(in crate::program) fn run_step_any(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
     match b {
         Some(b) => binary(m, a, b, out),
         None => unary(m, a, out),

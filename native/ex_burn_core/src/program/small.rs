@@ -1,0 +1,54 @@
+//! `while` loops over small tensors, run whole by an interpreter on the host.
+//!
+//! A loop whose state is a few small tensors (counters, a point, a 16-element vector) and
+//! whose condition and body are element-wise arithmetic, comparisons, selects and full sums
+//! spends almost all of its time in per-op dispatch when each iteration runs its body as a
+//! program of tensor ops: allocating results, Burn's dispatch, the memory ledger, freeing.
+//! Here such a loop is compiled once per run into code over preallocated host buffers (one
+//! per value, shapes and types known from the loop's inputs); each iteration then runs that
+//! code with no allocation. Element functions are the op table's own (the f32 maps of
+//! `fuse::map32`, its f64-accumulated f32 sum, Nx's wrapping integer arithmetic, casts as
+//! `Tensor::cast` does them), so results are bit-identical to running the body op by op
+//! (`tests/engine/small_loops.rs` compares them). Loops with anything else (other ops or
+//! types, hooks, nested control flow, tensors over [`MAX_ELEMENTS`]) run as before.
+
+mod code;
+mod compile;
+
+use super::Step;
+use crate::{Device, Result, Tensor};
+
+/// Values of at most this many elements are small enough for the interpreter.
+pub const MAX_ELEMENTS: usize = 4096;
+
+/// Iterations between checks that the caller still waits (`cancel::check`).
+const CHECK_EVERY: u64 = 256;
+
+/// Runs `while` step `step` on `inputs` (its state, then its invariants) with the
+/// interpreter when the loop qualifies: `Ok(None)` when it does not (the caller runs it op by
+/// op).
+pub fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Option<Vec<Tensor>>> {
+    let Step::While { cond, body, state } = step else {
+        return Ok(None);
+    };
+    if !device.is_host() || inputs.iter().any(|t| !t.device().is_host()) {
+        return Ok(None);
+    }
+    let Some(mut m) = compile::Machine::new(cond, body, *state, inputs)? else {
+        return Ok(None);
+    };
+    let mut n = 0u64;
+    while m.test() {
+        if n.is_multiple_of(CHECK_EVERY) {
+            crate::cancel::check()?;
+        }
+        m.step();
+        n += 1;
+    }
+    m.state().map(Some)
+}
+
+/// How many loops this thread has run with the interpreter (lets tests tell it ran).
+pub fn loops_run() -> u64 {
+    compile::LOOPS.with(|c| c.get())
+}
