@@ -134,6 +134,17 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
         // stride the backend's index arithmetic holds.
         strides[i] = strides[i].min(padded - span + 1);
     }
+    let perm = output_permutation.as_deref().unwrap_or(&ident);
+    if sp == 2 && groups == 1 {
+        let g = super::conv_host::Conv2d {
+            strides: [strides[0], strides[1]],
+            padding: [burn_pad[0], burn_pad[1]],
+            dilations: [k_dil[0], k_dil[1]],
+        };
+        if let Some(res) = super::conv_host::conv2d_f32(&x, &k, &g)? {
+            return in_output_order(&res, perm);
+        }
+    }
     let (xp, kp): (Prim, Prim) = (x.prim(), k.prim());
     let prim = match sp {
         1 => B::conv1d(
@@ -165,14 +176,17 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
             ),
         ),
     };
-    let res = Tensor::wrap(prim, Kind::Float);
-    // Nx's `output_permutation` names where each axis of the result comes from: the result in
-    // [batch, features, spatial...] order is transposed by its inverse.
-    let perm = output_permutation.as_deref().unwrap_or(&ident);
+    in_output_order(&Tensor::wrap(prim, Kind::Float), perm)
+}
+
+/// The result in `[batch, features, spatial...]` order put in Nx's `output_permutation`, which
+/// names where each axis of the result comes from: transposed by its inverse.
+fn in_output_order(res: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    let r = res.rank();
     util::permutation(perm, r)?;
     let mut inverse = vec![0; r];
     for (i, &p) in perm.iter().enumerate() {
         inverse[p] = i;
     }
-    util::permute(&res, &inverse)
+    util::permute(res, &inverse)
 }

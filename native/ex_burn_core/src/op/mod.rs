@@ -7,6 +7,7 @@
 
 pub(crate) mod binary;
 mod conv;
+mod conv_host;
 pub(crate) mod creation;
 mod dot;
 pub(crate) mod exact32;

@@ -167,6 +167,9 @@ fn by_offsets(
 }
 
 /// Where the windows of a window op lie in its (padded) input.
+/// Outputs of `window_max`/`window_min` a compute thread takes at a time, at least.
+const MIN_PER_TASK: usize = 4096;
+
 struct Placement<'a> {
     dims: &'a [usize],
     strides: &'a [usize],
@@ -181,7 +184,15 @@ struct Placement<'a> {
 /// first.
 fn extremum_f32(x: &Tensor, g: &Placement, max: bool) -> Result<Tensor> {
     use rayon::prelude::*;
-    let data = x.to_f32_vec()?;
+    // read in place when contiguous (a copy of a large input costs more than the reduction)
+    let copy;
+    let data: &[f32] = match x.host_f32() {
+        Some(v) => v,
+        None => {
+            copy = x.to_f32_vec()?;
+            &copy
+        }
+    };
     let r = x.rank();
     let mut in_strides = vec![1usize; r];
     for i in (0..r.saturating_sub(1)).rev() {
@@ -202,7 +213,10 @@ fn extremum_f32(x: &Tensor, g: &Placement, max: bool) -> Result<Tensor> {
     let rows = crate::tensor::numel(&g.out_shape[..last]);
     let mut out = vec![0f32; rows * row_len];
     let better = |v: f32, acc: f32| v.is_nan() || if max { v > acc } else { v < acc };
+    // rows handed out in groups of at least MIN_PER_TASK outputs (rows are short: a task per
+    // row costs more than its work)
     out.par_chunks_mut(row_len)
+        .with_min_len(MIN_PER_TASK.div_ceil(row_len.max(1)))
         .enumerate()
         .for_each(|(row, dst)| {
             // the input offset of this output row's first window

@@ -186,3 +186,85 @@ fn conv3d_and_errors() {
         "shape"
     );
 }
+
+/// A 2-D convolution computed naively in f64: `x` `[n, c, h, w]`, `k` `[o, c, kh, kw]`.
+#[allow(clippy::too_many_arguments)]
+fn naive_conv2d(
+    x: &[f64],
+    [n, c, h, w]: [usize; 4],
+    k: &[f64],
+    [o, kh, kw]: [usize; 3],
+    s: usize,
+    p: usize,
+    d: usize,
+) -> (Vec<f64>, [usize; 4]) {
+    let oh = (h + 2 * p - ((kh - 1) * d + 1)) / s + 1;
+    let ow = (w + 2 * p - ((kw - 1) * d + 1)) / s + 1;
+    let mut out = vec![0.0; n * o * oh * ow];
+    for b in 0..n {
+        for f in 0..o {
+            for y in 0..oh {
+                for xx in 0..ow {
+                    let mut acc = 0.0;
+                    for ch in 0..c {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let iy = (y * s + i * d) as isize - p as isize;
+                                let ix = (xx * s + j * d) as isize - p as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                    continue;
+                                }
+                                let xv = x[((b * c + ch) * h + iy as usize) * w + ix as usize];
+                                acc += xv * k[((f * c + ch) * kh + i) * kw + j];
+                            }
+                        }
+                    }
+                    out[((b * o + f) * oh + y) * ow + xx] = acc;
+                }
+            }
+        }
+    }
+    (out, [n, o, oh, ow])
+}
+
+#[test]
+fn conv2d_matches_a_naive_convolution_over_strides_padding_dilations_and_tiles() {
+    // the last cases unfold in several tiles per image (deep patches, many positions)
+    // input shape, [features, kernel height, kernel width], stride, padding, dilation
+    type Case = ([usize; 4], [usize; 3], usize, usize, usize);
+    let cases: &[Case] = &[
+        ([1, 1, 5, 5], [1, 3, 3], 1, 0, 1),
+        ([3, 2, 7, 6], [4, 3, 2], 1, 1, 1),
+        ([2, 3, 9, 9], [5, 3, 3], 2, 1, 1),
+        ([2, 4, 8, 9], [3, 2, 3], 1, 2, 2),
+        ([4, 5, 6, 6], [2, 1, 1], 2, 0, 1),
+        ([64, 1, 12, 12], [8, 3, 3], 1, 0, 1),
+        ([2, 3, 11, 10], [4, 3, 3], 3, 2, 2),
+        ([2, 150, 24, 24], [6, 3, 3], 1, 1, 1),
+    ];
+    for (i, &(xs, [o, kh, kw], s, p, d)) in cases.iter().enumerate() {
+        let [n, c, h, w] = xs;
+        let xv = spread(n * c * h * w, 11 + i as u64, 6, -3);
+        let kv = spread(o * c * kh * kw, 29 + i as u64, 4, -2);
+        let op = with(|op| {
+            if let Op::Conv {
+                strides,
+                padding,
+                kernel_dilation,
+                ..
+            } = op
+            {
+                *strides = Some(vec![s, s]);
+                *padding = Some(vec![(p as i64, p as i64); 2]);
+                *kernel_dilation = Some(vec![d, d]);
+            }
+        });
+        let got = ev(op, &[&f(&xv, &xs), &f(&kv, &[o, c, kh, kw])]);
+        let (want, shape) = naive_conv2d(&xv, xs, &kv, [o, kh, kw], s, p, d);
+        assert_eq!(got.shape(), shape, "case {i}");
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
+        for (g, w) in v(&got).iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * scale, "case {i}: {g} vs {w}");
+        }
+    }
+}
