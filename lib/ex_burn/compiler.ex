@@ -22,7 +22,9 @@ if Code.ensure_loaded?(Nx) do
         is `ExBurn.Backend`, else `ExBurn.default_device/0`)
       * `:hooks` - a map of hook name to function, overriding the functions given to
         `Nx.Defn.Kernel.hook/3` (as in `Nx.Defn.Evaluator`)
-      * `:max_concurrency` - the number of `Nx.Serving` partitions (default 1)
+      * `:max_concurrency` - `Nx.Serving` partitions per device (default 1)
+      * `:devices` - the devices `Nx.Serving` runs partitions on with `partitions: true`
+        (default: every device of the family of `:device`, e.g. every CUDA GPU)
       * `:timeout` - milliseconds a call may run (default `:infinity`); past it the engine
         stops at the next instruction or loop iteration and the call raises `ExBurn.Error`
         of kind `:cancelled`
@@ -86,8 +88,57 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @impl true
-    @doc "One option list per `Nx.Serving` partition (`:max_concurrency` of them)."
-    def __partitions_options__(opts), do: List.duplicate(opts, Keyword.get(opts, :max_concurrency, 1))
+    @doc """
+    One option list per `Nx.Serving` partition (`partitions: true`): one per device, each
+    `:max_concurrency` times (default 1), with `:device` set to that device.
+
+    The devices are those listed in `:devices`, else every device of the family of the
+    compiler's device (every CUDA GPU of the host for `{:cuda, _}`; the CPU is one device).
+    """
+    @spec __partitions_options__(keyword()) :: [keyword()]
+    def __partitions_options__(opts) do
+      per = Keyword.get(opts, :max_concurrency, 1)
+
+      unless is_integer(per) and per >= 1,
+        do:
+          ExBurn.Options.fail(
+            :defn,
+            "max_concurrency must be a positive integer, got #{ExBurn.Options.short(per)}"
+          )
+
+      for device <- partition_devices(opts), _ <- 1..per do
+        opts |> Keyword.delete(:devices) |> Keyword.put(:device, device)
+      end
+    end
+
+    defp nonempty([], device), do: [device]
+    defp nonempty(devices, _device), do: devices
+
+    defp partition_devices(opts) do
+      case Keyword.fetch(opts, :devices) do
+        {:ok, [_ | _] = devices} ->
+          if length(devices) > 1024,
+            do: ExBurn.Options.fail(:defn, "devices lists at most 1024 devices, got #{length(devices)}")
+
+          Enum.map(devices, &ExBurn.Device.normalize!/1)
+
+        {:ok, other} ->
+          ExBurn.Options.fail(
+            :defn,
+            "devices must be a non-empty list of devices, got #{ExBurn.Options.short(other)}"
+          )
+
+        :error ->
+          case device(opts) do
+            :cpu ->
+              [:cpu]
+
+            # none reachable: the one asked for, which reports why when it runs
+            {family, _} = device ->
+              for(i <- 0..(ExBurn.Device.count(family) - 1)//1, do: {family, i}) |> nonempty(device)
+          end
+      end
+    end
 
     @impl true
     @doc "The backend results live on: `ExBurn.Backend` on the compiler's device."

@@ -57,6 +57,32 @@ defmodule ExBurn.Device do
   end
 
   @doc """
+  How many devices of `family` (`:cpu`, `:cuda`, `:vulkan`, `:metal`) this build can reach:
+  1 for the CPU, the GPUs the driver reports for CUDA (0 without a driver or in a build
+  without the backend).
+  """
+  @spec count(atom()) :: non_neg_integer()
+  def count(:cpu), do: 1
+
+  def count(family) when family in [:cuda, :vulkan, :metal] do
+    case ExBurn.Native.call(:device_info, [{family, 0}], :device_count) do
+      %{count: n} when is_integer(n) and n >= 0 -> n
+      _ -> 0
+    end
+  rescue
+    ExBurn.Error -> 0
+  end
+
+  def count(other) do
+    raise ExBurn.Error.new(
+            kind: :argument,
+            op: :device_count,
+            message:
+              "expected a device family (:cpu, :cuda, :vulkan or :metal), got #{ExBurn.Format.term(other)}"
+          )
+  end
+
+  @doc """
   Waits until the work queued on `device` has finished, as `torch.cuda.synchronize()` does.
 
   Operations on a GPU return as soon as their work is queued; reading a tensor waits for the

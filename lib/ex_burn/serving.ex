@@ -21,7 +21,9 @@ if Code.ensure_loaded?(Nx) do
       defn_options: [
         type: :keyword,
         default: [],
-        doc: "more options for `ExBurn.Compiler` (for example `max_concurrency: 2` with `partitions: true`)"
+        doc:
+          "more options for `ExBurn.Compiler` (for example `max_concurrency: 2` or " <>
+            "`devices: [{:cuda, 0}, {:cuda, 1}]` with `partitions: true`)"
       ]
     ]
     @batching_opts [
@@ -38,7 +40,9 @@ if Code.ensure_loaded?(Nx) do
       partitions: [
         type: {:or, [nil, :boolean]},
         default: nil,
-        doc: "start one partition per `:max_concurrency`"
+        doc:
+          "run one partition per device (every GPU of the device's family, or the `:devices` " <>
+            "given in `:defn_options`), each `:max_concurrency` times"
       ]
     ]
 
@@ -52,7 +56,8 @@ if Code.ensure_loaded?(Nx) do
         ExBurn.Serving.run(MyServing, Nx.tensor([[1.0, 2.0]]))
 
     The result is an `Nx.Serving` struct, so everything of Nx.Serving works unchanged:
-    supervision, `partitions: true` (one partition per `:max_concurrency`), and distribution
+    supervision, `partitions: true` (one partition per device: every GPU of the host, each
+    batch placed on a free one; `:max_concurrency` partitions per device), and distribution
     across nodes (`Nx.Serving.batched_run({:distributed, name}, batch)`).
 
     ## Options (`new/2` and `build/2`)

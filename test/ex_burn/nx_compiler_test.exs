@@ -270,6 +270,23 @@ if Code.ensure_loaded?(Nx) do
       assert length(ExBurn.Compiler.__partitions_options__(max_concurrency: 3)) == 3
     end
 
+    test "partitions: one option list per device, each max_concurrency times" do
+      parts =
+        ExBurn.Compiler.__partitions_options__(devices: [:cpu, {:cuda, 1}], max_concurrency: 2, timeout: 5)
+
+      assert Enum.map(parts, & &1[:device]) == [:cpu, :cpu, {:cuda, 1}, {:cuda, 1}]
+      assert Enum.all?(parts, &(&1[:timeout] == 5 and not Keyword.has_key?(&1, :devices)))
+      assert [[device: :cpu]] = ExBurn.Compiler.__partitions_options__(device: :cpu)
+
+      # every GPU of the family, or the one asked for when the build reaches none
+      cuda = ExBurn.Compiler.__partitions_options__(device: {:cuda, 0})
+      assert length(cuda) == max(ExBurn.Device.count(:cuda), 1)
+
+      for bad <- [[devices: []], [devices: :cpu], [devices: [:tpu]], [max_concurrency: 0]] do
+        assert_raise ExBurn.Error, fn -> ExBurn.Compiler.__partitions_options__(bad) end
+      end
+    end
+
     test "hooks run after the program with the hooked value, and can be overridden" do
       test = self()
       burn_jit(&with_hook/1, [Nx.tensor([1, 2])], hooks: %{doubled: &send(test, {:hooked, &1})})

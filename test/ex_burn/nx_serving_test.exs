@@ -79,6 +79,28 @@ if Code.ensure_loaded?(Nx) do
              ]
     end
 
+    test "partitions over a list of devices: one serving process each" do
+      serving =
+        ExBurn.Serving.build(&scale/1,
+          batch_size: 2,
+          partitions: true,
+          defn_options: [devices: [:cpu, :cpu, :cpu]]
+        )
+
+      start_supervised!({Nx.Serving, serving: serving, name: ExBurn.TestDevicePartitions})
+      assert ExBurn.Serving.status(ExBurn.TestDevicePartitions).nodes == %{node() => 3}
+
+      results =
+        1..12
+        |> Task.async_stream(
+          fn i -> ExBurn.Serving.run(ExBurn.TestDevicePartitions, Nx.tensor([[i * 1.0]])) end,
+          max_concurrency: 12
+        )
+        |> Enum.map(fn {:ok, out} -> Nx.to_list(out) end)
+
+      assert results == for(i <- 1..12, do: [[2.0 * i + 1.0]])
+    end
+
     test "a compiled ExBurn.Model serves its predictions" do
       layers = ExBurn.Layers.input("x", shape: {nil, 3}) |> ExBurn.Layers.dense(2, name: "out")
       model = ExBurn.Model.compile(layers, seed: 1)

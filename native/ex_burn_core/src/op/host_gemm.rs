@@ -17,6 +17,73 @@ const PARALLEL_FROM: usize = 192 * 192 * 192;
 /// work in all (burn-flex's threshold).
 const BATCH_PARALLEL_FROM: usize = 128 * 128 * 128;
 
+/// Products of fewer multiply-adds than this (and at least [`PARALLEL_FROM`]) are split into
+/// one block of columns (or rows) per compute thread, each multiplied on its thread; larger
+/// ones let the gemm crate spread its own blocks (which share the packed operands).
+const SPLIT_BELOW: usize = 1 << 31;
+
+/// Column (or row) blocks are multiples of this many elements.
+const SPLIT_ALIGN: usize = 16;
+
+/// `dst` (`[m, n]`, row-major) = `a` (`[m, k]`) times `b` (`[k, n]`), the larger of `m` and
+/// `n` split into one block per compute thread, each block's product on one thread.
+///
+/// # Safety
+/// As [`gemm_into`], with `dst` of `m * n` elements of row stride `n`.
+unsafe fn split_product(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    (a, a_rc): (*const f32, (isize, isize)),
+    (b, b_rc): (*const f32, (isize, isize)),
+) {
+    #[derive(Clone, Copy)]
+    struct Ptrs(*mut f32, *const f32, *const f32);
+    // SAFETY: the blocks below write disjoint parts of `dst` and only read `a` and `b`.
+    unsafe impl Send for Ptrs {}
+    // SAFETY: as above.
+    unsafe impl Sync for Ptrs {}
+    impl Ptrs {
+        fn get(self) -> (*mut f32, *const f32, *const f32) {
+            (self.0, self.1, self.2)
+        }
+    }
+    let threads = rayon::current_num_threads().max(1);
+    let by_columns = n >= m;
+    let along = if by_columns { n } else { m };
+    let block = along.div_ceil(threads).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
+    let p = Ptrs(dst, a, b);
+    (0..along.div_ceil(block)).into_par_iter().for_each(|i| {
+        let (dst, a, b) = p.get();
+        let start = i * block;
+        let len = block.min(along - start);
+        // SAFETY: block `i` covers columns (rows) `start..start + len`, inside the matrices;
+        // its part of `dst` is written by this block only.
+        unsafe {
+            if by_columns {
+                gemm_into(
+                    (m, len, k),
+                    (dst.add(start), n as isize),
+                    a,
+                    a_rc,
+                    b.offset(start as isize * b_rc.1),
+                    b_rc,
+                    gemm::Parallelism::None,
+                )
+            } else {
+                gemm_into(
+                    (len, n, k),
+                    (dst.add(start * n), n as isize),
+                    a.offset(start as isize * a_rc.0),
+                    a_rc,
+                    b,
+                    b_rc,
+                    gemm::Parallelism::None,
+                )
+            }
+        }
+    });
+}
+
 /// `dst` (`[m, n]`, unit column stride, row stride `dst_rs`) = `lhs` (`[m, k]`, strides `(row, column)`) times `rhs`
 /// (`[k, n]`, strides `(row, column)`); `dst` is written, never read.
 ///
@@ -123,6 +190,20 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
             .par_chunks_mut(m * n)
             .enumerate()
             .for_each(|(bi, c)| one(bi, c.as_mut_ptr().cast(), gemm::Parallelism::None));
+    } else if (PARALLEL_FROM..SPLIT_BELOW).contains(&per_matrix) {
+        for (bi, c) in spare.chunks_mut(m * n).enumerate() {
+            let base = (av.base(bi, batch), bv.base(bi, batch));
+            // SAFETY: as for `one`: every element of both matrices lies inside its storage and
+            // `c` is this matrix's m * n elements of `out`'s capacity.
+            unsafe {
+                split_product(
+                    (m, n, k),
+                    c.as_mut_ptr().cast(),
+                    (av.data.as_ptr().offset(base.0), a_rc),
+                    (bv.data.as_ptr().offset(base.1), b_rc),
+                )
+            };
+        }
     } else {
         let parallelism = if per_matrix >= PARALLEL_FROM {
             gemm::Parallelism::Rayon(0)

@@ -503,10 +503,11 @@ fn f64_product(av: &[f64], bv: &[f64], m: usize, k: usize, n: usize) -> Vec<f64>
 /// Products of views: a broadcast left operand (zero strides over its batch and row axes) and
 /// a right operand sliced out of a larger tensor (an offset and a row stride wider than its
 /// rows), in batches of large matrices (every compute thread on one matrix) and of small ones
-/// (one matrix per thread), against f64 products of the same values.
+/// (one matrix per thread), split by columns or by rows over the threads, against f64
+/// products of the same values.
 #[test]
 fn products_of_broadcast_and_sliced_views_match_f64() {
-    for (nb, m, k, n) in [(2, 200, 192, 208), (6, 40, 64, 48)] {
+    for (nb, m, k, n) in [(2, 200, 192, 208), (1, 256, 200, 144), (6, 40, 64, 48)] {
         let row: Vec<f64> = (0..k)
             .map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0)
             .collect();
@@ -682,4 +683,29 @@ fn products() -> (u64, u64) {
 /// Products the device kernels ran on the GPU vendor's library for this thread.
 fn library_products() -> u64 {
     products().0
+}
+
+/// Products large enough to be split over the compute threads, by rows (more rows than
+/// columns) and by columns, against f64 products of the same values.
+#[test]
+fn split_products_match_f64() {
+    for (m, k, n) in [(300, 160, 150), (150, 160, 300)] {
+        let (av, bv) = matrix_pair(m, k, n);
+        let got = v(&ev(
+            matmul_op(Default::default()),
+            &[&f(&av, &[m, k]), &f(&bv, &[k, n])],
+        ));
+        let want = f64_product(&av, &bv, m, k, n);
+        let tol = if dev() == ex_burn_core::Device::Cpu {
+            1e-5
+        } else {
+            5e-3
+        };
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= tol * (1.0 + w.abs()),
+                "{m}x{k}x{n} entry {i}: {g} vs {w}"
+            );
+        }
+    }
 }
