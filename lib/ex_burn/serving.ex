@@ -55,6 +55,10 @@ if Code.ensure_loaded?(Nx) do
         children = [{Nx.Serving, serving: serving, name: MyServing}]
         ExBurn.Serving.run(MyServing, Nx.tensor([[1.0, 2.0]]))
 
+    Each batch a partition runs is a telemetry span, `[:ex_burn, :serving, :batch, :start |
+    :stop | :exception]`, with metadata `%{device: device, size: rows}` (on a GPU, `:stop`
+    comes when the batch's work is queued; reading the results waits for it).
+
     The result is an `Nx.Serving` struct, so everything of Nx.Serving works unchanged:
     supervision, `partitions: true` (one partition per device: every GPU of the host, each
     batch placed on a free one; `:max_concurrency` partitions per device), and distribution
@@ -94,7 +98,7 @@ if Code.ensure_loaded?(Nx) do
       batch_fun = batch_fun(target)
       output = output_fun(opts[:output])
 
-      fn defn_opts -> output.(batch_fun.(defn_opts)) end
+      fn defn_opts -> defn_opts[:device] |> traced(output.(batch_fun.(defn_opts))) end
       |> Nx.Serving.new(defn_options)
       |> distributed()
     end
@@ -238,6 +242,14 @@ if Code.ensure_loaded?(Nx) do
 
     defp rebuild_map({k, v, iterator}, fun, streams?, map),
       do: rebuild_map(:maps.next(iterator), fun, streams?, Map.put(map, k, each_tensor(v, fun, streams?)))
+
+    # Each batch as a telemetry span naming the partition's device.
+    defp traced(device, run) do
+      fn batch ->
+        meta = %{device: device, size: batch.size}
+        :telemetry.span([:ex_burn, :serving, :batch], meta, fn -> {run.(batch), meta} end)
+      end
+    end
 
     defp output_fun(:device), do: & &1
     defp output_fun(:host), do: fn run -> &moved_to_host(run.(&1)) end

@@ -101,6 +101,26 @@ if Code.ensure_loaded?(Nx) do
       assert results == for(i <- 1..12, do: [[2.0 * i + 1.0]])
     end
 
+    test "each batch is a telemetry span naming its device" do
+      test = self()
+      id = {__MODULE__, make_ref()}
+
+      :telemetry.attach(
+        id,
+        [:ex_burn, :serving, :batch, :stop],
+        fn _, m, meta, _ -> send(test, {:batch, m, meta}) end,
+        nil
+      )
+
+      try do
+        serving = ExBurn.Serving.new(&scale/1)
+        assert Nx.to_list(ExBurn.Serving.run(serving, Nx.tensor([[1.0], [2.0]]))) == [[3.0], [5.0]]
+        assert_receive {:batch, %{duration: d}, %{device: :cpu, size: 2}} when is_integer(d)
+      after
+        :telemetry.detach(id)
+      end
+    end
+
     test "a compiled ExBurn.Model serves its predictions" do
       layers = ExBurn.Layers.input("x", shape: {nil, 3}) |> ExBurn.Layers.dense(2, name: "out")
       model = ExBurn.Model.compile(layers, seed: 1)
