@@ -33,6 +33,7 @@ defmodule ExBurn.MixProject do
         "guides/nx.md",
         "guides/serving.md",
         "guides/gpu.md",
+        "guides/scaling.md",
         "CHANGELOG.md",
         {"CONTRIBUTING.md", title: "Contributing"}
       ],
