@@ -21,6 +21,9 @@ use crate::{Device, Result, Tensor};
 /// Values of at most this many elements are small enough for the interpreter.
 pub const MAX_ELEMENTS: usize = 4096;
 
+/// Elements of all the slots of a loop, at most (16 MiB of f32 or 32 MiB of integers).
+pub const MAX_SLOTS: usize = 1 << 22;
+
 /// Iterations between checks that the caller still waits (`cancel::check`).
 const CHECK_EVERY: u64 = 256;
 

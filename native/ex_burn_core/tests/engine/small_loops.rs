@@ -347,3 +347,28 @@ fn a_swap_of_two_state_values_reads_both_before_writing_either() {
     check(&looped[2], &[2], DType::S16, &[1., 2.]);
     assert_eq!(ran, dev().is_host());
 }
+
+#[test]
+fn a_body_too_long_to_keep_every_value_runs_op_by_op() {
+    // 1,100 instructions over 4,096 elements each: more slots than the interpreter keeps
+    let mut instrs = vec![
+        ins(lit(1., DType::S32), &[]),
+        ins(bin(Arith::Add, Some(DType::S32)), &[0, 3]),
+    ];
+    let mut last = 1;
+    for k in 0..1100 {
+        instrs.push(ins(un(Unary::Neg), &[last]));
+        last = 5 + k;
+    }
+    let body = Program::new(3, instrs, vec![4, last]).unwrap();
+    let inputs = vec![
+        t(&[0.], &[], DType::S32),
+        f(&vec![0.5; 4096], &[4096]),
+        t(&[2.], &[], DType::S32),
+    ];
+    let mut out = None;
+    let ran = interpreted(|| out = Some(both(&counter_cond(3), &body, 2, &inputs)));
+    let [looped, by_hand] = out.unwrap();
+    same(&looped, &by_hand);
+    assert!(!ran);
+}

@@ -310,6 +310,11 @@ impl Builder<'_> {
                 Some(r) => at.push(r),
                 None => return Ok(None),
             }
+            // every value keeps its slot for the whole loop: long bodies stay op by op, where
+            // values are freed after their last use
+            if b.regs.f.len() + b.regs.i.len() > super::MAX_SLOTS {
+                return Ok(None);
+            }
         }
         let outs = p.outputs.iter().map(|&o| at[o]).collect();
         Ok(Some((b.code, outs)))
