@@ -584,7 +584,7 @@ fn map2(a: Arg, b: Arg, out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
 /// Applies map `m` to a chunk (`b`: the second operand of a binary map). On x86-64 CPUs with
 /// AVX2 the loops are compiled for 8-lane vectors; the element functions are the same IEEE
 /// operations (no contraction into fused multiply-adds), so results do not change.
-pub(in crate::program) fn run_step(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
+fn run_step(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if op::util::simd().avx2 {
         // SAFETY: AVX2 was detected on this CPU.
@@ -601,6 +601,8 @@ unsafe fn run_step_avx2(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
     run_step_any(m, a, b, out);
 }
 
+/// [`run_step`]'s loops, inlined into the caller (which may compile them for a wider vector
+/// unit, as `program::small` does).
 #[inline(always)]
 pub(in crate::program) fn run_step_any(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
     match b {
