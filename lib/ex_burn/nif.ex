@@ -19,7 +19,7 @@ defmodule ExBurn.Nif do
     eval_op: 3,
     program_build: 2,
     program_run: 5,
-    op_names: 0,
+    op_table: 0,
     build_info: 0,
     device_info: 1,
     device_sync: 1,

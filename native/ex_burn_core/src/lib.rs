@@ -34,6 +34,7 @@ pub mod size;
 pub mod tensor;
 pub mod threads;
 pub mod train;
+pub mod vocabulary;
 mod wire;
 
 pub use device::Device;

@@ -10,6 +10,7 @@ mod conv;
 pub(crate) mod creation;
 mod dot;
 pub(crate) mod exact32;
+mod facts;
 pub(crate) mod host_gemm;
 mod host_map;
 mod hostmath;
@@ -33,6 +34,7 @@ pub(crate) mod view;
 
 use crate::{Device, Error, Result, Tensor};
 
+pub use facts::{facts, Facts};
 pub use table::*;
 
 pub use wide::EXACT_F32_WORK;

@@ -17,7 +17,7 @@ crate::sched::nif! {
     eval_op(op, args, device) => super::eval::eval_op;
     program_build(program, constants) => super::eval::program_build;
     program_run(program, args, device, timeout, hooks) => super::eval::program_run;
-    op_names() => super::eval::op_names;
+    op_table() => super::eval::op_table;
     build_info() => super::device::build_info;
     device_info(device) => super::device::device_info;
     device_sync(device) => super::device::device_sync;
