@@ -412,7 +412,7 @@ defmodule ExBurn.Fuzz do
         [m, [x.ref], y.ref, %{learning_rate: 0.01, on_non_finite: :raise}]
 
       :model_train_epoch ->
-        [m, [x.ref], y.ref, epoch_opts(), nil]
+        [m, [x.ref], y.ref, epoch_opts(), nil, nil]
 
       :model_evaluate ->
         [m, [x.ref], y.ref, %{batch_size: 2, accuracy: true}]
@@ -463,15 +463,14 @@ defmodule ExBurn.Fuzz do
       epoch: 1,
       batch_size: 2,
       shuffle: nil,
-      learning_rate: 0.01,
+      lrs: [0.01],
       warmup: 0,
       first_step: 0,
       accumulate: 1,
       progress_every: 0,
       accuracy: true,
       on_non_finite: :raise,
-      check_inputs: pick([true, false]),
-      validation: nil
+      check_inputs: pick([true, false])
     }
 
   defp scrub_paths(b) when is_binary(b), do: scrub(b)
