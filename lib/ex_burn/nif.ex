@@ -24,6 +24,8 @@ defmodule ExBurn.Nif do
     device_info: 1,
     device_sync: 1,
     memory_limit: 1,
+    config_get: 0,
+    config_set: 1,
     model_new: 3,
     spec_info: 1,
     model_train_step: 4,

@@ -116,15 +116,15 @@ pub fn products() -> (u64, u64) {
     )
 }
 
-/// Whether products may go to cuBLAS: the library loads and the environment variable
-/// `EX_BURN_CUBLAS` is not `0` (which keeps every product on Burn's kernels), both checked
-/// once, and no queued product has failed.
+/// Whether products may go to cuBLAS: the engine's configuration allows it (`cublas: false`
+/// keeps every product on Burn's kernels), the library loads (checked once), and no queued
+/// product has failed.
 pub fn available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    *PRESENT.get_or_init(|| {
+    ex_burn_core::config::cublas()
         // SAFETY: only tries to open the shared library.
-        std::env::var("EX_BURN_CUBLAS").as_deref() != Ok("0") && unsafe { blas::is_culib_present() }
-    }) && queue::enabled()
+        && *PRESENT.get_or_init(|| unsafe { blas::is_culib_present() })
+        && queue::enabled()
 }
 
 fn check(status: blas::cublasStatus_t, what: &str) -> Result<()> {

@@ -2,6 +2,7 @@
 //! decides from its decoded arguments where it runs; the Elixir side calls one name per
 //! operation.
 
+mod config;
 mod device;
 mod eval;
 mod files;
@@ -22,6 +23,8 @@ crate::sched::nif! {
     device_info(device) => super::device::device_info;
     device_sync(device) => super::device::device_sync;
     memory_limit(bytes) => super::device::memory_limit;
+    config_get() => super::config::config_get;
+    config_set(config) => super::config::config_set;
     model_new(spec, options, device) => super::model::new;
     spec_info(spec) => super::model::spec_info;
     model_train_step(model, inputs, target, opts) => super::model::train_step;
