@@ -3,6 +3,7 @@ defmodule ExBurn.EngineConfigTest do
   # passed down: `ExBurn.configure!/1` sets them, the application environment at the library's
   # first use, and both are validated before they reach the engine.
   use ExUnit.Case, async: false
+  doctest ExBurn, only: [engine_config: 0]
 
   setup do
     before = ExBurn.engine_config()
