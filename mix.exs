@@ -103,7 +103,8 @@ defmodule ExBurn.MixProject do
     [
       licenses: ["Apache-2.0"],
       links: %{"GitHub" => @source_url},
-      # What a user's machine reads, and nothing else: the Elixir sources, and for a source
+      # What a user's machine reads, and nothing else: the Elixir sources (with the op
+      # vocabulary lib/ex_burn/op/table.eterm, read at compile time), and for a source
       # build the cargo workspace of the NIF (its crates' sources: the engine, the NIF and the
       # CUDA kernels the cuda variant installs; the patched burn-dispatch, cubecl-cuda and
       # burn-cubecl it builds with, the lock file, the CUDA pin and musl flags) plus the

@@ -9,7 +9,8 @@
 #     EX_BURN_BENCH_DEVICE=cuda mix run bench/gpt2_layer.exs
 #
 # EX_BURN_BENCH_PEERS (default "torch jax"; empty: no peers), EX_BURN_BENCH_ROUNDS (20); the
-# CUDA memory pools follow EX_BURN_CUDA_MEMORY (see native/ex_burn_cuda/src/memory.rs).
+# CUDA memory pools follow the engine's `cuda_memory` setting (EX_BURN_CUDA_MEMORY, see
+# native/ex_burn_cuda/src/memory.rs).
 #
 # Results: bench/results/gpt2_layer_<device>.md
 Code.require_file("support/bench.exs", __DIR__)
@@ -127,7 +128,7 @@ host = %{"fwd" => host_ms.(fn -> fwd.(params, x) end), "fwd_bwd" => host_ms.(fn 
 
 ours_mib = if ExBurn.Device.family(device) == :cuda, do: Bench.gpu_mib()
 peak_mib = if sampler, do: Bench.gpu_peak(sampler)
-memory_config = System.get_env("EX_BURN_CUDA_MEMORY", "driver")
+memory_config = ExBurn.engine_config().cuda_memory
 
 # Each peer in its own process (so that their memory is measured apart).
 peer =
@@ -177,7 +178,7 @@ Bench.write(
     if(ours_mib,
       do:
         " GPU memory of the process (nvidia-smi, CUDA context included): ExBurn " <>
-          "(`EX_BURN_CUDA_MEMORY=#{memory_config}`) peak #{peak_mib} MiB (sampled every 100 ms), " <>
+          "(`cuda_memory: #{inspect(memory_config)}`) peak #{peak_mib} MiB (sampled every 100 ms), " <>
           "#{ours_mib} MiB after the runs; after their runs PyTorch #{peer["torch_mem"] || "-"} MiB, " <>
           "JAX (no preallocation) #{peer["jax_mem"] || "-"} MiB.",
       else: ""

@@ -63,6 +63,9 @@ defmodule ExBurn do
     ]
   ]
 
+  # The native engine's switches: each keeps its setting when not given (see the docs below).
+  @engine_opts ExBurn.EngineConfig.schema()
+
   @doc """
   Configures ExBurn for this node.
 
@@ -70,11 +73,22 @@ defmodule ExBurn do
 
   #{Options.docs(@configure_opts)}
 
-  Returns the resulting settings.
+  ### Engine switches
+
+  The native engine's run-time switches. Each keeps its setting when not given; it starts
+  as the application environment sets it (`config :ex_burn, cuda_fusion: false`, applied
+  when the library is first used), else as its `EX_BURN_*` environment variable does, else
+  at its default. They are applied before the default device is checked.
+
+  #{Options.docs(@engine_opts)}
+
+  Returns the resulting settings (those of the engine switches included).
   """
   @spec configure!(keyword()) :: map()
   def configure!(opts \\ []) do
-    opts = Options.validate!(opts, @configure_opts, :configure!)
+    opts = Options.validate!(opts, @configure_opts ++ @engine_opts, :configure!)
+    {engine, opts} = Keyword.split(opts, ExBurn.EngineConfig.keys())
+    engine = ExBurn.EngineConfig.put!(engine, :configure!)
     device = opts[:default_device]
     precision = opts[:dot_precision]
 
@@ -104,15 +118,27 @@ defmodule ExBurn do
       apply(Nx.Defn, :global_default_options, [[compiler: ExBurn.Compiler]])
     end
 
-    %{
+    Map.merge(engine, %{
       default_device: device,
       nx_backend: nx? and opts[:nx_backend],
       defn_compiler: nx? and opts[:defn_compiler],
       dot_precision: precision,
       memory_limit: opts[:memory_limit],
       collect_after: opts[:collect_after]
-    }
+    })
   end
+
+  @doc """
+  The native engine's switches in force (the engine options of `configure!/1`), as a map.
+
+  ## Examples
+
+      iex> %{cuda_memory: memory, autotune: autotune} = ExBurn.engine_config()
+      iex> {memory in [:driver, :exclusive, :pooled], autotune in [:skip_small, :all]}
+      {true, true}
+  """
+  @spec engine_config() :: %{atom() => term()}
+  def engine_config, do: ExBurn.EngineConfig.current!(:engine_config)
 
   @doc """
   Precision of f32 dots and matmuls (`ExBurn.BurnBridge.dot/7`, `Nx.dot` on `ExBurn.Backend`

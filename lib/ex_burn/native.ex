@@ -49,7 +49,11 @@ defmodule ExBurn.Native do
   defp strip_op(message, op), do: String.replace_prefix(message, "#{op}: ", "")
 
   # Runs once per VM (a race runs it twice, harmlessly). A library that is not loaded is not
-  # remembered: the call itself reports it, and a later load is checked then.
+  # remembered: the call itself reports it, and a later load is checked then. A library of the
+  # right version then takes the engine settings of the application environment
+  # (`ExBurn.EngineConfig`), before the first call goes on (no device has started yet) and
+  # before other processes skip the check; a bad setting raises here, at every call, until
+  # it is fixed.
   defp check_version!(op) do
     info =
       try do
@@ -58,9 +62,17 @@ defmodule ExBurn.Native do
         :error, _not_loaded -> :not_loaded
       end
 
-    case info != :not_loaded and verify(info) do
-      %Error{} = error -> raise %{error | op: op}
-      _ -> :ok
+    case info != :not_loaded and version_error(info, @version) do
+      %Error{} = error ->
+        :persistent_term.put(@checked, error)
+        raise %{error | op: op}
+
+      :ok ->
+        ExBurn.EngineConfig.apply_app_env!(op)
+        :persistent_term.put(@checked, :ok)
+
+      false ->
+        :ok
     end
   end
 

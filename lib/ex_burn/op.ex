@@ -11,35 +11,24 @@ defmodule ExBurn.Op do
 
   alias ExBurn.{Native, Options, Tensor}
 
-  # The engine's op vocabulary by family, each op once, in the engine's names (Nx's, except
-  # `neg`). The native op table declares the same names (`op_names/0` returns them;
-  # test/ex_burn/op_table_test.exs checks that the two agree). `ExBurn.BurnBridge` and
-  # `ExBurn.Defn.Lower` derive their op lists from it.
-  @families [
-    unary: ~w(neg abs sign exp expm1 log log1p sqrt rsqrt cbrt sin cos tan asin acos atan sinh
-              cosh tanh asinh acosh atanh erf erfc erf_inv sigmoid relu floor ceil round is_nan
-              is_infinity logical_not bitwise_not population_count count_leading_zeros)a,
-    binary: ~w(add subtract multiply divide quotient remainder pow atan2 min max bitwise_and
-               bitwise_or bitwise_xor left_shift right_shift)a,
-    compare: ~w(equal not_equal less less_equal greater greater_equal)a,
-    logical: ~w(logical_and logical_or logical_xor)a,
-    reduce: ~w(sum product reduce_max reduce_min all any)a,
-    arg: ~w(argmax argmin)a,
-    cumulative: ~w(cumulative_sum cumulative_product cumulative_max cumulative_min)a,
-    window: ~w(window_sum window_product window_max window_min)a,
-    window_scatter: ~w(window_scatter_max window_scatter_min)a,
-    other: ~w(iota eye full random_uniform random_normal as_type bitcast narrow select clip dot transpose
-              reshape squeeze broadcast slice put_slice concatenate stack pad reverse gather take
-              take_along_axis indexed_add indexed_put sort argsort conv softmax log_softmax
-              triangular_solve)a,
-    program: ~w(while cond hook reduce window_reduce)a
-  ]
+  # The engine's op vocabulary, generated from the native op table (native/ex_burn_core/src/
+  # op/table.rs, see its `vocabulary` module) into op/table.eterm: one `{family, name, facts}`
+  # per op, in the table's order. Read here at compile time (no library needs to be loaded);
+  # test/ex_burn/op_table_test.exs checks it against the loaded library, and the engine's
+  # tests check it against the table. `ExBurn.BurnBridge` and `ExBurn.Defn.Lower` derive
+  # their op lists from it.
+  @table_path Path.join(__DIR__, "op/table.eterm")
+  @external_resource @table_path
+  {:ok, table} = :file.consult(@table_path)
+  @table table
 
-  # Type rules the families do not say: unary float functions (integer input computes in
-  # `{:f, 32}`) and reductions whose `out` attribute gives the accumulation type.
-  @float_functions ~w(exp expm1 log log1p sqrt rsqrt cbrt sin cos tan asin acos atan sinh cosh tanh
-                      asinh acosh atanh erf erfc erf_inv sigmoid)a
-  @typed_reductions ~w(sum product)a
+  @families @table
+            |> Enum.chunk_by(&elem(&1, 0))
+            |> Enum.map(fn [{family, _, _} | _] = ops -> {family, Enum.map(ops, &elem(&1, 1))} end)
+
+  @float_functions for {:unary, name, %{float: true}} <- @table, do: name
+  @typed_reductions for {:reduce, name, %{typed: true}} <- @table, do: name
+  @elementwise for {_family, name, %{elementwise: true}} <- @table, do: name
 
   @doc """
   The engine's op names of `family` (`:unary`, `:binary`, `:compare`, `:logical`, `:reduce`,
@@ -68,6 +57,21 @@ defmodule ExBurn.Op do
     end
   end
 
+  @doc """
+  The op vocabulary as the engine declares it: `{family, name, facts}` per op, in the table's
+  order. `facts` holds what differs from the plain case: `:nx` (the Nx operation it is when
+  Nx names it otherwise, `nil` when Nx has none), `float: true` (integer input computes in
+  `{:f, 32}`), `typed: true` (the `out` attribute is the accumulation type), `elementwise:
+  true` (maps each element independently).
+
+  ## Examples
+
+      iex> List.keyfind(ExBurn.Op.table(), :neg, 1)
+      {:unary, :neg, %{nx: :negate, elementwise: true}}
+  """
+  @spec table() :: [{atom(), atom(), map()}]
+  def table, do: @table
+
   @doc "Unary float functions: integer input computes in `{:f, 32}`, as in Nx."
   @spec float_functions() :: [atom()]
   def float_functions, do: @float_functions
@@ -76,11 +80,15 @@ defmodule ExBurn.Op do
   @spec typed_reductions() :: [atom()]
   def typed_reductions, do: @typed_reductions
 
+  @doc "Ops that map each element independently (what the function of a fold may use)."
+  @spec elementwise() :: [atom()]
+  def elementwise, do: @elementwise
+
   @doc """
-  The op names of the loaded native engine by family (what `names/0` must equal).
+  The op vocabulary of the loaded native engine, in the form of `table/0` (which must equal it).
   """
-  @spec native_names() :: keyword([atom()])
-  def native_names, do: Native.call(:op_names, [], :op_names)
+  @spec native_table() :: [{atom(), atom(), map()}]
+  def native_table, do: Native.call(:op_table, [], :op_table)
 
   @doc """
   Encodes an op and its attributes for the engine.

@@ -198,7 +198,7 @@ defmodule ExBurn.Training do
                   do: rem(model.seed * 1_000_003 + epoch, 18_446_744_073_709_551_616),
                   else: nil
                 ),
-              learning_rate: base,
+              lrs: [base],
               warmup: opts[:warmup],
               first_step: state.step,
               accumulate: opts[:accumulate_gradients],
@@ -206,9 +206,9 @@ defmodule ExBurn.Training do
               accuracy: accuracy?,
               on_non_finite: opts[:on_non_finite],
               check_inputs: check?,
-              validation: if(check? and val != nil, do: {val.inputs, val.target}),
               timeout: time_left(deadline, opts[:timeout])
             },
+            if(check? and val != nil, do: {val.inputs, val.target}),
             progress
           )
 
@@ -571,9 +571,11 @@ defmodule ExBurn.Training do
 
   # ---- data plumbing ----
 
-  defp epoch_call(model, data, opts, progress) do
+  # `opts` are the engine's EpochOptions (native/ex_burn_core/src/train/model/options.rs);
+  # `validation` is `{inputs, target}` to check with the data (`check_inputs`) or nil.
+  defp epoch_call(model, data, opts, validation, progress) do
     pid = Progress.pid(progress)
-    Native.call(:model_train_epoch, [model.ref, data.inputs, data.target, opts, pid], :fit)
+    Native.call(:model_train_epoch, [model.ref, data.inputs, data.target, opts, validation, pid], :fit)
   end
 
   defp stats_call(model, data, opts) do

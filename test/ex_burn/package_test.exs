@@ -29,8 +29,10 @@ defmodule ExBurn.PackageTest do
   # and the Rust sources (read by rustc): the project and workspace manifests, the lock
   # file, cargo settings (CUDA pin, musl flags), the matrix and checksum file ExBurn.Nif
   # reads at compile time, and what hex requires of every package (README, LICENSE) plus
-  # the formatter settings a dependency's `mix format` imports; the vendored crates' licenses.
+  # the formatter settings a dependency's `mix format` imports; the vendored crates' licenses;
+  # the op vocabulary ExBurn.Op reads at compile time.
   @metadata ~w(mix.exs README.md LICENSE .formatter.exs checksum-Elixir.ExBurn.Nif.exs
+               lib/ex_burn/op/table.eterm
                native/targets.txt Cargo.toml Cargo.lock .cargo/config.toml
                native/ex_burn_core/Cargo.toml native/ex_burn_nif/Cargo.toml
                native/ex_burn_cuda/Cargo.toml

@@ -35,6 +35,7 @@ defmodule ExBurn.Fuzz do
     fixtures = fixtures()
     targets = targets()
     nifs = ExBurn.Nif.nifs()
+    Process.put({__MODULE__, :engine}, Map.to_list(ExBurn.engine_config()))
     before = MapSet.new(Process.list())
     :erlang.system_monitor(self(), [{:long_schedule, @stall_ms}])
 
@@ -48,7 +49,7 @@ defmodule ExBurn.Fuzz do
           if :rand.uniform() < 0.4 do
             {name, arity} = Enum.random(nifs)
             st = call_nif(name, arity, fixtures, st)
-            if name == :memory_limit, do: reset()
+            if name in [:memory_limit, :config_set], do: reset()
             st
           else
             {mod, fun, arity} = Enum.random(targets)
@@ -117,8 +118,10 @@ defmodule ExBurn.Fuzz do
   end
 
   # Calls that change node-wide settings are undone, so later calls test what they should.
+  # The settings a call may have changed, back to what they were when the run started.
   defp reset do
-    ExBurn.configure!(default_device: :cpu, memory_limit: :auto, dot_precision: :default)
+    engine = Process.get({__MODULE__, :engine}) || []
+    ExBurn.configure!([default_device: :cpu, memory_limit: :auto, dot_precision: :default] ++ engine)
   end
 
   defp fixtures do
@@ -398,6 +401,12 @@ defmodule ExBurn.Fuzz do
       :memory_limit ->
         [nil]
 
+      :config_get ->
+        []
+
+      :config_set ->
+        [elem(ExBurn.Nif.config_get(), 1)]
+
       :model_new ->
         [
           fx.model.spec,
@@ -412,7 +421,7 @@ defmodule ExBurn.Fuzz do
         [m, [x.ref], y.ref, %{learning_rate: 0.01, on_non_finite: :raise}]
 
       :model_train_epoch ->
-        [m, [x.ref], y.ref, epoch_opts(), nil]
+        [m, [x.ref], y.ref, epoch_opts(), nil, nil]
 
       :model_evaluate ->
         [m, [x.ref], y.ref, %{batch_size: 2, accuracy: true}]
@@ -463,15 +472,14 @@ defmodule ExBurn.Fuzz do
       epoch: 1,
       batch_size: 2,
       shuffle: nil,
-      learning_rate: 0.01,
+      lrs: [0.01],
       warmup: 0,
       first_step: 0,
       accumulate: 1,
       progress_every: 0,
       accuracy: true,
       on_non_finite: :raise,
-      check_inputs: pick([true, false]),
-      validation: nil
+      check_inputs: pick([true, false])
     }
 
   defp scrub_paths(b) when is_binary(b), do: scrub(b)

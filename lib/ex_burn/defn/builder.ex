@@ -355,8 +355,7 @@ if Code.ensure_loaded?(Nx) do
 
     # Nx.Defn.Expr turns put_slice's integer starts into constant expressions: they become
     # integers again here, so that the engine does not read them back from the device (on a
-    # GPU each read waited for the queue to drain: ~730 us per put_slice in a GPT-2 layer's
-    # backward pass).
+    # GPU each read waits for the queue to drain, for every put_slice of a backward pass).
     defp lower_op(op, [x, starts | rest], t, b) when op in [:slice, :put_slice] and is_list(starts) do
       starts = Enum.map(starts, &static_index/1)
       generic_op(%{t | data: %{t.data | args: [x, starts | rest]}}, b)

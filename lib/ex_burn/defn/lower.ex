@@ -25,21 +25,17 @@ defmodule ExBurn.Defn.Lower do
   @typedoc "Tensors read by the recipe and its instructions."
   @type recipe :: {[tensor()], [instr()]}
 
-  # Element-wise unary ops: Nx name => engine name.
-  @unary %{
-    negate: :neg,
-    abs: :abs,
-    sign: :sign,
-    floor: :floor,
-    ceil: :ceil,
-    round: :round,
-    bitwise_not: :bitwise_not,
-    population_count: :population_count,
-    count_leading_zeros: :count_leading_zeros,
-    is_nan: :is_nan,
-    is_infinity: :is_infinity,
-    logical_not: :logical_not
-  }
+  # The engine ops by the Nx operation each is (the op table's `nx` fact: its own name unless
+  # the table says otherwise): Nx name => {family, engine name}. Ops Nx has none of (`nil`)
+  # are left out.
+  @by_nx for {family, op, facts} <- ExBurn.Op.table(),
+             nx = Map.get(facts, :nx, op),
+             nx != nil,
+             into: %{},
+             do: {nx, {family, op}}
+
+  # Element-wise unary ops other than float functions: Nx name => engine name.
+  @unary for {nx, {:unary, op}} <- @by_nx, op not in ExBurn.Op.float_functions(), into: %{}, do: {nx, op}
 
   # Float functions: the input is converted to Nx's output type first (s64 -> f32, f16 stays).
   @float_unary ExBurn.Op.float_functions()
@@ -55,31 +51,20 @@ defmodule ExBurn.Defn.Lower do
   @windows ExBurn.Op.names(:window)
   @window_scatters ExBurn.Op.names(:window_scatter)
   @cumulative ExBurn.Op.names(:cumulative)
-  @shape_ops ~w(reshape squeeze broadcast transpose reverse pad slice put_slice concatenate stack)a
-  @index_ops ~w(gather indexed_add indexed_put take take_along_axis)a
+  # Nx ops with no tensor inputs (their last callback argument is backend options); Nx's
+  # `constant` becomes the engine's `full` with the output's shape.
   @creation ~w(constant eye iota)a
-  @folds ~w(reduce window_reduce)a
+  @folds for {nx, {:program, _}} <- @by_nx, do: nx
   # Ops on complex tensors only (lowered by ExBurn.Defn.Complex).
   @complex_only ~w(conjugate real imag fft ifft)a
-  @other ~w(as_type bitcast select clip dot conv argmax argmin sort argsort triangular_solve)a
 
-  @ops Map.keys(@unary) ++
-         @float_unary ++
-         @binary_typed ++
-         @binary_pred ++
-         @reductions ++
-         @windows ++
-         @window_scatters ++
-         @cumulative ++ @shape_ops ++ @index_ops ++ @creation ++ @folds ++ @complex_only ++ @other
+  @ops Enum.uniq(Map.keys(@by_nx) ++ @creation ++ @complex_only)
 
   # Engine ops that map elements independently (allowed in the bodies of reduce folds).
-  @elementwise Map.values(@unary) ++
-                 @float_unary ++ @binary_typed ++ @binary_pred ++ [:as_type, :select, :clip, :full]
+  @elementwise ExBurn.Op.elementwise()
 
   # Element-wise Nx ops (real and complex).
-  @nx_elementwise Map.keys(@unary) ++
-                    @float_unary ++
-                    @binary_typed ++ @binary_pred ++ [:as_type, :select, :clip, :conjugate, :real, :imag]
+  @nx_elementwise for({nx, {_family, op}} <- @by_nx, op in @elementwise, do: nx) ++ [:conjugate, :real, :imag]
 
   @doc """
   The Nx op names this module lowers (the op vocabulary of the backend and the compiler).

@@ -56,10 +56,10 @@ impl Device {
 
     /// Refuses `dtype` where this device cannot compute it reliably: f64 on the wgpu devices
     /// (Vulkan, Metal), and f16 or bf16 there when the adapter reports no general support for
-    /// it. Metal has no f64; on a conformant Vulkan implementation (Mesa's lavapipe,
-    /// 2026-11-27) f64 sums gave zeros and f64 training NaN gradients, silently, and a cast to
-    /// bf16 failed inside CubeCL's device thread (an invalid pipeline), which left the device
-    /// unusable for the rest of the process.
+    /// it. Metal has no f64; on a conformant Vulkan implementation (Mesa's lavapipe) f64 sums
+    /// gave zeros and f64 training NaN gradients, silently, and a cast to bf16 failed inside
+    /// CubeCL's device thread (an invalid pipeline), which left the device unusable for the
+    /// rest of the process.
     pub fn check_dtype(&self, dtype: crate::DType) -> Result<()> {
         use crate::DType::{BF16, F16, F64};
         if !matches!(self, Device::Vulkan(_) | Device::Metal(_)) {

@@ -550,7 +550,7 @@ pub trait DeviceKernels: Send + Sync {
     }
 
     /// Records a timing event after the work queued so far on this thread's stream of
-    /// device `index` (`EX_BURN_PROFILE=gpu`).
+    /// device `index` (the `gpu` profile).
     fn mark(&self, index: usize) -> Option<Mark> {
         let _ = index;
         None

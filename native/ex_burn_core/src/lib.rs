@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod cancel;
+pub mod config;
 pub mod device;
 pub mod dtype;
 pub mod error;
@@ -34,6 +35,7 @@ pub mod size;
 pub mod tensor;
 pub mod threads;
 pub mod train;
+pub mod vocabulary;
 mod wire;
 
 pub use device::Device;

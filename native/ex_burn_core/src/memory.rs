@@ -115,7 +115,7 @@ pub fn pools(device: Device) -> Option<(u64, u64)> {
 }
 
 /// After a piece of work on `device`: lets the device's allocator give back what the work
-/// left free, where it is configured to (CUDA, `EX_BURN_CUDA_MEMORY=driver`, the default),
+/// left free, where it is configured to (CUDA, `cuda_memory: :driver`, the default),
 /// and starts the work queued for the device.
 pub fn after_work(device: Device) {
     if let Some((k, i)) = device.kernels() {

@@ -1,7 +1,8 @@
 //! Time of program runs by step, for finding where a compiled program's time goes
-//! (`EX_BURN_PROFILE=1`, `sync` or `gpu`; when off, each step reads a flag that is set once).
+//! (`ExBurn.configure!(profile: :host | :sync | :gpu)`, or `EX_BURN_PROFILE=1`, `sync` or `gpu`
+//! before it: [`crate::config`]; when off, each step reads one flag).
 //!
-//! With `1` the time is the host's: how long each step took to return. On a GPU that is the
+//! With `host` (`1`) the time is the host's: how long each step took to return. On a GPU that is the
 //! cost of issuing the work (Burn's dispatch, kernel launches, allocations), not of running
 //! it, unless the step waited for the device. With `sync` each step also waits for the device
 //! to finish its work before its time is taken: the device time of each step (plus one
@@ -17,21 +18,21 @@
 //! The profile sits below the op table: ops and device kernels label their entries
 //! ([`note`], [`note_detail`]).
 
+use crate::config::Profile;
 use crate::kernels::Mark;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// `EX_BURN_PROFILE`: off, host time (`1`), device time (`sync`) or GPU time (`gpu`).
+/// The configured profile: off (0), host time (1), device time (2) or GPU time (3).
 fn mode() -> u8 {
-    static MODE: OnceLock<u8> = OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("EX_BURN_PROFILE").as_deref() {
-        Ok("1") => 1,
-        Ok("sync") => 2,
-        Ok("gpu") => 3,
-        _ => 0,
-    })
+    match crate::config::profile() {
+        Profile::Off => 0,
+        Profile::Host => 1,
+        Profile::Sync => 2,
+        Profile::Gpu => 3,
+    }
 }
 
 /// Whether steps are timed on the GPU by events (`gpu`).

@@ -38,6 +38,10 @@ pub type HookLog = Vec<(u64, Vec<Tensor>)>;
 /// Receives each hook's values as the program reaches it: `(hook id, values)`.
 pub type HookSink = Box<dyn FnMut(u64, Vec<Tensor>) -> Result<()>>;
 
+/// The program-only steps (see [`names`]) that `ExBurn.Defn.Lower` lowers from no Nx operation
+/// of their name (the compiler builds loops, branches and hooks itself); the folds are Nx's.
+pub const NOT_NX: [&str; 3] = ["while", "cond", "hook"];
+
 thread_local! {
     /// Where the program running on this thread hands its hooks' values
     /// ([`Program::run_streaming`]), if anywhere.

@@ -82,7 +82,7 @@ impl Tensor {
         {
             // Burn 0.21's GPU tensors read the wrong elements after a reshape from a shape with
             // a unit axis to one with unit axes elsewhere (`[2, 3, 1] -> [2, 1, 3, 1]` read row
-            // 1 as `[0, 0, -1]` for `[0, -1, -2]` on the H200); through the flat shape they are
+            // 1 as `[0, 0, -1]` for `[0, -1, -2]` on CUDA); through the flat shape they are
             // right. Contiguous tensors only change metadata on either step.
             let flat = Shape::new([have.num_elements()]);
             reshape(reshape(prim, flat), want)

@@ -8,13 +8,11 @@
 //! node (`test/ex_burn/resources_test.exs` measures it). They still take every cycle nothing
 //! else wants.
 //!
-//! Measured on a 2-core AMD EPYC VM (Linux 6.18, 2026-11-27), a 5 ms ping's p99 extra latency
-//! during an 8192^2 matmul and the CPU MLP training step of `bench/cpu_peers.exs`, alternating
-//! in one session: `SCHED_IDLE` (used before) p99 ~1 ms but the step 17.5-20.3 ms; nice 19 or
-//! nice 0, `SCHED_OTHER`, step 14.4-16.6 ms; `SCHED_BATCH` at nice 19, p99 1.0-2.7 ms with
-//! maxima up to 21 ms; with the 0.1 ms slice, p99 1.05-1.22 ms, maxima 2.4-4.5 ms, step
-//! 16.8-18.2 ms against 18.1-19.0 ms without it in the same session. Normal priority without
-//! any of this delayed the pings by 137 ms.
+//! Why this policy: at normal priority a long matmul delays the schedulers' wake-ups by a
+//! whole time slice of every compute thread; `SCHED_IDLE` keeps them prompt but starves the
+//! compute threads whenever anything else runs (a slower training step on a quiet node);
+//! `SCHED_BATCH` at nice 19 keeps most of both, and the short slice bounds the worst delays
+//! (measurements: `bench/results/cpu_peers.md`).
 
 /// Builds rayon's global pool with ExBurn's compute threads. Call it before any CPU op (the
 /// NIF does at load); `false` when the global pool already exists (it is then used as is).

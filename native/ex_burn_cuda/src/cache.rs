@@ -1,26 +1,28 @@
 //! Kernels compiled for CUDA, and autotune results, cached on disk across runs.
 //!
 //! CubeCL compiles every kernel with NVRTC the first time a process launches it, and autotunes
-//! some (matmul, reductions) by timing candidates: a first call of a compiled GPT-2 layer took
-//! 7-68 s on an H200. CubeCL can keep the compiled PTX and the autotune results on disk, but
-//! its PTX cache is off unless a `cubecl.toml` turns it on. Before the first CUDA device is
-//! used ExBurn sets CubeCL's configuration: both caches in one directory, `EX_BURN_CACHE_DIR`
-//! (default: the user's cache directory, `~/.cache/ex_burn/cubecl` on Linux). A `cubecl.toml`
-//! or `burn.toml` in the working directory or its parents is used as it is instead, and
-//! `EX_BURN_CACHE_DIR=off` leaves CubeCL's defaults (no PTX cache). CubeCL's own environment
+//! some (matmul, reductions) by timing candidates: a first call of a large compiled program
+//! takes seconds to tens of seconds of compilation. CubeCL can keep the compiled PTX and the
+//! autotune results on disk, but its PTX cache is off unless a `cubecl.toml` turns it on.
+//! Before the first CUDA device is used ExBurn sets CubeCL's configuration: both caches in one
+//! directory, the engine's `cache_dir` ([`ex_burn_core::config::CacheDir`]; default: the
+//! user's cache directory, `~/.cache/ex_burn/cubecl` on Linux). A `cubecl.toml` or
+//! `burn.toml` in the working directory or its parents is used as it is instead, and
+//! `cache_dir: :off` leaves CubeCL's defaults (no PTX cache). CubeCL's own environment
 //! variables (`CUBECL_AUTOTUNE_LEVEL`, `CUBECL_DEBUG_LOG`) apply either way.
 
 use cubecl_runtime::config::cache::CacheConfig;
 use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
+use ex_burn_core::config::CacheDir;
 use std::path::PathBuf;
 use std::sync::Once;
 
-/// The cache directory ExBurn configures (`None`: CubeCL's defaults or the user's file).
-pub fn directory() -> Option<PathBuf> {
-    match std::env::var("EX_BURN_CACHE_DIR").as_deref() {
-        Ok("off") | Ok("0") | Ok("false") => None,
-        Ok(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-        _ => home_cache().map(|d| d.join("ex_burn").join("cubecl")),
+/// The cache directory `setting` names (`None`: CubeCL's defaults).
+pub fn directory(setting: &CacheDir) -> Option<PathBuf> {
+    match setting {
+        CacheDir::Off => None,
+        CacheDir::Dir(dir) => Some(PathBuf::from(dir)),
+        CacheDir::Default => home_cache().map(|d| d.join("ex_burn").join("cubecl")),
     }
 }
 
@@ -53,12 +55,13 @@ fn config_file_present() -> bool {
     }
 }
 
-/// Sets CubeCL's configuration once, before its first use (later calls do nothing; a
-/// configuration CubeCL already loaded is left alone).
-pub fn configure() {
+/// Sets CubeCL's configuration once, before its first use, with the cache directory
+/// `setting` names (later calls do nothing; a configuration CubeCL already loaded is left
+/// alone).
+pub fn configure(setting: &CacheDir) {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let Some(dir) = directory().filter(|_| !config_file_present()) else {
+        let Some(dir) = directory(setting).filter(|_| !config_file_present()) else {
             return;
         };
         if std::fs::create_dir_all(&dir).is_err() {

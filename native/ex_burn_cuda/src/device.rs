@@ -4,6 +4,7 @@
 
 use crate::gemm;
 use cudarc::driver::result as drv;
+use ex_burn_core::config::Autotune;
 use ex_burn_core::{guard, Error, Result};
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -32,14 +33,14 @@ pub const CONV_AUTOTUNE_FLOOR: usize = gemm::MIN_WORK;
 pub const REDUCE_AUTOTUNE_FLOOR: usize = 1024;
 
 /// Burn's CUDA backend as ExBurn runs it (once per process, before the first CUDA tensor):
-/// products on cuBLAS ([`gemm`]), and the autotune floors above, unless the environment
-/// variable `EX_BURN_AUTOTUNE` is `all` (every convolution and reduction autotuned, as Burn
+/// products on cuBLAS ([`gemm`]), and the autotune floors above, unless the engine's
+/// configuration says `autotune: :all` (every convolution and reduction autotuned, as Burn
 /// does: slower first calls, possibly faster later ones).
-pub fn configure_burn() {
+pub fn configure_burn(autotune: Autotune) {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         gemm::install();
-        if std::env::var("EX_BURN_AUTOTUNE").as_deref() != Ok("all") {
+        if autotune != Autotune::All {
             burn_cubecl::exburn::set_autotune_floors(CONV_AUTOTUNE_FLOOR, REDUCE_AUTOTUNE_FLOOR);
         }
     });

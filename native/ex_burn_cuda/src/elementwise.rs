@@ -80,12 +80,10 @@ pub fn launches() -> u64 {
     LAUNCHES.with(|c| c.get())
 }
 
-/// Whether fused kernels may be used: `EX_BURN_CUDA_FUSION` is not `0` (checked once) and no
-/// queued work has failed.
+/// Whether fused kernels may be used: the engine's configuration allows them (`cuda_fusion`)
+/// and no queued work has failed.
 pub fn available() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EX_BURN_CUDA_FUSION").as_deref() != Ok("0"))
-        && queue::enabled()
+    ex_burn_core::config::cuda_fusion() && queue::enabled()
 }
 
 /// Compiles and loads `source` for device `index` (once), as `build` says.

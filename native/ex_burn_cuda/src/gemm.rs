@@ -1,7 +1,7 @@
 //! Matrix products on NVIDIA GPUs by cuBLAS, on the buffers of Burn's CUDA tensors.
 //!
-//! Burn 0.21's CUDA matmul kernels reach about a quarter of cuBLAS on an H200 and have no true
-//! f32 path (`Precision::Highest` was four TF32 products). When `libcublas` loads, a batched
+//! Burn 0.21's CUDA matmul kernels reach a fraction of cuBLAS's speed
+//! (`bench/results/core_cuda_matmul.md`) and have no true f32 path (`Precision::Highest` was four TF32 products). When `libcublas` loads, a batched
 //! product of f32, f16 or bf16 operands (each matrix's rows or columns contiguous) runs as one
 //! `cublasGemmStridedBatchedEx` on the operands' device memory: f32 with TF32 tensor cores
 //! (`Precision::Default`, as PyTorch's `allow_tf32` and XLA's default) or in full f32
@@ -29,8 +29,8 @@
 //! Queued, not waited for: a thread's first product on a device looks its buffers up and
 //! calls cuBLAS itself (waiting for CubeCL's device thread to reach that point; a cuBLAS
 //! handle that cannot be made sends the product to Burn's kernels). Later products are
-//! queued on CubeCL's device thread (`queue::submit`) and the calling thread goes on (on an
-//! H200 the lookups cost ~110 us of host time per product); one that fails there sets its
+//! queued on CubeCL's device thread (`queue::submit`) and the calling thread goes on (the
+//! lookups cost the host more than the product's launch); one that fails there sets its
 //! result to NaN and reports the error at the next read ([`queue::check_failures`]).
 use crate::queue::{self, driver, GpuResource, Nan, Output};
 use burn::DispatchTensor;
@@ -116,15 +116,15 @@ pub fn products() -> (u64, u64) {
     )
 }
 
-/// Whether products may go to cuBLAS: the library loads and the environment variable
-/// `EX_BURN_CUBLAS` is not `0` (which keeps every product on Burn's kernels), both checked
-/// once, and no queued product has failed.
+/// Whether products may go to cuBLAS: the engine's configuration allows it (`cublas: false`
+/// keeps every product on Burn's kernels), the library loads (checked once), and no queued
+/// product has failed.
 pub fn available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    *PRESENT.get_or_init(|| {
+    ex_burn_core::config::cublas()
         // SAFETY: only tries to open the shared library.
-        std::env::var("EX_BURN_CUBLAS").as_deref() != Ok("0") && unsafe { blas::is_culib_present() }
-    }) && queue::enabled()
+        && *PRESENT.get_or_init(|| unsafe { blas::is_culib_present() })
+        && queue::enabled()
 }
 
 fn check(status: blas::cublasStatus_t, what: &str) -> Result<()> {
@@ -479,8 +479,8 @@ pub(crate) fn install() {
 /// [`MIN_WORK`] multiply-adds use TF32 tensor cores, as `dot` does by default (and as Burn's
 /// kernels did); smaller ones accumulate in full f32. Anything else (or no cuBLAS) returns
 /// `None`: Burn's kernels compute it. These products need no kernel compilation, which made
-/// Burn's autotuned matmuls most of a cold first training epoch (282 kernels, ~380 s of NVRTC
-/// and PTX loading on an H200 host for `examples/train_classifier.exs`).
+/// Burn's autotuned matmuls most of a cold first training epoch (hundreds of kernels compiled
+/// by NVRTC for `examples/train_classifier.exs`).
 fn foreign_matmul(
     lhs: &dyn std::any::Any,
     rhs: &dyn std::any::Any,

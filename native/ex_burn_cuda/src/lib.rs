@@ -8,7 +8,7 @@
 //! |---------------|----------------------------------------------------------------------|
 //! | [`device`]    | preflight (driver, NVRTC, headers), device names, memory, CubeCL setup |
 //! | [`cache`]     | compiled kernels and autotune results cached on disk                   |
-//! | [`memory`]    | how CubeCL pools CUDA memory (`EX_BURN_CUDA_MEMORY`)                   |
+//! | [`memory`]    | how CubeCL pools CUDA memory (the configuration's `cuda_memory`)       |
 //! | [`queue`]     | work of ours queued in order with CubeCL's kernels; failures          |
 //! | [`gemm`]      | matrix products by cuBLAS (also Burn's own, through `burn-cubecl`)     |
 //! | [`elementwise`] | element-wise kernels compiled with NVRTC, and their launches         |
@@ -65,9 +65,11 @@ impl DeviceKernels for Cuda {
 
     fn prepare(&self, index: usize) -> Result<()> {
         device::check(index)?;
-        cache::configure();
+        // the start-only switches of the engine's configuration, fixed from here on
+        let settings = ex_burn_core::config::device_settings()?;
+        cache::configure(&settings.cache_dir);
         memory::configure()?;
-        device::configure_burn();
+        device::configure_burn(settings.autotune);
         Ok(())
     }
 

@@ -4,58 +4,52 @@
 //! buckets, or buffers cut out of large pages) reuse a free page only for a later request of
 //! the same bucket, and in normal operation never free one (its periodic cleanup only runs
 //! after an error). A process that ran work of several shapes (making inputs, a forward pass,
-//! a backward pass) then holds the peak of every bucket at once. `EX_BURN_CUDA_MEMORY`
-//! chooses, before the first CUDA device is used:
+//! a backward pass) then holds the peak of every bucket at once. The engine's configuration
+//! (`cuda_memory`, [`ex_burn_core::config::CudaMemory`]) chooses, before the first CUDA device
+//! is used:
 //!
 //! * `driver` (default) - one buffer per page (CubeCL's `ExclusivePages`), and after every
 //!   piece of work ExBurn issues on the device (an op, a program run, a training step) the
 //!   pages left free go back to the CUDA driver's stream-ordered pool (`cuMemFreeAsync`,
-//!   queued on CubeCL's device thread), which keeps
-//!   them (its release threshold raised) and hands them out again for allocations of any
-//!   size: the process holds about its peak of live buffers. H200 (2026-11-27), GPT-2 layer
-//!   (b8 x s512) bench: process peak 1,774 MiB against 2,350-2,478 MiB with `exclusive`
-//!   (PyTorch 1,288 MiB), at equal speed; a loop dropping 40 results of 256 MiB: 1,454 MiB
-//!   (PyTorch 1,130, JAX 2,924; `exclusive` 2,286); native training 1.43 / 1.28 ms per step
-//!   (MLP 784-1024-1024-10 b512 / 784-128-10 b32; PyTorch 1.32 / 1.39 ms, same lease);
-//! * `exclusive` - CubeCL's `ExclusivePages`, pages never freed (ExBurn's default until
-//!   2026-11-27; against `pooled`: GPT-2 layer 2,542 against 3,728 MiB);
+//!   queued on CubeCL's device thread), which keeps them (its release threshold raised) and
+//!   hands them out again for allocations of any size: the process holds about its peak of
+//!   live buffers, not the sum of every bucket's peak, at the same speed (measurements:
+//!   bench/results/gpu_h200.md);
+//! * `exclusive` - CubeCL's `ExclusivePages`, pages never freed;
 //! * `pooled` - CubeCL's default, `MemoryConfiguration::SubSlices`.
 
 use cubecl_runtime::memory_management::MemoryConfiguration;
+use ex_burn_core::config::{self, CudaMemory};
 use ex_burn_core::{guard, Error, Result};
 use std::sync::OnceLock;
 
-/// The default when `EX_BURN_CUDA_MEMORY` is unset.
-pub const DEFAULT: &str = "driver";
-
-/// The configuration `value` names (`""`: the default).
-pub fn parse(value: &str) -> std::result::Result<(&'static str, MemoryConfiguration), String> {
-    match if value.is_empty() { DEFAULT } else { value } {
-        "exclusive" => Ok(("exclusive", MemoryConfiguration::ExclusivePages)),
-        "pooled" => Ok(("pooled", MemoryConfiguration::SubSlices)),
-        "driver" => Ok(("driver", MemoryConfiguration::ExclusivePages)),
-        other => Err(format!(
-            "EX_BURN_CUDA_MEMORY={other:?}: expected \"exclusive\", \"pooled\" or \"driver\""
-        )),
+/// The name of a configuration and CubeCL's memory configuration for it.
+pub fn parse(mode: CudaMemory) -> (&'static str, MemoryConfiguration) {
+    match mode {
+        CudaMemory::Exclusive => ("exclusive", MemoryConfiguration::ExclusivePages),
+        CudaMemory::Pooled => ("pooled", MemoryConfiguration::SubSlices),
+        CudaMemory::Driver => ("driver", MemoryConfiguration::ExclusivePages),
     }
 }
 
-/// Sets CubeCL's memory configuration from `EX_BURN_CUDA_MEMORY` once, before the first CUDA
-/// server is created; returns the name of the configuration in force (an unknown value is an
-/// [`Error::Argument`] at every CUDA device use).
+/// Sets CubeCL's memory configuration from the engine's configuration once, before the first
+/// CUDA server is created; returns the name of the configuration in force (a configuration
+/// refused, from a bad environment variable, is an [`Error::Argument`] at every CUDA device
+/// use until it is replaced).
 pub fn configure() -> Result<&'static str> {
-    static CHOSEN: OnceLock<std::result::Result<&'static str, String>> = OnceLock::new();
-    CHOSEN
-        .get_or_init(|| {
-            let (name, config) = parse(&std::env::var("EX_BURN_CUDA_MEMORY").unwrap_or_default())?;
-            cubecl_cuda::set_memory_configuration(config);
-            if name == "driver" {
-                keep_driver_pools();
-            }
-            Ok(name)
-        })
-        .clone()
-        .map_err(Error::Argument)
+    static CHOSEN: OnceLock<&'static str> = OnceLock::new();
+    if let Some(name) = CHOSEN.get() {
+        return Ok(name);
+    }
+    let mode = config::device_settings()?.cuda_memory;
+    Ok(CHOSEN.get_or_init(|| {
+        let (name, memory) = parse(mode);
+        cubecl_cuda::set_memory_configuration(memory);
+        if name == "driver" {
+            keep_driver_pools();
+        }
+        name
+    }))
 }
 
 /// Raises the release threshold of every device's default memory pool (the pool
@@ -118,12 +112,12 @@ pub fn usage(index: usize) -> Result<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn names_parse_and_unknown_ones_are_refused() {
-        assert_eq!(super::parse("").unwrap().0, super::DEFAULT);
-        assert_eq!(super::parse("exclusive").unwrap().0, "exclusive");
-        assert_eq!(super::parse("pooled").unwrap().0, "pooled");
-        assert_eq!(super::parse("driver").unwrap().0, "driver");
-        assert!(super::parse("huge").unwrap_err().contains("huge"));
+    fn each_mode_names_its_configuration() {
+        assert_eq!(parse(CudaMemory::default()).0, "driver");
+        assert_eq!(parse(CudaMemory::Exclusive).0, "exclusive");
+        assert_eq!(parse(CudaMemory::Pooled).0, "pooled");
     }
 }

@@ -230,7 +230,7 @@ pub(crate) fn submit<W>(
 /// (kernel launches, ExBurn's [`submit`]s) in batches of 32 and waits until a batch is full
 /// or flushed, so without this the last tasks of an op or of a program's steps would wait for
 /// the next synchronisation (a GPT-2 layer forward: the GPU started only when the host had
-/// issued the whole pass, ~350 us of latency per call). Fills the batch with no-op tasks.
+/// issued the whole pass). Fills the batch with no-op tasks.
 pub fn flush(index: usize) {
     DeviceHandle::<Server>::new(cubecl_cuda::CudaDevice::new(index).to_id()).flush_queue();
 }

@@ -1,8 +1,8 @@
 //! Reshapes of strided f32 CUDA tensors (transposed, sliced or permuted views) without Burn's
 //! general copy kernel.
 //!
-//! Burn 0.21 copies a strided tensor before most reshapes (CubeCL's `CopyKernelPack`, ~200 us
-//! for a transposed [8, 12, 512, 512] on an H200), even where the new shape can be read from
+//! Burn 0.21 copies a strided tensor before most reshapes (CubeCL's `CopyKernelPack`, a slow
+//! kernel on an attention's transposed scores), even where the new shape can be read from
 //! the same buffer with other strides. Here such a reshape is a view with computed strides
 //! (cuBLAS then reads a transposed operand as it is stored), and one that cannot be a view is
 //! one copy by an element-wise kernel of ours. Two more of Burn's strided paths are kernels of
@@ -114,8 +114,8 @@ pub fn reshape(t: Operand, shape: &[usize]) -> Result<Option<DispatchTensor>> {
 /// f32 CUDA tensors read through their strides, as one kernel of ours that writes every
 /// element once. Burn copies `t` into a new buffer and then writes the window: for the
 /// gradient of a slice (the update put into a broadcast zero of the projection's size, three
-/// times per attention layer) that was ~100 us for [8, 512, 2304] on an H200. `None` where
-/// this does not apply (another type or device).
+/// times per attention layer) that is two passes over a large buffer instead of one. `None`
+/// where this does not apply (another type or device).
 pub fn put_slice(t: Operand, update: Operand, starts: &[usize]) -> Result<Option<DispatchTensor>> {
     let (Some(ts), Some(us)) = (elementwise::strides(t), elementwise::strides(update)) else {
         return Ok(None);
@@ -180,9 +180,9 @@ fn put_slice_source(
 
 /// The sum of an f32 CUDA tensor over its first `lead` axes (a bias gradient: over batch and
 /// positions), as two kernels of ours: partial sums of column blocks of rows, then their sums.
-/// Burn's reduction kernel walks such (strided) reductions several times slower (60-90 us for
-/// [4096, 3072] on an H200). The result has the remaining axes; `None` where this does not
-/// apply (another type or device, nothing to sum).
+/// Burn's reduction kernel walks such (strided) reductions several times slower. The result
+/// has the remaining axes; `None` where this does not apply (another type or device, nothing
+/// to sum).
 pub fn leading_sum(t: Operand, lead: usize) -> Result<Option<DispatchTensor>> {
     let Some(strides) = elementwise::strides(t) else {
         return Ok(None);

@@ -26,10 +26,11 @@ pub mod device_kernels {
 
     /// Where compiled kernels are cached on disk.
     pub fn cache_directory() -> Option<std::path::PathBuf> {
-        ex_burn_cuda::cache::directory()
+        let settings = ex_burn_core::config::device_settings().ok()?;
+        ex_burn_cuda::cache::directory(&settings.cache_dir)
     }
 
-    /// How CubeCL pools CUDA memory (`EX_BURN_CUDA_MEMORY`).
+    /// How CubeCL pools CUDA memory (the configuration's `cuda_memory`).
     pub fn memory_mode() -> Option<&'static str> {
         ex_burn_cuda::memory::configure().ok()
     }

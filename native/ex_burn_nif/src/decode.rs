@@ -1,6 +1,7 @@
 //! Decoding the recursive terms (ops, programs, model specs and the training options stored
-//! with them) into core types through one serde `Deserializer`, so they are declared once (in
-//! `ex_burn_core`). Fixed-shape arguments go through `args` instead.
+//! with them) and the option maps of training calls into core types through one serde
+//! `Deserializer`, so they are declared once (in `ex_burn_core`). Fixed-shape arguments go
+//! through `args` instead.
 //!
 //! Conventions: an enum variant is an atom (`:exp`; struct variants then take their defaults),
 //! `{atom, value}` (newtype, or struct variant with a map/keyword list of fields), or

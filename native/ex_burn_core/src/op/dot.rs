@@ -178,11 +178,9 @@ const RHS_COPY_FROM: usize = 1 << 24;
 
 /// A row-major copy of the f32 host matrix `b` (`[k, n]`) when it is stored column-major (a
 /// transposed weight, `g . W^T` in a backward pass) and the product with `m` rows is large:
-/// the CPU GEMM packs such a right operand at ~60% of its speed on row-major ones (270-310
-/// against 440-470 GFLOP/s for 512 x 1024 x 1024 on 2 AVX-512 cores), and a blocked
-/// transpose costs ~0.4 ms per 4 MiB there: the compiled `g . W^T` of that size took 3.9 ms
-/// with the copy against 4.2-4.8 ms without (alternating in one process). `None`: use `b` as
-/// it is.
+/// the CPU GEMM packs such a right operand markedly slower than a row-major one, and for
+/// products this large a blocked transpose costs less than the difference
+/// (`bench/results/cpu_peers.md`). `None`: use `b` as it is.
 fn row_major_rhs(b: &Tensor, m: usize) -> Result<Option<Tensor>> {
     if b.rank() != 2 || b.device() != crate::Device::Cpu {
         return Ok(None);

@@ -1,9 +1,10 @@
 //! Comparisons and selects of f32 host tensors whose operands are broadcast views, walked row
 //! by row through their strides on the compute threads. Burn's CPU backend (burn-flex 0.21)
-//! compares broadcast operands element by element through a generic strided iterator: an
-//! `equal` of an 8x12x512x512 tensor with its row maxima kept as `[.., 1]` (the gradient of
-//! `reduce_max` in every softmax's backward pass) took 154 ms on 2 cores, 4 ms without the
-//! broadcast; its `mask_where` on broadcast views is slower than its arithmetic too.
+//! compares broadcast operands element by element through a generic strided iterator, many
+//! times slower than without the broadcast, as in an `equal` of a tensor with its row maxima
+//! kept as `[.., 1]` (the gradient of `reduce_max` in every softmax's backward pass;
+//! `bench/results/cpu_peers.md`); its `mask_where` on broadcast views is slower than its
+//! arithmetic too.
 
 use super::view::View;
 use super::Compare;

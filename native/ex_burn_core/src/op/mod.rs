@@ -11,6 +11,7 @@ mod conv_host;
 pub(crate) mod creation;
 mod dot;
 pub(crate) mod exact32;
+mod facts;
 pub(crate) mod host_gemm;
 mod host_map;
 mod hostmath;
@@ -34,6 +35,7 @@ pub(crate) mod view;
 
 use crate::{Device, Error, Result, Tensor};
 
+pub use facts::{facts, Facts};
 pub use table::*;
 
 pub use wide::EXACT_F32_WORK;

@@ -4,9 +4,12 @@
 //! (`:exp`, `{:add, %{out: {:f, 32}}}`, `{:window_sum, %{window_dims: [2, 2]}}`); here the
 //! element-wise, reduction, scan and window families are one variant each whose kind names
 //! the op ([`Op::Unary`]`(`[`Unary::Exp`]`)`). The kind enums carry the wire names, so a
-//! name is written in exactly one place; [`names`] lists them all (`ExBurn.Op` checks its
-//! Elixir lists against it). Control flow, hooks and folds with a function are not tensor ops:
-//! they are steps of a [`Program`](crate::program::Step).
+//! name is written in exactly one place; [`names`] lists them all, and what the Elixir side
+//! needs besides (the Nx name, float functions, typed reductions, element-wise ops) is
+//! declared beside them ([`Unary::float_function`], [`Unary::nx`], [`ReduceKind::takes_out`],
+//! [`ELEMENTWISE_OTHERS`], [`NOT_NX_OTHERS`]). `ExBurn.Op` derives its lists from them through
+//! `lib/ex_burn/op/table.eterm` ([`crate::vocabulary`]). Control flow, hooks and folds with a
+//! function are not tensor ops: they are steps of a [`Program`](crate::program::Step).
 
 use crate::wire::{self, Attrs, FromWire, Replay};
 use crate::{DType, Scalar};
@@ -80,6 +83,48 @@ pub enum Unary {
     CountLeadingZeros,
 }
 
+impl Unary {
+    /// Whether integer input computes in Nx's floating type (`{:f, 32}`), as Nx's float
+    /// functions do; the others keep their input's type (predicates give `{:u, 8}`).
+    pub fn float_function(self) -> bool {
+        use Unary::*;
+        matches!(
+            self,
+            Exp | Expm1
+                | Log
+                | Log1p
+                | Sqrt
+                | Rsqrt
+                | Cbrt
+                | Sin
+                | Cos
+                | Tan
+                | Asin
+                | Acos
+                | Atan
+                | Sinh
+                | Cosh
+                | Tanh
+                | Asinh
+                | Acosh
+                | Atanh
+                | Erf
+                | Erfc
+                | ErfInv
+                | Sigmoid
+        )
+    }
+
+    /// The Nx operation this op is, where Nx names it otherwise or has none.
+    pub fn nx(self) -> NxName {
+        match self {
+            Unary::Neg => NxName::Other("negate"),
+            Unary::Relu => NxName::Absent,
+            _ => NxName::Same,
+        }
+    }
+}
+
 /// Element-wise arithmetic and bitwise functions of two tensors with broadcasting: `[a, b]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -143,6 +188,14 @@ pub enum ReduceKind {
     All,
     #[serde(rename = "any")]
     Any,
+}
+
+impl ReduceKind {
+    /// Whether the `out` attribute gives the accumulation and result type (sum, product);
+    /// the other folds keep their input's type and refuse `out`.
+    pub fn takes_out(self) -> bool {
+        matches!(self, ReduceKind::Sum | ReduceKind::Product)
+    }
 }
 
 /// Index of the largest or smallest element along an axis: `[x]`.
@@ -531,6 +584,33 @@ pub enum Op {
     },
 }
 
+/// The ops outside the families that map each element independently (with the unary,
+/// binary, comparison and logical families: what the function of a fold may use).
+pub const ELEMENTWISE_OTHERS: [&str; 4] = ["as_type", "select", "clip", "full"];
+
+/// The ops outside the families that are no Nx operation: Nx's `constant` becomes `full`
+/// with a shape, and Nx builds random numbers, softmax and the narrow types in `defn` code.
+pub const NOT_NX_OTHERS: [&str; 6] = [
+    "full",
+    "random_uniform",
+    "random_normal",
+    "narrow",
+    "softmax",
+    "log_softmax",
+];
+
+/// Which Nx operation (an `Nx.Backend` callback or `Nx.Defn.Expr` op) an op is: what
+/// `ExBurn.Defn.Lower` lowers to it by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NxName {
+    /// Nx's operation of the same name.
+    Same,
+    /// Nx's operation of another name (`neg` is `negate`).
+    Other(&'static str),
+    /// None (`relu`; Nx's `constant` lowers to `full` with a shape of its own).
+    Absent,
+}
+
 fn one() -> f64 {
     1.0
 }
@@ -617,7 +697,7 @@ impl FromWire for Op {
         }
         if let Some(kind) = wire::kind::<ReduceKind>(name) {
             let a = ReduceAttrs::deserialize(Attrs(v))?;
-            if a.out.is_some() && !matches!(kind, ReduceKind::Sum | ReduceKind::Product) {
+            if a.out.is_some() && !kind.takes_out() {
                 return Err(de::Error::custom(format!(
                     "{name} takes no `out` attribute (its result has the input's type)"
                 )));

@@ -23,8 +23,8 @@ pub(super) const SMALL: usize = EXACT_F32_WORK;
 
 /// Whether `x` is an f32 tensor on a GPU device that computes in f64 (CUDA). The wgpu
 /// devices (Vulkan, Metal) do not reliably: on a conformant Vulkan implementation (Mesa's
-/// lavapipe, 2026-11-27) f64 sums gave zeros and functions computed through f64 garbage, so
-/// f32 work on them stays in f32.
+/// lavapipe) f64 sums gave zeros and functions computed through f64 garbage
+/// (`bench/results/vulkan_lavapipe.md`), so f32 work on them stays in f32.
 pub(super) fn gpu_f32(x: &Tensor) -> bool {
     x.dtype() == DType::F32 && f64_device(x.device())
 }

@@ -322,11 +322,10 @@ impl Operands<'_> {
 }
 
 /// Whether attentions run as one step on `device` (a kernel exists there): the CPU, and
-/// devices whose kernels fuse (NVIDIA GPUs with the CUDA kernels); `EX_BURN_ATTENTION=0`
-/// turns it off.
+/// devices whose kernels fuse (NVIDIA GPUs with the CUDA kernels), unless the configuration
+/// turns it off (`attention: false`, [`crate::config`]).
 pub(super) fn fused_on(device: Device) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ON.get_or_init(|| std::env::var("EX_BURN_ATTENTION").as_deref() != Ok("0")) {
+    if !crate::config::attention() {
         return false;
     }
     match device {

@@ -204,7 +204,7 @@ pub(super) fn execute(
     };
     let n: usize = shape.iter().product();
     if let Some(k) = kernels {
-        // one kernel for the run, whatever its size (each kernel launch costs ~10 us)
+        // one kernel for the run, whatever its size (each kernel launch has a fixed cost)
         return match map32::Plan::new(run, &external, &shape, live_out, device, literal)? {
             Some(plan) => plan.on_device(k, n, live_out, &shape),
             None => Ok(None),

@@ -3,8 +3,8 @@
 //!
 //! Run op by op, each literal was one kernel launch per run (a fill), and the arithmetic that
 //! read it often one more (a cast to the other operand's type) before a broadcasting kernel.
-//! On a GPU every launch costs about as much as a small kernel's work (~10 us on an H200 for
-//! Burn and PyTorch alike), and a GPT-2 layer's forward and backward passes have ~50 of them.
+//! On a GPU every launch costs about as much as a small kernel's work (for Burn and PyTorch
+//! alike), and a GPT-2 layer's forward and backward passes have ~50 of them.
 //! Here a literal is made once per device and kept with the program, and `add`, `subtract`,
 //! `multiply` and `divide` of a float tensor by a literal run as Burn's scalar kernels with the
 //! value converted on the host exactly as the device would convert it.

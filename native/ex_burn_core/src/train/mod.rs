@@ -10,7 +10,7 @@ pub mod spec;
 mod tally;
 
 pub use model::{
-    collect_autodiff_garbage, CompileOptions, Data, EpochOptions, Model, OnNonFinite, Stats, Step,
-    StepProfile,
+    collect_autodiff_garbage, CompileOptions, Data, EpochOptions, EvalOptions, Model, OnNonFinite,
+    Stats, Step, StepOptions, StepProfile,
 };
 pub use spec::ModelSpec;

@@ -786,6 +786,53 @@ mod tests {
         }
     }
 
+    /// The activations that bear the name of an op of the table (relu, sigmoid, tanh,
+    /// softmax, log_softmax) compute that op (over the last axis): one name, one operation.
+    #[test]
+    fn activations_named_as_ops_compute_the_op() {
+        let ops: Vec<String> = crate::vocabulary::entries()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        let x = [-1.0, 0.0, 0.5, 2.0];
+        let bytes: Vec<u8> = x.iter().flat_map(|v| (*v as f32).to_le_bytes()).collect();
+        let input =
+            crate::Tensor::from_bytes(&bytes, &[1, 4], crate::DType::F32, crate::Device::Cpu)
+                .expect("a tensor");
+        let mut named = 0;
+        for name in crate::wire::names::<Activation>() {
+            if !ops.contains(&name) {
+                continue;
+            }
+            named += 1;
+            let act: Activation = serde_json::from_value(serde_json::Value::String(name.clone()))
+                .expect("an activation");
+            let wire = if name.contains("softmax") {
+                serde_json::json!({ name.clone(): { "axis": 1 } })
+            } else {
+                serde_json::Value::String(name.clone())
+            };
+            let op: crate::Op = serde_json::from_value(wire).expect("an op");
+            let by_op = crate::op::eval(&op, std::slice::from_ref(&input), crate::Device::Cpu)
+                .and_then(|mut t| t.remove(0).to_bytes(None))
+                .expect("the op runs");
+            let by_op: Vec<f64> = by_op
+                .chunks(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                .collect();
+            let device = DispatchDevice::Flex(FlexDevice);
+            let by_layer = read(Act(act, 0.0).apply(row(&x, burn::tensor::DType::F32, &device)));
+            assert!(
+                same(&by_layer, &by_op, 1e-6),
+                "{name}: layer {by_layer:?}, op {by_op:?}"
+            );
+        }
+        assert_eq!(
+            named, 5,
+            "relu, sigmoid, tanh, softmax and log_softmax are ops"
+        );
+    }
+
     /// Softmax and log-softmax rows with NaN or infinities, as Nx computes them.
     #[test]
     fn softmax_rows_follow_nx_on_nan_and_infinities() {

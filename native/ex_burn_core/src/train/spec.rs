@@ -29,7 +29,9 @@ pub enum Padding {
     Same,
 }
 
-/// Element-wise activations.
+/// Element-wise activations. Those named like an op of the table (`relu`, `sigmoid`, `tanh`,
+/// `softmax`, `log_softmax`, the softmaxes over the last axis) compute that op; a test in
+/// `train/net.rs` holds them to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[allow(missing_docs)]

@@ -614,3 +614,24 @@ fn wide_integers_convert_to_f32_through_f64_as_nx_does() {
     }
     assert_eq!(f32_of(&u), [2f64.powi(64)]);
 }
+
+/// The table's float-function fact is what the kernels do: exactly the float functions give
+/// `f32` for integer input (the Elixir side derives its type rules from the fact).
+#[test]
+fn float_functions_are_those_computing_integers_in_f32() {
+    let (_, names) = ex_burn_core::op::names()
+        .into_iter()
+        .find(|(family, _)| *family == "unary")
+        .expect("a unary family");
+    let x = t(&[1.0, 0.0], &[2], DType::S32);
+    for name in names {
+        let u: Unary =
+            serde_json::from_value(serde_json::Value::String(name.clone())).expect("a unary op");
+        let out = ev(Op::Unary(u), &[&x]).dtype();
+        assert_eq!(
+            out == DType::F32,
+            u.float_function(),
+            "{name} gives {out:?}"
+        );
+    }
+}

@@ -133,24 +133,25 @@ fn hook_sender(env: Env<'_>, pid: LocalPid) -> HookSink {
     })
 }
 
-/// `()`: the wire names of the op table by family (`[{family, [name]}]`), and the steps only
-/// programs have under `:program`; the Elixir side checks its own op lists against them.
-pub fn op_names<'a>(env: Env<'a>, _a: &[Term<'a>], _here: Here) -> Term<'a> {
+/// `()`: the op vocabulary (`ex_burn_core::vocabulary`) as `[{family, name, facts}]`, facts a
+/// map of the facts that differ from the plain ones; what `lib/ex_burn/op/table.eterm` holds,
+/// which the Elixir side checks against it.
+pub fn op_table<'a>(env: Env<'a>, _a: &[Term<'a>], _here: Here) -> Term<'a> {
     reply::run(env, || {
-        let mut families = ex_burn_core::op::names();
-        families.push(("program", ex_burn_core::program::names()));
         let atom = |s: &str| {
             rustler::Atom::from_str(env, s)
                 .map_err(|_| ex_burn_core::Error::Execution(format!("bad atom {s}")))
         };
-        let out = families
+        let out = ex_burn_core::vocabulary::entries()
             .iter()
-            .map(|(family, names)| {
-                let names = names
-                    .iter()
-                    .map(|n| atom(n))
+            .map(|e| {
+                let pairs = e
+                    .fact_pairs()
+                    .into_iter()
+                    .map(|(k, v)| Ok((atom(k)?.encode(env), atom(v)?.encode(env))))
                     .collect::<ex_burn_core::Result<Vec<_>>>()?;
-                Ok((atom(family)?, names))
+                let facts = reply::map(env, &pairs)?;
+                Ok((atom(e.family)?, atom(&e.name)?, facts))
             })
             .collect::<ex_burn_core::Result<Vec<_>>>()?;
         Ok(out.encode(env))

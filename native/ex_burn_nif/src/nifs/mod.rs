@@ -2,6 +2,7 @@
 //! decides from its decoded arguments where it runs; the Elixir side calls one name per
 //! operation.
 
+mod config;
 mod device;
 mod eval;
 mod files;
@@ -17,15 +18,17 @@ crate::sched::nif! {
     eval_op(op, args, device) => super::eval::eval_op;
     program_build(program, constants) => super::eval::program_build;
     program_run(program, args, device, timeout, hooks) => super::eval::program_run;
-    op_names() => super::eval::op_names;
+    op_table() => super::eval::op_table;
     build_info() => super::device::build_info;
     device_info(device) => super::device::device_info;
     device_sync(device) => super::device::device_sync;
     memory_limit(bytes) => super::device::memory_limit;
+    config_get() => super::config::config_get;
+    config_set(config) => super::config::config_set;
     model_new(spec, options, device) => super::model::new;
     spec_info(spec) => super::model::spec_info;
     model_train_step(model, inputs, target, opts) => super::model::train_step;
-    model_train_epoch(model, inputs, target, opts, pid) => super::model::train_epoch;
+    model_train_epoch(model, inputs, target, opts, validation, pid) => super::model::train_epoch;
     model_evaluate(model, inputs, target, opts) => super::model::evaluate;
     model_predict(model, inputs, batch_size) => super::model::predict;
     model_gradients(model, inputs, target) => super::model::gradients;

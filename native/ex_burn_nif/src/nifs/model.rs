@@ -5,10 +5,11 @@ use crate::resource::{ModelRes, TensorRes};
 use crate::sched::{self, Class, Here};
 use crate::{args, decode, reply};
 use ex_burn_core::train::checkpoint;
-use ex_burn_core::train::{CompileOptions, Data, EpochOptions, Model, ModelSpec, OnNonFinite};
+use ex_burn_core::train::{
+    CompileOptions, Data, EpochOptions, EvalOptions, Model, ModelSpec, StepOptions,
+};
 use ex_burn_core::{cancel, Error, Result, Tensor};
-use rustler::{Encoder, Env, NewBinary, NifMap, NifUnitEnum, ResourceArc, Term};
-use std::time::Duration;
+use rustler::{Encoder, Env, NewBinary, NifMap, ResourceArc, Term};
 
 rustler::atoms! { ex_burn_progress, device, steps, frozen, shapes, params, ok }
 
@@ -39,58 +40,6 @@ fn data(inputs: Term, target: Term) -> Result<Data> {
         inputs: args::tensors(inputs)?,
         target: args::opt_tensor(target)?,
     })
-}
-
-/// What a step with a non-finite loss, gradient or updated parameter does, as Elixir names it.
-#[derive(NifUnitEnum, Clone, Copy)]
-enum NonFinite {
-    Raise,
-    Skip,
-    Stop,
-}
-
-impl From<NonFinite> for OnNonFinite {
-    fn from(n: NonFinite) -> Self {
-        match n {
-            NonFinite::Raise => OnNonFinite::Raise,
-            NonFinite::Skip => OnNonFinite::Skip,
-            NonFinite::Stop => OnNonFinite::Stop,
-        }
-    }
-}
-
-/// Options of one training step.
-#[derive(NifMap)]
-struct StepOpts {
-    learning_rate: f64,
-    on_non_finite: NonFinite,
-}
-
-/// Options of one epoch, as `ExBurn.Training` sends them. With `check_inputs` the data (and
-/// `validation`, `{inputs, target}`) are checked for NaN and infinities before training.
-#[derive(NifMap)]
-struct EpochOpts<'a> {
-    epoch: u64,
-    batch_size: u64,
-    shuffle: Option<u64>,
-    learning_rate: f64,
-    warmup: u64,
-    first_step: u64,
-    accumulate: u64,
-    progress_every: u64,
-    accuracy: bool,
-    on_non_finite: NonFinite,
-    check_inputs: bool,
-    validation: Option<(Term<'a>, Term<'a>)>,
-    /// Milliseconds the epoch may still run (what is left of fit's `timeout`), or `nil`.
-    timeout: Option<u64>,
-}
-
-/// Options of an evaluation.
-#[derive(NifMap)]
-struct EvalOpts {
-    batch_size: u64,
-    accuracy: bool,
 }
 
 /// What an epoch or an evaluation measured (floats never non-finite terms).
@@ -175,65 +124,56 @@ pub fn spec_info<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     })
 }
 
-/// `(model, inputs, target, %{learning_rate, on_non_finite})`: one optimizer step; returns
+/// `(model, inputs, target, options)`: one optimizer step (`options`: a [`StepOptions`]); returns
 /// `{loss, applied}`.
 pub fn train_step<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let d = data(a[1], a[2])?;
-        let o: StepOpts = args::get(a[3], "step options")?;
-        let step =
-            m.update(|model| model.train_step(&d, o.learning_rate, o.on_non_finite.into()))?;
+        let o: StepOptions = decode::decode(a[3], "step options")?;
+        let step = m.update(|model| model.train_step(&d, o.learning_rate, o.on_non_finite))?;
         Ok((reply::Num(step.loss), step.applied).encode(env))
     })
 }
 
-/// `(model, inputs, target, options, progress_pid)`: one epoch (after checking the data for
-/// NaN and infinities when `check_inputs`); progress messages
+/// `(model, inputs, target, options, validation, progress_pid)`: one epoch (`options`: an
+/// [`EpochOptions`]; with `check_inputs`, the data and `validation`, `{inputs, target}` or
+/// `nil`, are checked for NaN and infinities first); progress messages
 /// `{:ex_burn_progress, done, total, loss}` go to the pid when it is not `nil`.
 pub fn train_epoch<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let d = data(a[1], a[2])?;
-        let o: EpochOpts = args::get(a[3], "epoch options")?;
-        let opts = EpochOptions {
-            batch_size: size(o.batch_size),
-            shuffle: o.shuffle,
-            lrs: vec![o.learning_rate],
-            warmup: o.warmup,
-            first_step: o.first_step,
-            accumulate: size(o.accumulate),
-            progress_every: size(o.progress_every),
-            accuracy: o.accuracy,
-            on_non_finite: o.on_non_finite.into(),
-            epoch: size(o.epoch),
+        let o: EpochOptions = decode::decode(a[3], "epoch options")?;
+        let validation = if args::is_nil(a[4]) {
+            None
+        } else {
+            let (i, t): (Term, Term) = args::get(a[4], "validation data")?;
+            Some(data(i, t)?)
         };
-        let validation = o.validation.map(|(i, t)| data(i, t)).transpose()?;
-        let pid = args::opt_pid(a[4])?;
+        let pid = args::opt_pid(a[5])?;
         let mut progress = |done: usize, total: usize, l: f64| {
             if let Some(p) = &pid {
                 let _ = env.send(p, (ex_burn_progress(), done, total, reply::Num(l)));
             }
         };
-        let s = cancel::within(o.timeout.map(Duration::from_millis), || {
+        let s = cancel::within(o.time_limit(), || {
             m.update(|model| {
                 if o.check_inputs {
-                    model.check_finite(&d, "training")?;
-                    if let Some(v) = &validation {
-                        model.check_finite(v, "validation")?;
-                    }
+                    model.check_inputs(&d, validation.as_ref())?;
                 }
-                model.train_epoch(&d, &opts, &mut progress)
+                model.train_epoch(&d, &o, &mut progress)
             })
         })?;
         Ok(StatsTerm::from(&s).encode(env))
     })
 }
 
-/// `(model, inputs, target, %{batch_size, accuracy})`: loss (and accuracy) without training.
+/// `(model, inputs, target, options)`: loss (and accuracy) without training (`options`: an
+/// [`EvalOptions`]).
 pub fn evaluate<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let d = data(a[1], a[2])?;
-        let o: EvalOpts = args::get(a[3], "evaluation options")?;
-        let s = m.read(|model| model.evaluate(&d, size(o.batch_size), o.accuracy))?;
+        let o: EvalOptions = decode::decode(a[3], "evaluation options")?;
+        let s = m.read(|model| model.evaluate(&d, o.batch_size, o.accuracy))?;
         Ok(StatsTerm::from(&s).encode(env))
     })
 }

@@ -305,6 +305,13 @@ impl Model {
         ))
     }
 
+    /// Checks the training data, then the validation data when given ([`Model::check_finite`]):
+    /// what runs before an epoch with [`EpochOptions::check_inputs`](super::EpochOptions).
+    pub fn check_inputs(&self, data: &Data, validation: Option<&Data>) -> Result<()> {
+        self.check_finite(data, "training")?;
+        validation.map_or(Ok(()), |v| self.check_finite(v, "validation"))
+    }
+
     /// Checks that the float tensors of `data` hold no NaN or infinity, before training on it:
     /// a mark per chunk of 4M elements on the device and one read (integer tensors are always
     /// finite). `label` names the data in the error ("training", "validation").

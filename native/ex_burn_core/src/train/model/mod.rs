@@ -22,11 +22,13 @@ use std::time::Instant;
 
 mod data;
 mod finite;
+mod options;
 mod params;
 
 pub use data::collect_autodiff_garbage;
 use data::*;
 use finite::{Bad, Checks, Running};
+pub use options::{EpochOptions, EvalOptions, OnNonFinite, StepOptions};
 
 /// The place of the last applied update while its parameters are not checked yet
 /// (`Some(None)`: a step outside an epoch).
@@ -118,22 +120,6 @@ pub struct Data {
     pub target: Option<Tensor>,
 }
 
-/// What training does with a step whose loss, gradients or updated parameters (batch-norm
-/// statistics included) hold NaN or infinity. Each step reads one vector from the device that
-/// tells (the loss and one 0-or-NaN mark per gradient and parameter); a step that fails it is
-/// undone, so no such value is ever written into the weights or the optimizer state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnNonFinite {
-    /// Fail with [`Error::NonFinite`] naming the epoch, batch and what was not finite; the
-    /// weights stay as they were before that step.
-    #[default]
-    Raise,
-    /// Leave the step out (no update) and go on.
-    Skip,
-    /// End the epoch there (no update); [`Stats::stopped`] tells.
-    Stop,
-}
-
 /// The result of one training step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Step {
@@ -141,34 +127,6 @@ pub struct Step {
     pub loss: f64,
     /// Whether the optimizer applied the step (false for a skipped non-finite step).
     pub applied: bool,
-}
-
-/// Per-epoch options.
-#[derive(Debug, Clone, Default)]
-pub struct EpochOptions {
-    /// Samples per batch.
-    pub batch_size: usize,
-    /// Shuffle with this seed (none: keep order).
-    pub shuffle: Option<u64>,
-    /// Learning rate of each optimizer step (the last repeats; empty: 1e-3).
-    pub lrs: Vec<f64>,
-    /// Linear warmup over this many optimizer steps of the model's training (0: none): step
-    /// `s` (0-based; this epoch's `k`-th is `first_step + k`) trains at
-    /// `min(1, (s + 1) / warmup)` of its rate.
-    pub warmup: u64,
-    /// Optimizer steps taken before this epoch (where the warmup stands).
-    pub first_step: u64,
-    /// Micro-batches per optimizer step (gradient accumulation; 1 = none).
-    pub accumulate: usize,
-    /// Report progress every this many batches (0: never).
-    pub progress_every: usize,
-    /// Count correct predictions for the epoch's accuracy (classification losses only; when
-    /// false no per-batch argmax/compare runs and [`Stats::accuracy`] is `None`).
-    pub accuracy: bool,
-    /// What a step with a non-finite loss, gradient or updated parameter does.
-    pub on_non_finite: OnNonFinite,
-    /// The epoch's number (1-based) for error messages.
-    pub epoch: usize,
 }
 
 /// What an epoch (or an evaluation) measured.
