@@ -128,8 +128,10 @@ defmodule ExBurn.PackageTest do
     for {file, size} <- sizes, file != "Cargo.lock", do: assert(size < 96 * 1024, "#{file}: #{size} bytes")
     # 1.52 MB with the GPU row regions, 2.08 MB with the vendored burn-cubecl (0.56 MB of
     # Burn's sources, 2026-11-25), 2.20 MB with the CUDA attention kernel, 2.35 MB with bounded
-    # formatting, size checks and cancellation (2026-11-27); a budget, not a hex limit
-    assert total < 2_500_000, "package #{total} bytes"
+    # formatting, size checks and cancellation (2026-11-27), 2.55 MB with the small-loop
+    # interpreter, host convolutions, the generated op table and the engine's configuration
+    # (2026-11-28); a budget, not a hex limit
+    assert total < 2_750_000, "package #{total} bytes"
   end
 
   test "nothing built, no maintainers' tools" do

@@ -42,6 +42,15 @@ impl TensorRes {
             .map(Tensor::device)
     }
 
+    /// The tensor's size in bytes, if it is still allocated.
+    pub fn byte_size(&self) -> Option<usize> {
+        self.inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(Tensor::byte_size)
+    }
+
     /// Frees the tensor (waiting for the GPU when it lives there); returns whether it was
     /// still allocated.
     pub fn free(&self) -> bool {

@@ -94,6 +94,9 @@ pub fn to_device<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     )
 }
 
+/// Host tensors of at least this many bytes are freed on a dirty scheduler.
+const FREE_ON_DIRTY_FROM: usize = 1 << 20;
+
 /// `(tensor)`: frees the memory now; answers whether it was still allocated.
 pub fn deallocate<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::run(
@@ -102,9 +105,11 @@ pub fn deallocate<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
         here,
         || {
             let r = args::tensor_ref(a[0])?;
-            // Freeing GPU memory waits for the device lock.
+            // Freeing GPU memory waits for the device lock; giving a large host buffer back to
+            // the system (munmap) took over 100 ms under memory pressure.
             let class = match r.device() {
                 Some(d) if !d.is_host() => Class::DirtyIo,
+                Some(_) if r.byte_size().unwrap_or(0) >= FREE_ON_DIRTY_FROM => Class::DirtyCpu,
                 _ => Class::Normal,
             };
             Ok((r, class))
