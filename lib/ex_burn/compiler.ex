@@ -36,9 +36,10 @@ if Code.ensure_loaded?(Nx) do
     called while the program runs, as the engine reaches them, in that order: once per loop
     iteration with the values of that moment (so a token-by-token callback of a generation
     loop, such as `Nx.Serving`'s streaming, gets each token when it is made); a hook in a
-    branch not taken is not called. They run in a companion process of the caller (as EXLA's
-    do), and the call returns after the last one; an exception raised by a hook is raised by
-    the call.
+    branch not taken is not called. They run in the calling process (as with
+    `Nx.Defn.Evaluator`: `self()` in a hook is the caller) while the program runs in a
+    companion process, and the call returns after the last one; an exception raised by a hook
+    stops the program and is raised by the call.
 
     `Nx.runtime_call/4` outside `while`/`cond` splits the function into programs (see
     `ExBurn.Defn.Stages`): each call's argument is computed by one program and handed to the

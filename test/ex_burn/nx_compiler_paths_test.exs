@@ -182,6 +182,37 @@ if Code.ensure_loaded?(Nx) do
 
         assert error.message == "from the hook"
       end
+
+      defn(hooked_endless(x), do: while(x, x < x + 1, do: hook(x + 1, :tick)))
+
+      test "hooks run in the caller's process, as under the Evaluator; one that raises stops the program" do
+        key = {__MODULE__, :seen_by}
+        Process.put(key, :the_caller)
+        on = %{step: fn _ -> send(self(), {:in, Process.get(key)}) end}
+        burn_jit(&slow_steps/1, [Nx.eye(4, type: :f32)], hooks: on)
+        for _ <- 1..8, do: assert_received({:in, :the_caller})
+
+        # an endless loop whose hook raises at its third call: the call raises, the loop stops
+        count = :counters.new(1, [])
+
+        raising = fn _ ->
+          :counters.add(count, 1, 1)
+          if :counters.get(count, 1) == 3, do: raise("enough")
+        end
+
+        assert_raise RuntimeError, "enough", fn ->
+          burn_jit(&hooked_endless/1, [Nx.tensor(0)], hooks: %{tick: raising})
+        end
+
+        # every dirty scheduler is free again: the stopped loops do not hold one
+        for _ <- 1..(:erlang.system_info(:dirty_cpu_schedulers) + 1) do
+          assert_raise RuntimeError, fn ->
+            burn_jit(&hooked_endless/1, [Nx.tensor(0)], hooks: %{tick: fn _ -> raise "x" end})
+          end
+        end
+
+        assert burn_jit(&Nx.add/2, [Nx.tensor(1), Nx.tensor(2)]) |> Nx.to_number() == 3
+      end
     end
 
     describe "stopping compiled calls" do

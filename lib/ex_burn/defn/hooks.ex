@@ -2,12 +2,14 @@ if Code.ensure_loaded?(Nx) do
   defmodule ExBurn.Defn.Hooks do
     @moduledoc false
     # Internal to the Defn compiler: calls the hook functions of a running program while it
-    # runs. The program runs inside a NIF call in the caller's process, so the hooks run in a
-    # companion process: the engine sends it `{:ex_burn_hook, id, tensors}` as it reaches each
-    # hook (per loop iteration, only in the branches taken), and it calls the functions in that
-    # order. A token-by-token callback (Nx.Serving streaming, Bumblebee's generation) thus sees
-    # each token when it is made, not when the loop ends. The call returns only after every
-    # hook has run; an exception of a hook is raised in the caller, as with Nx.Defn.Evaluator.
+    # runs, in the caller's process (as Nx.Defn.Evaluator does: `self()` in a hook is the
+    # caller, and its process dictionary is the caller's). The program runs inside a NIF call
+    # in a companion process; the engine sends the caller `{:ex_burn_hook, id, tensors}` as it
+    # reaches each hook (per loop iteration, only in the branches taken), and the caller calls
+    # the functions in that order, so a token-by-token callback (Nx.Serving streaming,
+    # Bumblebee's generation) sees each token when it is made, not when the loop ends. The
+    # call returns after the program and every hook have run. An exception of a hook is raised
+    # at once, and the program is stopped; if the caller exits, a watcher stops the program.
 
     alias ExBurn.Tensor
     alias Nx.Defn.Composite
@@ -16,7 +18,7 @@ if Code.ensure_loaded?(Nx) do
     Runs `call.(receiver)` (a NIF call that sends hook values to `receiver`, a pid or `nil`)
     with the hooks `specs` (id => `{callback spec, value template}`) resolved against the
     `overrides` (hook name => function); returns what `call` returned. With no hook to call,
-    `receiver` is `nil`.
+    `receiver` is `nil` and `call` runs in the caller.
     """
     @spec around(map(), map(), (pid() | nil -> result)) :: result when result: term()
     def around(specs, overrides, call) do
@@ -30,52 +32,62 @@ if Code.ensure_loaded?(Nx) do
         call.(nil)
       else
         caller = self()
-        {runner, monitor} = spawn_monitor(fn -> loop(caller, funs, :ok) end)
+
+        {worker, monitor} =
+          spawn_monitor(fn ->
+            reply =
+              try do
+                {:ok, call.(caller)}
+              catch
+                kind, reason -> {:error, kind, reason, __STACKTRACE__}
+              end
+
+            send(caller, {:ex_burn_program_done, self(), reply})
+          end)
+
+        # the program stops when its caller exits (the engine watches the worker)
+        watcher = spawn(fn -> watch(caller, worker) end)
 
         try do
-          result = call.(runner)
-          send(runner, {:done, caller})
-
-          receive do
-            {:hooks_done, ^runner, :ok} ->
-              result
-
-            {:hooks_done, ^runner, {:error, kind, reason, stack}} ->
-              :erlang.raise(kind, reason, stack)
-
-            {:DOWN, ^monitor, :process, ^runner, reason} ->
-              exit({:hook_runner, reason})
-          end
+          collect(worker, monitor, funs)
         after
+          Process.exit(watcher, :kill)
+          Process.exit(worker, :kill)
           Process.demonitor(monitor, [:flush])
-          Process.exit(runner, :kill)
         end
       end
     end
 
-    # Calls each hook in arrival order; after a hook fails, the rest are not called (the
-    # program still runs to its end) and the failure is reported when the caller asks.
-    defp loop(caller, funs, state) do
+    # Calls each hook as its values arrive, until the program's answer (which the worker
+    # sends after the engine's last hook message, so every hook has been called by then).
+    defp collect(worker, monitor, funs) do
       receive do
         {:ex_burn_hook, id, refs} ->
-          state =
-            case {state, funs} do
-              {:ok, %{^id => {fun, template}}} -> call(fun, template, refs)
-              _ -> state
-            end
+          with %{^id => {fun, template}} <- funs, do: call(fun, template, refs)
+          collect(worker, monitor, funs)
 
-          loop(caller, funs, state)
+        {:ex_burn_program_done, ^worker, {:ok, result}} ->
+          result
 
-        {:done, ^caller} ->
-          send(caller, {:hooks_done, self(), state})
+        {:ex_burn_program_done, ^worker, {:error, kind, reason, stack}} ->
+          :erlang.raise(kind, reason, stack)
+
+        {:DOWN, ^monitor, :process, ^worker, reason} ->
+          exit({:ex_burn_program, reason})
+      end
+    end
+
+    defp watch(caller, worker) do
+      ref = Process.monitor(caller)
+
+      receive do
+        {:DOWN, ^ref, :process, ^caller, _} -> Process.exit(worker, :kill)
       end
     end
 
     defp call(fun, template, refs) do
       fun.(fill(template, Enum.map(refs, &Tensor.wrap/1)))
       :ok
-    catch
-      kind, reason -> {:error, kind, reason, __STACKTRACE__}
     end
 
     @doc "The function a hook spec calls, given the overrides by name (`nil`: none)."
