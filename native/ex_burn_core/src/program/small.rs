@@ -15,8 +15,19 @@
 mod code;
 mod compile;
 
-use super::Step;
+use crate::op::Op;
 use crate::{Device, Result, Tensor};
+
+/// A program as the interpreter reads it: tensor ops only, on values numbered as in a
+/// program (`0..inputs` the inputs, then one value per instruction).
+pub struct Code<'a> {
+    /// Number of inputs.
+    pub inputs: usize,
+    /// The instructions: each op and the values it reads.
+    pub instrs: Vec<(&'a Op, &'a [usize])>,
+    /// The values returned.
+    pub outputs: &'a [usize],
+}
 
 /// Values of at most this many elements are small enough for the interpreter.
 pub const MAX_ELEMENTS: usize = 4096;
@@ -27,17 +38,20 @@ pub const MAX_SLOTS: usize = 1 << 22;
 /// Iterations between checks that the caller still waits (`cancel::check`).
 const CHECK_EVERY: u64 = 256;
 
-/// Runs `while` step `step` on `inputs` (its state, then its invariants) with the
-/// interpreter when the loop qualifies: `Ok(None)` when it does not (the caller runs it op by
-/// op).
-pub fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Option<Vec<Tensor>>> {
-    let Step::While { cond, body, state } = step else {
-        return Ok(None);
-    };
+/// Runs the `while` loop of condition `cond` and body `body` on `inputs` (its `state` values,
+/// then its invariants) with the interpreter when the loop qualifies: `Ok(None)` when it does
+/// not (the caller runs it op by op).
+pub fn run(
+    cond: &Code,
+    body: &Code,
+    state: usize,
+    inputs: &[Tensor],
+    device: Device,
+) -> Result<Option<Vec<Tensor>>> {
     if !device.is_host() || inputs.iter().any(|t| !t.device().is_host()) {
         return Ok(None);
     }
-    let Some(mut m) = compile::Machine::new(cond, body, *state, inputs)? else {
+    let Some(mut m) = compile::Machine::new(cond, body, state, inputs)? else {
         return Ok(None);
     };
     let mut n = 0u64;

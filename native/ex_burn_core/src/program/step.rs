@@ -182,8 +182,10 @@ fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
         Step::Op(op) => op::eval(op, inputs, device),
         Step::While { cond, body, state } => {
             // loops over small tensors run whole on the host, without per-op dispatch
-            if let Some(out) = super::small::run(step, inputs, device)? {
-                return Ok(out);
+            if let (Some(c), Some(b)) = (small_code(cond), small_code(body)) {
+                if let Some(out) = super::small::run(&c, &b, *state, inputs, device)? {
+                    return Ok(out);
+                }
             }
             let (mut st, inv) = (inputs[..*state].to_vec(), &inputs[*state..]);
             loop {
@@ -229,6 +231,23 @@ fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
             reduce_fn::window_reduce(&inputs[0], &inputs[1], &win, body, device).map(|t| vec![t])
         }
     }
+}
+
+/// `p` as the small-loop interpreter reads it, when it is tensor ops only.
+fn small_code(p: &Program) -> Option<super::small::Code<'_>> {
+    if p.consts != 0 {
+        return None;
+    }
+    let instrs = p
+        .instrs
+        .iter()
+        .map(|i| i.op.as_op().map(|op| (op, i.args.as_slice())))
+        .collect::<Option<Vec<_>>>()?;
+    Some(super::small::Code {
+        inputs: p.inputs,
+        instrs,
+        outputs: &p.outputs,
+    })
 }
 
 /// Whether a scalar predicate is non-zero (NaN counts as non-zero, as in Nx).

@@ -5,8 +5,8 @@
 //! ones non-negative). An instruction reads slots defined before it and writes its own, so
 //! the slots it reads never overlap the one it writes.
 
-use super::super::fuse::map32::{run_step_any, Arg};
 use crate::kernels::Map;
+use crate::op::f32_map::{run_step_any, Arg};
 use crate::op::{Compare, Logical};
 use crate::DType;
 

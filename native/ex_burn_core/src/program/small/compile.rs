@@ -2,10 +2,11 @@
 //! runs it: one register per value, shapes and types fixed by the loop's inputs.
 
 use super::code::{self, Ins, IntOp, IntReduce, IntUnary, Regs, Slot, Src};
+use super::Code;
 use super::MAX_ELEMENTS;
 use crate::dtype::Kind;
+use crate::op::f32_map;
 use crate::op::{Arith, Op, ReduceKind, Unary};
-use crate::program::{fuse::map32, Program, Step};
 use crate::{DType, Device, Result, Tensor};
 
 thread_local! {
@@ -77,8 +78,8 @@ impl Machine {
     /// Compiles loop `cond`/`body` (state values first among `inputs`, then invariants):
     /// `Ok(None)` when something in it is not for the interpreter.
     pub fn new(
-        cond: &Program,
-        body: &Program,
+        cond: &Code,
+        body: &Code,
         state: usize,
         inputs: &[Tensor],
     ) -> Result<Option<Machine>> {
@@ -86,7 +87,7 @@ impl Machine {
         if cond.inputs != n || body.inputs != n || body.outputs.len() != state {
             return Ok(None);
         }
-        if cond.consts != 0 || body.consts != 0 || cond.outputs.len() != 1 {
+        if cond.outputs.len() != 1 {
             return Ok(None);
         }
         let mut info: Vec<Reg> = Vec::with_capacity(n + cond.instrs.len() + body.instrs.len());
@@ -290,7 +291,7 @@ impl Builder<'_> {
     /// Compiles `p` over the registers so far (its inputs being registers `0..p.inputs`):
     /// its code and the registers of its outputs, `None` if it is not for the interpreter.
     fn program(
-        p: &Program,
+        p: &Code,
         info: &mut Vec<Reg>,
         regs: &mut Regs,
     ) -> Result<Option<(Vec<Ins>, Vec<usize>)>> {
@@ -301,11 +302,8 @@ impl Builder<'_> {
         };
         // value number -> register
         let mut at: Vec<usize> = (0..p.inputs).collect();
-        for ins in &p.instrs {
-            let Step::Op(op) = &ins.op else {
-                return Ok(None);
-            };
-            let args: Vec<usize> = ins.args.iter().map(|&a| at[a]).collect();
+        for &(op, args) in &p.instrs {
+            let args: Vec<usize> = args.iter().map(|&a| at[a]).collect();
             match b.op(op, &args)? {
                 Some(r) => at.push(r),
                 None => return Ok(None),
@@ -500,7 +498,7 @@ impl Builder<'_> {
             return Some(out);
         }
         // float functions of integers compute on their f32 conversion
-        let m = map32::map_of(op)?;
+        let m = f32_map::map_of(op)?;
         let a = self.as_f32(a);
         let out = self.reg(Ty::F32, shape);
         self.code.push(Ins::Map {
@@ -516,7 +514,7 @@ impl Builder<'_> {
         let shape = broadcast(&[self.shape(a), self.shape(b)])?;
         match self.result(out, &[a, b])? {
             Ty::F32 => {
-                let m = map32::map_of(&Op::Binary {
+                let m = f32_map::map_of(&Op::Binary {
                     op: f,
                     out: Some(DType::F32),
                 })?;
