@@ -105,6 +105,17 @@ fn reduce(
     if axes.is_empty() {
         return match red {
             ReduceKind::All | ReduceKind::Any => Ok(x.to_bool()),
+            // Nx sums a scalar from 0, so -0.0 gives +0.0 (adding +0.0 changes nothing else)
+            ReduceKind::Sum if x.rank() == 0 && out.is_float() => {
+                let zero = util::full(&[], out, Scalar::F(0.0), &x.dispatch_device())?;
+                let add = Op::Binary {
+                    op: super::Arith::Add,
+                    out: Some(out),
+                };
+                super::eval(&add, &[x.cast(out)?, zero], x.device())?
+                    .pop()
+                    .ok_or_else(|| Error::Execution("sum gave no result".into()))
+            }
             _ => x.cast(out),
         };
     }

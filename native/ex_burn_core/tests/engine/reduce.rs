@@ -503,3 +503,34 @@ fn small_f32_sums_accumulate_in_f64_where_the_device_computes_f64() {
         "all".into()
     });
 }
+
+/// As Nx.BinaryBackend: the sum of a scalar starts from 0 (so -0.0 gives +0.0), a sum over no
+/// axes of a larger tensor keeps its values, and products and extrema keep the sign of zero.
+#[test]
+fn sums_of_a_scalar_start_from_zero() {
+    let bits = |t: &ex_burn_core::Tensor| t.to_bytes(None).unwrap();
+    for dtype in [DType::F32, DType::F64] {
+        if !supported(dtype) {
+            continue;
+        }
+        let neg = t(&[-0.0], &[], dtype);
+        let pos = t(&[0.0], &[], dtype);
+        assert_eq!(
+            bits(&ev(sum(None, false), &[&neg])),
+            bits(&pos),
+            "{dtype:?}"
+        );
+        assert_eq!(bits(&ev(sum(Some(vec![]), false), &[&neg])), bits(&pos));
+        let prod = Op::Reduce {
+            kind: ReduceKind::Product,
+            axes: None,
+            keep_axes: false,
+            out: None,
+        };
+        assert_eq!(bits(&ev(prod, &[&neg])), bits(&neg));
+        let pair = t(&[-0.0, 1.5], &[2], dtype);
+        assert_eq!(bits(&ev(sum(Some(vec![]), false), &[&pair])), bits(&pair));
+        let nan = t(&[f64::NAN], &[], dtype);
+        assert!(v(&ev(sum(None, false), &[&nan]))[0].is_nan());
+    }
+}
