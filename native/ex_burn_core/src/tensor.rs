@@ -205,6 +205,15 @@ impl Tensor {
         }
     }
 
+    /// The values of an f32 host tensor in row-major order: borrowed when its buffer holds
+    /// them so ([`Tensor::host_f32`]), else copied.
+    pub(crate) fn f32_values(&self) -> Result<std::borrow::Cow<'_, [f32]>> {
+        Ok(match self.host_f32() {
+            Some(v) => std::borrow::Cow::Borrowed(v),
+            None => std::borrow::Cow::Owned(self.to_f32_vec()?),
+        })
+    }
+
     /// The storage, element offset and strides (in elements) of an f32 host tensor of any
     /// layout (a permuted or sliced view), without copying (`None`: another type or device).
     pub(crate) fn host_f32_strided(&self) -> Option<(&[f32], usize, &[isize])> {

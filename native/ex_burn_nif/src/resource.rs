@@ -33,22 +33,23 @@ impl TensorRes {
             .ok_or_else(|| Error::Deallocated("tensor was deallocated and cannot be used".into()))
     }
 
-    /// The tensor's device, if it is still allocated.
-    pub fn device(&self) -> Option<Device> {
+    /// `f` of the tensor, if it is still allocated.
+    fn with<T>(&self, f: impl FnOnce(&Tensor) -> T) -> Option<T> {
         self.inner
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .map(Tensor::device)
+            .map(f)
+    }
+
+    /// The tensor's device, if it is still allocated.
+    pub fn device(&self) -> Option<Device> {
+        self.with(Tensor::device)
     }
 
     /// The tensor's size in bytes, if it is still allocated.
     pub fn byte_size(&self) -> Option<usize> {
-        self.inner
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map(Tensor::byte_size)
+        self.with(Tensor::byte_size)
     }
 
     /// Frees the tensor (waiting for the GPU when it lives there); returns whether it was

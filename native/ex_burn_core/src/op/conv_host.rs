@@ -47,21 +47,7 @@ pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2d) -> Result<Option<Te
     let oh = (ph - sh) / g.strides[0] + 1;
     let ow = (pw - sw) / g.strides[1] + 1;
     let (positions, depth) = (oh * ow, c * kh * kw);
-    let (xs, ks);
-    let xv: &[f32] = match x.host_f32() {
-        Some(v) => v,
-        None => {
-            xs = x.to_f32_vec()?;
-            &xs
-        }
-    };
-    let kv: &[f32] = match k.host_f32() {
-        Some(v) => v,
-        None => {
-            ks = k.to_f32_vec()?;
-            &ks
-        }
-    };
+    let (xv, kv) = (x.f32_values()?, k.f32_values()?);
     let threads = rayon::current_num_threads().max(1);
     // tiles: at most TILE_ELEMENTS unfolded, and at least two per thread over the batch
     let cap = (TILE_ELEMENTS / depth.max(1)).max(MIN_TILE);
@@ -69,7 +55,7 @@ pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2d) -> Result<Option<Te
     let tile = cap.min(share).min(positions).max(1);
     let tiles = positions.div_ceil(tile);
     let mut out = vec![0f32; n * o * positions];
-    let out_ptr = SendPtr(out.as_mut_ptr());
+    let out_ptr = super::util::SharedPtr(out.as_mut_ptr());
     let geometry = Geometry {
         c,
         h,
@@ -91,7 +77,7 @@ pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2d) -> Result<Option<Te
             // `o x depth`; the destination block, rows `img * o ..` of `positions` values from
             // column `first`, is written by this item only and lies inside `out`.
             unsafe {
-                let dst = out_ptr.at(img * o * positions + first);
+                let dst = out_ptr.get().add(img * o * positions + first);
                 gemm_into(
                     (o, len, depth),
                     (dst, positions as isize),
@@ -108,25 +94,6 @@ pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2d) -> Result<Option<Te
     let data = burn::tensor::TensorData::new(out, shape.clone());
     Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
 }
-
-/// A pointer shared by the compute threads, each writing its own part.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-impl SendPtr {
-    /// The pointer `offset` elements on (the closure takes the whole `SendPtr`).
-    ///
-    /// # Safety
-    /// `offset` must lie inside the buffer.
-    unsafe fn at(self, offset: usize) -> *mut f32 {
-        // SAFETY: the caller keeps `offset` inside the buffer.
-        unsafe { self.0.add(offset) }
-    }
-}
-
-// SAFETY: the threads write disjoint parts of the buffer behind it (see `conv2d_f32`).
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}
 
 /// What unfolding an image needs.
 struct Geometry<'a> {

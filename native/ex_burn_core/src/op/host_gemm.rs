@@ -6,6 +6,7 @@
 //! the GEMM writes it. In the CPU MLP step (`bench/cpu_peers.exs`) those passes and their
 //! page faults were most of the time the compute threads waited.
 
+use super::util::SharedPtr;
 use super::view::View;
 use crate::{DType, Device, Result, Tensor};
 use rayon::prelude::*;
@@ -36,24 +37,22 @@ unsafe fn split_product(
     (a, a_rc): (*const f32, (isize, isize)),
     (b, b_rc): (*const f32, (isize, isize)),
 ) {
-    #[derive(Clone, Copy)]
-    struct Ptrs(*mut f32, *const f32, *const f32);
-    // SAFETY: the blocks below write disjoint parts of `dst` and only read `a` and `b`.
-    unsafe impl Send for Ptrs {}
-    // SAFETY: as above.
-    unsafe impl Sync for Ptrs {}
-    impl Ptrs {
-        fn get(self) -> (*mut f32, *const f32, *const f32) {
-            (self.0, self.1, self.2)
-        }
-    }
     let threads = rayon::current_num_threads().max(1);
     let by_columns = n >= m;
     let along = if by_columns { n } else { m };
     let block = along.div_ceil(threads).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
-    let p = Ptrs(dst, a, b);
+    // the blocks write disjoint parts of `dst` and only read `a` and `b`
+    let shared = (
+        SharedPtr(dst),
+        SharedPtr(a.cast_mut()),
+        SharedPtr(b.cast_mut()),
+    );
     (0..along.div_ceil(block)).into_par_iter().for_each(|i| {
-        let (dst, a, b) = p.get();
+        let (dst, a, b) = (
+            shared.0.get(),
+            shared.1.get().cast_const(),
+            shared.2.get().cast_const(),
+        );
         let start = i * block;
         let len = block.min(along - start);
         // SAFETY: block `i` covers columns (rows) `start..start + len`, inside the matrices;

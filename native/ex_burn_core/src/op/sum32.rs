@@ -32,7 +32,7 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
         let (a, b) = (axes[0], axes[axes.len() - 1]);
         let prod = |s: &[usize]| s.iter().product::<usize>();
         (
-            host_values(x)?,
+            x.f32_values()?,
             prod(&dims[..a]),
             prod(&dims[a..=b]),
             prod(&dims[b + 1..]),
@@ -111,14 +111,6 @@ fn round(s: f64) -> f32 {
     } else {
         s as f32
     }
-}
-
-/// The values of `x` in row-major order, borrowed when its buffer holds them so.
-fn host_values(x: &Tensor) -> Result<std::borrow::Cow<'_, [f32]>> {
-    Ok(match x.host_f32() {
-        Some(v) => std::borrow::Cow::Borrowed(v),
-        None => std::borrow::Cow::Owned(x.to_f32_vec()?),
-    })
 }
 
 /// The loops, compiled for the widest vector unit the CPU has (checked at run time).

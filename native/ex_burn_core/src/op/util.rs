@@ -314,3 +314,21 @@ pub(crate) fn read_scalar(t: &Tensor) -> Result<Scalar> {
         _ => Scalar::I(((bits << shift) as i64) >> shift),
     })
 }
+
+/// A raw pointer handed to the compute threads, each of which reads it or writes its own
+/// disjoint part of what it points at (the user's `unsafe` block says which part).
+#[derive(Clone, Copy)]
+pub(crate) struct SharedPtr<T>(pub(crate) *mut T);
+
+// SAFETY: a `SharedPtr` is only dereferenced where the threads touch disjoint parts of the
+// memory behind it, or only read it.
+unsafe impl<T: Send> Send for SharedPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for SharedPtr<T> {}
+
+impl<T> SharedPtr<T> {
+    /// The pointer (a method, so that closures capture the whole `SharedPtr`).
+    pub(crate) fn get(self) -> *mut T {
+        self.0
+    }
+}

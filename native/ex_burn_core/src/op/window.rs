@@ -185,14 +185,7 @@ struct Placement<'a> {
 fn extremum_f32(x: &Tensor, g: &Placement, max: bool) -> Result<Tensor> {
     use rayon::prelude::*;
     // read in place when contiguous (a copy of a large input costs more than the reduction)
-    let copy;
-    let data: &[f32] = match x.host_f32() {
-        Some(v) => v,
-        None => {
-            copy = x.to_f32_vec()?;
-            &copy
-        }
-    };
+    let data = x.f32_values()?;
     let r = x.rank();
     let mut in_strides = vec![1usize; r];
     for i in (0..r.saturating_sub(1)).rev() {

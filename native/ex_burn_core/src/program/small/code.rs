@@ -383,12 +383,7 @@ fn floats(ins: &Ins, r: &View, o: &mut [f32]) {
         Ins::Map { m, a, b, .. } => {
             run_step_any(*m, arg(r.f(*a), n), b.map(|b| arg(r.f(b), n)), o);
         }
-        Ins::Select { p, t, f, .. } => {
-            let (t, f) = (r.f(*t), r.f(*f));
-            for (k, x) in o.iter_mut().enumerate() {
-                *x = if r.nonzero(*p, k) { at(t, k) } else { at(f, k) };
-            }
-        }
+        Ins::Select { p, t, f, .. } => select(r, *p, r.f(*t), r.f(*f), o),
         Ins::ToF32 { a, .. } => {
             let a = r.i(*a);
             for (k, x) in o.iter_mut().enumerate() {
@@ -401,12 +396,7 @@ fn floats(ins: &Ins, r: &View, o: &mut [f32]) {
             a: Src::F(a),
             index,
             ..
-        } => {
-            let a = r.f(*a);
-            for (x, &k) in o.iter_mut().zip(index) {
-                *x = a[k as usize];
-            }
-        }
+        } => gather(r.f(*a), index, o),
         // instructions with integer results: `integers`
         _ => {}
     }
@@ -416,12 +406,7 @@ fn floats(ins: &Ins, r: &View, o: &mut [f32]) {
 #[inline(always)]
 fn integers(ins: &Ins, r: &View, o: &mut [i64]) {
     match ins {
-        Ins::SelectI { p, t, f, .. } => {
-            let (t, f) = (r.i(*t), r.i(*f));
-            for (k, x) in o.iter_mut().enumerate() {
-                *x = if r.nonzero(*p, k) { at(t, k) } else { at(f, k) };
-            }
-        }
+        Ins::SelectI { p, t, f, .. } => select(r, *p, r.i(*t), r.i(*f), o),
         Ins::Int { op, a, b, to, .. } => {
             let (a, b) = (r.i(*a), r.i(*b));
             for (k, x) in o.iter_mut().enumerate() {
@@ -482,14 +467,25 @@ fn integers(ins: &Ins, r: &View, o: &mut [i64]) {
             a: Src::I(a),
             index,
             ..
-        } => {
-            let a = r.i(*a);
-            for (x, &k) in o.iter_mut().zip(index) {
-                *x = a[k as usize];
-            }
-        }
+        } => gather(r.i(*a), index, o),
         // instructions with f32 results: `floats`
         _ => {}
+    }
+}
+
+/// `select` of either arena: `t` where `p` is not zero (NaN included), else `f`.
+#[inline(always)]
+fn select<T: Copy>(r: &View, p: Src, t: &[T], f: &[T], o: &mut [T]) {
+    for (k, x) in o.iter_mut().enumerate() {
+        *x = if r.nonzero(p, k) { at(t, k) } else { at(f, k) };
+    }
+}
+
+/// A broadcast of either arena: element `k` of `o` is `a[index[k]]`.
+#[inline(always)]
+fn gather<T: Copy>(a: &[T], index: &[u32], o: &mut [T]) {
+    for (x, &k) in o.iter_mut().zip(index) {
+        *x = a[k as usize];
     }
 }
 

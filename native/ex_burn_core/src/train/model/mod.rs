@@ -409,16 +409,7 @@ impl Model {
         let f = self.forward_loss(batch, false)?;
         let grads = self.grads(f.loss, 1)?;
         let mut checks = Checks::with_loss(f.inner);
-        let mut unchecked = None;
-        let (loss, bad) = self.guarded_apply(
-            grads,
-            lr,
-            &mut checks,
-            running.as_ref(),
-            None,
-            &mut unchecked,
-        )?;
-        self.check_unchecked(&mut unchecked)?;
+        let (loss, bad) = self.guarded_step(grads, lr, &mut checks, running.as_ref())?;
         match bad {
             Some(bad) if on == OnNonFinite::Raise => Err(self.non_finite(&bad, None)),
             bad => Ok(Step {
@@ -456,6 +447,21 @@ impl Model {
         self.apply(grads, lr)?;
         *unchecked = Some(at);
         Ok(bad)
+    }
+
+    /// [`Model::guarded_apply`] for a single step (not part of an epoch): an update it applies
+    /// has its parameters checked before it returns.
+    fn guarded_step(
+        &mut self,
+        grads: GradientsParams,
+        lr: f64,
+        checks: &mut Checks,
+        running: Option<&Running>,
+    ) -> Result<(f64, Option<Bad>)> {
+        let mut unchecked = None;
+        let out = self.guarded_apply(grads, lr, checks, running, None, &mut unchecked)?;
+        self.check_unchecked(&mut unchecked)?;
+        Ok(out)
     }
 
     /// Reads `checks`; when an entry is not finite and an update is `unchecked`, checks the
@@ -813,18 +819,9 @@ impl Model {
         sync()?;
         let t2 = Instant::now();
         // The optimizer phase includes the step's finiteness checks (two device reads).
-        let mut unchecked = None;
-        if let (_, Some(bad)) = self.guarded_apply(
-            grads,
-            lr,
-            &mut checks,
-            running.as_ref(),
-            None,
-            &mut unchecked,
-        )? {
+        if let (_, Some(bad)) = self.guarded_step(grads, lr, &mut checks, running.as_ref())? {
             return Err(self.non_finite(&bad, None));
         }
-        self.check_unchecked(&mut unchecked)?;
         sync()?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
