@@ -29,7 +29,7 @@ defmodule ExBurn.Nif do
     model_new: 3,
     spec_info: 1,
     model_train_step: 4,
-    model_train_epoch: 6,
+    model_train_epoch: 7,
     model_evaluate: 4,
     model_predict: 3,
     model_gradients: 3,

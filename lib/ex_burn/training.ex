@@ -70,6 +70,19 @@ defmodule ExBurn.Training do
                 doc: "linear warmup over this many optimizer steps"
               ],
               accumulate_gradients: [type: :pos_integer, default: 1, doc: "micro-batches per optimizer step"],
+              devices: [
+                type: {:or, [nil, {:list, :device}]},
+                default: nil,
+                doc:
+                  "train on several devices at once (data parallelism), e.g. `[{:cuda, 0}, {:cuda, 1}]`: " <>
+                    "the list holds the model's device; every other device gets a copy of the parameters " <>
+                    "and optimizer state, each batch's rows are split evenly over the devices and the " <>
+                    "gradients summed across them (NCCL between NVIDIA GPUs where the library loads, " <>
+                    "else through the host), so losses and weights are those of one device at the same " <>
+                    "`:batch_size`. The model and its data stay on the model's device. Not combined with " <>
+                    "`:accumulate_gradients` above 1 or batch normalization layers (an `ExBurn.Error` of " <>
+                    "kind `:argument`); see the scaling guide"
+              ],
               accuracy: [
                 type: {:or, [nil, :boolean]},
                 default: nil,
@@ -177,6 +190,9 @@ defmodule ExBurn.Training do
 
   defp train(model, data, val, n, accuracy?, progress, opts) do
     state = %{history: [], step: 0, lr_scale: 1.0}
+    devices = train_devices(model, opts[:devices])
+    # the data on each other device, copied once for all epochs
+    data = Map.put(data, :copies, copies(data, Enum.drop(devices, 1)))
     deadline = deadline(opts[:timeout])
 
     final =
@@ -202,6 +218,7 @@ defmodule ExBurn.Training do
               warmup: opts[:warmup],
               first_step: state.step,
               accumulate: opts[:accumulate_gradients],
+              devices: devices,
               progress_every: if(progress, do: max(1, div(ceil_div(n, opts[:batch_size]), 50)), else: 0),
               accuracy: accuracy?,
               on_non_finite: opts[:on_non_finite],
@@ -573,9 +590,38 @@ defmodule ExBurn.Training do
 
   # `opts` are the engine's EpochOptions (native/ex_burn_core/src/train/model/options.rs);
   # `validation` is `{inputs, target}` to check with the data (`check_inputs`) or nil.
+  # The model's device first, then the others in the order given.
+  defp train_devices(_model, nil), do: []
+
+  defp train_devices(model, devices) do
+    if length(devices) > 64,
+      do: Options.fail(:fit, "devices lists at most 64 devices, got #{length(devices)}")
+
+    case Enum.split_with(devices, &(&1 == model.device)) do
+      {[], _} ->
+        Options.fail(
+          :fit,
+          "devices must include the model's device #{inspect(model.device)} " <>
+            "(move the model with ExBurn.Model.to_device/2 first)"
+        )
+
+      {[own | again], others} ->
+        [own | again ++ others]
+    end
+  end
+
+  defp copies(data, devices) do
+    to = fn ref, device -> elem(Native.call(:tensor_to_device, [ref, device], :fit), 0) end
+
+    for device <- devices do
+      {Enum.map(data.inputs, &to.(&1, device)), data.target && to.(data.target, device)}
+    end
+  end
+
   defp epoch_call(model, data, opts, validation, progress) do
     pid = Progress.pid(progress)
-    Native.call(:model_train_epoch, [model.ref, data.inputs, data.target, opts, validation, pid], :fit)
+    args = [model.ref, data.inputs, data.target, opts, validation, pid, Map.get(data, :copies, [])]
+    Native.call(:model_train_epoch, args, :fit)
   end
 
   defp stats_call(model, data, opts) do

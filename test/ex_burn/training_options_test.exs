@@ -13,18 +13,7 @@ defmodule ExBurn.TrainingOptionsTest do
     |> Model.compile(seed: 1, optimizer: :sgd, learning_rate: 0.1)
   end
 
-  @epoch %{
-    epoch: 1,
-    batch_size: 4,
-    shuffle: nil,
-    lrs: [0.1],
-    warmup: 0,
-    first_step: 0,
-    accumulate: 1,
-    progress_every: 0,
-    accuracy: true,
-    on_non_finite: :raise
-  }
+  @epoch ExBurn.Test.Boundary.epoch_options()
 
   defp argument({:error, {:argument, message}}), do: message
 
@@ -35,7 +24,7 @@ defmodule ExBurn.TrainingOptionsTest do
     assert {:ok, {_loss, true}} =
              ExBurn.Nif.model_train_step(m.ref, [x.ref], y.ref, %{learning_rate: 0.1, on_non_finite: :skip})
 
-    assert {:ok, %{samples: 16}} = ExBurn.Nif.model_train_epoch(m.ref, [x.ref], y.ref, @epoch, nil, nil)
+    assert {:ok, %{samples: 16}} = ExBurn.Nif.model_train_epoch(m.ref, [x.ref], y.ref, @epoch, nil, nil, [])
 
     assert {:ok, %{samples: 16}} =
              ExBurn.Nif.model_evaluate(m.ref, [x.ref], y.ref, batch_size: 8, accuracy: false)
@@ -45,7 +34,7 @@ defmodule ExBurn.TrainingOptionsTest do
     m = mlp()
     {x, y} = data()
     step = fn opts -> ExBurn.Nif.model_train_step(m.ref, [x.ref], y.ref, opts) end
-    epoch = fn opts -> ExBurn.Nif.model_train_epoch(m.ref, [x.ref], y.ref, opts, nil, nil) end
+    epoch = fn opts -> ExBurn.Nif.model_train_epoch(m.ref, [x.ref], y.ref, opts, nil, nil, []) end
 
     assert step.(%{learning_rate: 0.1, on_non_finite: :ignore}) |> argument() =~ "ignore"
 
@@ -59,7 +48,7 @@ defmodule ExBurn.TrainingOptionsTest do
 
     assert ExBurn.Nif.model_evaluate(m.ref, [x.ref], y.ref, %{batch_size: 2}) |> argument() =~ "accuracy"
 
-    assert ExBurn.Nif.model_train_epoch(m.ref, [x.ref], y.ref, @epoch, :bad, nil) |> argument() =~
+    assert ExBurn.Nif.model_train_epoch(m.ref, [x.ref], y.ref, @epoch, :bad, nil, []) |> argument() =~
              "validation"
 
     assert Model.info(m).steps == 0

@@ -421,7 +421,7 @@ defmodule ExBurn.Fuzz do
         [m, [x.ref], y.ref, %{learning_rate: 0.01, on_non_finite: :raise}]
 
       :model_train_epoch ->
-        [m, [x.ref], y.ref, epoch_opts(), nil, nil]
+        [m, [x.ref], y.ref, epoch_opts(), nil, nil, []]
 
       :model_evaluate ->
         [m, [x.ref], y.ref, %{batch_size: 2, accuracy: true}]

@@ -13,6 +13,22 @@ defmodule ExBurn.Test.Boundary do
     e in ExBurn.Error -> e
   end
 
+  @doc "Options of one epoch as the training NIF takes them (the engine's `EpochOptions`)."
+  def epoch_options do
+    %{
+      epoch: 1,
+      batch_size: 4,
+      shuffle: nil,
+      lrs: [0.1],
+      warmup: 0,
+      first_step: 0,
+      accumulate: 1,
+      progress_every: 0,
+      accuracy: true,
+      on_non_finite: :raise
+    }
+  end
+
   @doc "`n` samples of 4 normal features (seed 3), labelled by the sign of their sum (s64)."
   def data(n \\ 16) do
     x = BurnBridge.random_normal({n, 4}, seed: 3)

@@ -463,6 +463,15 @@ pub trait DeviceKernels: Send + Sync {
         Ok(())
     }
 
+    /// Sums across devices: each set holds one tensor per device (same shape and float type,
+    /// the devices in the same order in every set, each device once); every tensor of a set is
+    /// replaced by the set's sum, on its own device. Results in set order. Declining
+    /// (`Ok(None)`) lets the engine sum through copies.
+    fn all_reduce(&self, sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor>>>> {
+        let _ = sets;
+        Ok(None)
+    }
+
     /// `[nb, m, k] x [nb, k, n]` (batch broadcast where one side has `nb` 1), `[nb, m, n]`.
     fn matmul(
         &self,

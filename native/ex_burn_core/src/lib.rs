@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod cancel;
+pub mod collective;
 pub mod config;
 pub mod device;
 pub mod dtype;

@@ -306,6 +306,12 @@ impl Tensor {
             // `bool_from_data`): as u8, then compared with zero where it arrived
             return Ok(self.cast(DType::U8)?.to_device(device)?.to_bool());
         }
+        if self.device() != Device::Cpu && device != Device::Cpu {
+            // Between two GPUs through the host: Burn's CUDA backend copies device to device
+            // with NCCL send/receive, whose receive is not ordered after the work still queued
+            // on the destination (a copy made while that device was busy came back as zeros).
+            return self.to_device(Device::Cpu)?.to_device(device);
+        }
         let prim = self.prim.clone();
         let prim = match self.kind {
             Kind::Float => B::float_to_device(prim, &dev),

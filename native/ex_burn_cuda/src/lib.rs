@@ -8,6 +8,7 @@
 //! |---------------|----------------------------------------------------------------------|
 //! | [`device`]    | preflight (driver, NVRTC, headers), device names, memory, CubeCL setup |
 //! | [`cache`]     | compiled kernels and autotune results cached on disk                   |
+//! | [`collective`] | sums across GPUs (NCCL, loaded at run time)                          |
 //! | [`memory`]    | how CubeCL pools CUDA memory (the configuration's `cuda_memory`)       |
 //! | [`queue`]     | work of ours queued in order with CubeCL's kernels; failures          |
 //! | [`gemm`]      | matrix products by cuBLAS (also Burn's own, through `burn-cubecl`)     |
@@ -30,6 +31,7 @@
 
 pub mod attention;
 pub mod cache;
+pub mod collective;
 pub mod device;
 pub mod elementwise;
 pub(crate) mod events;
@@ -99,6 +101,10 @@ impl DeviceKernels for Cuda {
 
     fn check_failures(&self) -> Result<()> {
         queue::check_failures()
+    }
+
+    fn all_reduce(&self, sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor>>>> {
+        collective::all_reduce(sets)
     }
 
     fn matmul(

@@ -200,6 +200,8 @@ macro_rules! nif {
                     $crate::sched::dirty_entry(env, argc, argv, here, $body)
                 }
 
+                // one parameter per argument of the Erlang function
+                #[allow(clippy::too_many_arguments)]
                 #[rustler::nif]
                 fn $name<'a>(env: Env<'a>, $($arg: Term<'a>),*) -> Term<'a> {
                     $body(env, &[$($arg),*], $crate::sched::Here::normal(NAME, dirty))

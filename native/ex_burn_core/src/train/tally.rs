@@ -13,6 +13,14 @@ const FOLD: usize = 64;
 use crate::tensor::B;
 use burn::tensor::{Bool, Int, Tensor};
 
+/// Which samples of a batch were predicted right: one mark per sample, or their count.
+pub(crate) enum Hits {
+    /// One mark per sample.
+    Rows(Tensor<B, 1, Bool>),
+    /// How many (one element).
+    Count(Tensor<B, 1, Int>),
+}
+
 /// Losses and hits of the batches seen so far.
 pub(crate) struct Tally {
     /// Rows of a full batch: pending losses are means over this many samples.
@@ -21,6 +29,8 @@ pub(crate) struct Tally {
     losses: Vec<Tensor<B, 1>>,
     /// Per-sample hits not yet counted.
     hits: Vec<Tensor<B, 1, Bool>>,
+    /// Counts of hits not yet summed.
+    counts: Vec<Tensor<B, 1, Int>>,
     /// Folded batches: the sum of their mean losses.
     loss_acc: Option<Tensor<B, 1>>,
     /// Folded batches: their hits.
@@ -34,6 +44,7 @@ impl Tally {
             batch_size: batch_size.max(1),
             losses: Vec::new(),
             hits: Vec::new(),
+            counts: Vec::new(),
             loss_acc: None,
             hit_acc: None,
         }
@@ -41,19 +52,18 @@ impl Tally {
 
     /// Records a batch of `rows` samples: its mean `loss` and, for classification, which of
     /// its samples were predicted right.
-    pub(crate) fn add(
-        &mut self,
-        loss: Tensor<B, 1>,
-        rows: usize,
-        hits: Option<Tensor<B, 1, Bool>>,
-    ) {
+    pub(crate) fn add(&mut self, loss: Tensor<B, 1>, rows: usize, hits: Option<Hits>) {
         let loss = if rows == self.batch_size {
             loss
         } else {
             loss.mul_scalar(rows as f64 / self.batch_size as f64)
         };
         self.losses.push(loss);
-        self.hits.extend(hits);
+        match hits {
+            Some(Hits::Rows(h)) => self.hits.push(h),
+            Some(Hits::Count(c)) => self.counts.push(c),
+            None => {}
+        }
         if self.losses.len() >= FOLD {
             self.fold();
         }
@@ -69,8 +79,12 @@ impl Tally {
             Some(acc) => acc.add(loss),
             None => loss,
         });
+        let mut sums = std::mem::take(&mut self.counts);
         if !self.hits.is_empty() {
-            let hits = Tensor::cat(std::mem::take(&mut self.hits), 0).int().sum();
+            sums.push(Tensor::cat(std::mem::take(&mut self.hits), 0).int().sum());
+        }
+        if !sums.is_empty() {
+            let hits = Tensor::cat(sums, 0).sum();
             self.hit_acc = Some(match self.hit_acc.take() {
                 Some(acc) => acc.add(hits),
                 None => hits,
@@ -111,6 +125,11 @@ mod tests {
             want_hits += hits.iter().filter(|h| **h).count() as i64;
             let loss = Tensor::<B, 1>::from_data(TensorData::new(vec![mean], [1]), &device);
             let hit = Tensor::<B, 1, Bool>::from_data(TensorData::new(hits, [rows]), &device);
+            let hit = if k % 2 == 0 {
+                Hits::Rows(hit)
+            } else {
+                Hits::Count(hit.int().sum())
+            };
             tally.add(loss, rows, Some(hit));
             assert!(tally.losses.len() < FOLD, "pending batches are bounded");
         }

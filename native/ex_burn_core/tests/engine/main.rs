@@ -49,6 +49,7 @@ mod linalg;
 mod literal;
 mod memory;
 mod nn;
+mod parallel;
 mod program;
 mod reduce;
 mod rows;

@@ -28,7 +28,7 @@ crate::sched::nif! {
     model_new(spec, options, device) => super::model::new;
     spec_info(spec) => super::model::spec_info;
     model_train_step(model, inputs, target, opts) => super::model::train_step;
-    model_train_epoch(model, inputs, target, opts, validation, pid) => super::model::train_epoch;
+    model_train_epoch(model, inputs, target, opts, validation, pid, copies) => super::model::train_epoch;
     model_evaluate(model, inputs, target, opts) => super::model::evaluate;
     model_predict(model, inputs, batch_size) => super::model::predict;
     model_gradients(model, inputs, target) => super::model::gradients;

@@ -135,10 +135,12 @@ pub fn train_step<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     })
 }
 
-/// `(model, inputs, target, options, validation, progress_pid)`: one epoch (`options`: an
-/// [`EpochOptions`]; with `check_inputs`, the data and `validation`, `{inputs, target}` or
-/// `nil`, are checked for NaN and infinities first); progress messages
-/// `{:ex_burn_progress, done, total, loss}` go to the pid when it is not `nil`.
+/// `(model, inputs, target, options, validation, progress_pid, copies)`: one epoch
+/// (`options`: an [`EpochOptions`]; with `check_inputs`, the data and `validation`,
+/// `{inputs, target}` or `nil`, are checked for NaN and infinities first); progress messages
+/// `{:ex_burn_progress, done, total, loss}` go to the pid when it is not `nil`; `copies`: the
+/// data on each other device of the options' `devices`, a list of `{inputs, target}` (empty:
+/// the epoch copies it).
 pub fn train_epoch<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let d = data(a[1], a[2])?;
@@ -150,6 +152,10 @@ pub fn train_epoch<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             Some(data(i, t)?)
         };
         let pid = args::opt_pid(a[5])?;
+        let copies = args::get::<Vec<(Term, Term)>>(a[6], "data copies")?
+            .into_iter()
+            .map(|(i, t)| data(i, t))
+            .collect::<Result<Vec<_>>>()?;
         let mut progress = |done: usize, total: usize, l: f64| {
             if let Some(p) = &pid {
                 let _ = env.send(p, (ex_burn_progress(), done, total, reply::Num(l)));
@@ -160,7 +166,7 @@ pub fn train_epoch<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 if o.check_inputs {
                     model.check_inputs(&d, validation.as_ref())?;
                 }
-                model.train_epoch(&d, &o, &mut progress)
+                model.train_epoch_with(&d, &copies, &o, &mut progress)
             })
         })?;
         Ok(StatsTerm::from(&s).encode(env))

@@ -6,7 +6,7 @@ use super::loss::{self, Head, Loss, Target};
 use super::net::{self, Net, Slots, Value};
 use super::optim::{Optim, OptimConfig};
 use super::spec::{LayerOp, ModelSpec};
-use super::tally::Tally;
+use super::tally::{Hits, Tally};
 use crate::dtype::Kind;
 use crate::rng::SplitMix64;
 use crate::tensor::{Prim, B};
@@ -23,6 +23,7 @@ use std::time::Instant;
 mod data;
 mod finite;
 mod options;
+mod parallel;
 mod params;
 
 pub use data::collect_autodiff_garbage;
@@ -46,7 +47,7 @@ struct Forward {
 struct Counted {
     loss: burn::tensor::Tensor<B, 1>,
     rows: usize,
-    hits: Option<burn::tensor::Tensor<B, 1, Bool>>,
+    hits: Option<Hits>,
 }
 
 /// How a model trains.
@@ -172,6 +173,20 @@ pub struct Model {
     device: Device,
     frozen: BTreeSet<String>,
     steps: u64,
+    /// Copies on the further devices of data-parallel training (none: one device).
+    replicas: Vec<Model>,
+    /// The replicas' summed gradients between a split batch's backward pass and its update.
+    replica_grads: Pending,
+}
+
+/// Gradients waiting for their update; a clone of the model starts without any.
+#[derive(Default)]
+struct Pending(Vec<GradientsParams>);
+
+impl Clone for Pending {
+    fn clone(&self) -> Self {
+        Pending::default()
+    }
 }
 
 fn ad_device(device: Device) -> Result<burn::DispatchDevice> {
@@ -212,6 +227,8 @@ impl Model {
             device,
             frozen: BTreeSet::new(),
             steps: 0,
+            replicas: Vec::new(),
+            replica_grads: Pending::default(),
         };
         if dtype != DType::F32 {
             let cast: Vec<(String, Tensor)> = model
@@ -403,6 +420,7 @@ impl Model {
         if !valid_lr(lr) {
             return Err(bad_lr(lr));
         }
+        self.replicas.clear();
         let n = self.check_data(batch, true)?;
         let _batch = self.check_batch_memory(n, true)?;
         let running = self.save_running()?;
@@ -442,9 +460,11 @@ impl Model {
         let bad = self.read_checks(checks, unchecked)?;
         if bad.1.is_some() {
             self.restore_running(running);
+            self.replica_grads = Pending::default();
             return Ok(bad);
         }
         self.apply(grads, lr)?;
+        self.apply_replicas(lr)?;
         *unchecked = Some(at);
         Ok(bad)
     }
@@ -580,6 +600,19 @@ impl Model {
         opts: &EpochOptions,
         progress: &mut dyn FnMut(usize, usize, f64),
     ) -> Result<Stats> {
+        self.train_epoch_with(data, &[], opts, progress)
+    }
+
+    /// [`Model::train_epoch`] with the data already copied to the other devices of
+    /// [`EpochOptions::devices`] (`copies`, one per other device, in order; empty: the epoch
+    /// copies them), so that several epochs copy them once.
+    pub fn train_epoch_with(
+        &mut self,
+        data: &Data,
+        copies: &[Data],
+        opts: &EpochOptions,
+        progress: &mut dyn FnMut(usize, usize, f64),
+    ) -> Result<Stats> {
         let n = self.check_data(data, true)?;
         if opts.batch_size == 0 {
             return Err(Error::Argument("batch_size must be positive".into()));
@@ -587,6 +620,7 @@ impl Model {
         if let Some(&bad) = opts.lrs.iter().find(|&&lr| !valid_lr(lr)) {
             return Err(bad_lr(bad));
         }
+        self.use_devices(&opts.devices, opts.accumulate)?;
         let t0 = Instant::now();
         let data = &ids_as_s32(data)?;
         let _batch = self.check_batch_memory(opts.batch_size.min(n), true)?;
@@ -603,6 +637,8 @@ impl Model {
             .shuffle
             .map(|seed| permutation(n, seed, self.device))
             .transpose()?;
+        let copies = copies.iter().map(ids_as_s32).collect::<Result<Vec<_>>>()?;
+        let sources = self.sources(data, &copies, order.as_ref())?;
         let batches = n.div_ceil(opts.batch_size);
         let accumulate = opts.accumulate.max(1);
         let count = self.counts_hits(opts.accuracy);
@@ -621,15 +657,13 @@ impl Model {
             crate::cancel::check()?;
             let at = (opts.epoch, b + 1, batches);
             let (lo, hi) = (b * opts.batch_size, ((b + 1) * opts.batch_size).min(n));
-            let batch = cut(data, lo, hi, order.as_ref())?;
             let running = self.save_running()?;
-            let f = self.forward_loss(&batch, count)?;
-            let grads = self.grads(f.loss, accumulate)?;
-            let mut checks = Checks::with_loss(f.inner.clone());
+            let (inner, hits, grads) = self.batch_grads(&sources, (lo, hi), count, accumulate)?;
+            let mut checks = Checks::with_loss(inner.clone());
             let counted = Counted {
-                loss: f.inner,
+                loss: inner,
                 rows: hi - lo,
-                hits: f.hits,
+                hits,
             };
             // The first non-finite entry of a batch that was left out.
             let failed = if accumulate == 1 {
@@ -732,7 +766,8 @@ impl Model {
             let hi = (lo + bs).min(n);
             let batch = cut(data, lo, hi, None)?;
             let (l, out, t) = self.batch_loss(&net, &batch, false)?;
-            tally.add(l, hi - lo, self.batch_hits(count, &out, &t, false)?);
+            let hits = self.batch_hits(count, &out, &t, false)?;
+            tally.add(l, hi - lo, hits.map(Hits::Rows));
         }
         let (loss_sum, correct) = tally.totals();
         let accuracy = count.then(|| correct as f64 / n.max(1) as f64);
@@ -802,6 +837,7 @@ impl Model {
         if !valid_lr(lr) {
             return Err(bad_lr(lr));
         }
+        self.replicas.clear();
         let n = self.check_data(batch, true)?;
         let _batch = self.check_batch_memory(n, true)?;
         let dev = ad_device(self.device)?;

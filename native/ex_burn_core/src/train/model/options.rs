@@ -69,6 +69,10 @@ pub struct EpochOptions {
     /// [`EpochOptions::time_limit`].
     #[serde(default)]
     pub timeout: Option<u64>,
+    /// Devices to train on, the model's own first (data parallelism: each batch's rows split
+    /// evenly over them, gradients summed across them); empty: the model's device alone.
+    #[serde(default)]
+    pub devices: Vec<crate::Device>,
 }
 
 impl EpochOptions {

@@ -154,6 +154,7 @@ impl Model {
         ids: Option<&[(String, ParamId)]>,
         convert: bool,
     ) -> Result<()> {
+        self.replicas.clear();
         let current = self.parameters()?;
         let dtype = self.options.dtype;
         let mut converted = Vec::with_capacity(params.len());
@@ -266,6 +267,7 @@ impl Model {
 
     /// Freezes layers by name: their parameters stop changing.
     pub fn freeze(&mut self, layers: &[String]) -> Result<()> {
+        self.replicas.clear();
         for l in layers {
             if !self.spec.layers.iter().any(|x| &x.name == l) {
                 return Err(Error::Argument(format!("no layer named {l:?}")));
@@ -277,6 +279,7 @@ impl Model {
 
     /// Unfreezes layers by name (all when `layers` is empty).
     pub fn unfreeze(&mut self, layers: &[String]) {
+        self.replicas.clear();
         if layers.is_empty() {
             self.frozen.clear();
         }
@@ -293,7 +296,29 @@ impl Model {
     /// Moves parameters and optimizer state to another device.
     pub fn to_device(&self, device: Device) -> Result<Model> {
         let ad = ad_device(device)?;
+        if self.device != device && self.device != Device::Cpu && device != Device::Cpu {
+            // Between two GPUs each parameter goes through the host, as `Tensor::to_device`
+            // copies (Burn moves no autodiff module between backends, and its copies between
+            // GPUs are not ordered with the destination's queued work).
+            let moved = self
+                .parameters()?
+                .into_iter()
+                .map(|(n, t)| Ok((n, t.to_device(device)?)))
+                .collect::<Result<Vec<_>>>()?;
+            let mut m = self.clone();
+            m.replicas.clear();
+            m.device = device;
+            m.set_parameters(&moved, None, false)?;
+            let state = self.optim.to_bytes()?;
+            m.optim = m
+                .options
+                .optimizer
+                .init()?
+                .load_bytes(state, &device.to_dispatch()?)?;
+            return Ok(m);
+        }
         let mut m = self.clone();
+        m.replicas.clear();
         let state = m.optim.to_bytes()?;
         m.net = Some(
             m.net
@@ -330,6 +355,7 @@ impl Model {
 
     /// Restores an optimizer state and the step counter.
     pub fn set_optimizer_state(&mut self, bytes: Vec<u8>, steps: u64) -> Result<()> {
+        self.replicas.clear();
         // Optimizer state lives on the inner (non-autodiff) device.
         let inner = self.device.to_dispatch()?;
         self.optim = self.options.optimizer.init()?.load_bytes(bytes, &inner)?;
@@ -339,6 +365,7 @@ impl Model {
 
     /// Replaces the optimizer (its state starts afresh).
     pub fn set_optimizer(&mut self, config: OptimConfig) -> Result<()> {
+        self.replicas.clear();
         self.optim = config.init()?;
         self.options.optimizer = config;
         Ok(())

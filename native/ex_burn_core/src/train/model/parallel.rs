@@ -1,0 +1,361 @@
+//! Data-parallel training: a replica of the model (parameters and optimizer state) on each
+//! further device, each batch split into one slice of rows per device, the gradients summed
+//! across devices ([`crate::collective::all_reduce`]: NCCL between CUDA GPUs) and the same
+//! update applied on every device. Each slice's loss is weighted by its share of the batch's
+//! rows, so the summed gradients are those of the whole batch's mean loss, as on one device.
+
+use super::params::ParamRef;
+use super::Hits;
+use super::*;
+use crate::collective;
+use burn::tensor::Tensor as BurnTensor;
+
+/// The most devices one model trains on.
+const MAX_DEVICES: usize = 64;
+
+/// A batch's loss (off the autodiff graph), which samples were predicted right, and the
+/// gradients, on the model's device.
+pub(super) type BatchGrads = (BurnTensor<B, 1>, Option<Hits>, GradientsParams);
+
+/// An epoch's data (and shuffling order) on each device it trains on, the model's own first:
+/// the other devices get their copy once per epoch, so batches are cut where they train.
+pub(super) struct Sources<'a> {
+    home: (&'a Data, Option<&'a Tensor>),
+    others: Vec<(Data, Option<Tensor>)>,
+}
+
+impl Model {
+    /// Makes the model train on `devices` (its own device first; empty: its device alone):
+    /// replicas are made on the other devices from the current parameters and optimizer state,
+    /// or kept when they are there already.
+    pub(super) fn use_devices(&mut self, devices: &[Device], accumulate: usize) -> Result<()> {
+        if devices.len() <= 1 {
+            if let Some(&d) = devices.first() {
+                self.check_first(d)?;
+            }
+            self.replicas.clear();
+            return Ok(());
+        }
+        self.check_first(devices[0])?;
+        if devices.len() > MAX_DEVICES {
+            return Err(Error::Argument(format!(
+                "a model trains on at most {MAX_DEVICES} devices, got {}",
+                devices.len()
+            )));
+        }
+        if accumulate > 1 {
+            return Err(Error::Argument(
+                "gradient accumulation and several devices cannot be combined; raise the batch \
+                 size instead"
+                    .into(),
+            ));
+        }
+        if let Some(l) = self
+            .spec
+            .layers
+            .iter()
+            .find(|l| matches!(l.op, LayerOp::BatchNorm { .. }))
+        {
+            return Err(Error::Argument(format!(
+                "batch normalization layer {:?} trains on one device only (its statistics would \
+                 differ per device)",
+                l.name
+            )));
+        }
+        for d in devices {
+            d.to_dispatch()?;
+            d.check_dtype(self.options.dtype)?;
+        }
+        let wanted = &devices[1..];
+        if self
+            .replicas
+            .iter()
+            .map(|r| r.device)
+            .eq(wanted.iter().copied())
+        {
+            return Ok(());
+        }
+        self.replicas.clear();
+        let mut replicas = Vec::with_capacity(wanted.len());
+        let params = self.spec.param_elements()?;
+        let bytes = params * self.options.dtype.size().max(4) as u128;
+        for &d in wanted {
+            // room for the copy's parameters first (the optimizer state grows with the steps,
+            // as on the model's own device)
+            let _room = crate::memory::reserve(d, bytes, &|| {
+                format!("a copy of the model's parameters ({params} elements) on {d}")
+            })?;
+            let mut r = self.to_device(d)?;
+            // Parameters of their own in the autodiff graph (a copy on the model's own device
+            // would share the model's, and one backward pass would take both replicas'
+            // gradients).
+            let own = r.parameters()?;
+            r.set_parameters(&own, None, false)?;
+            replicas.push(r);
+        }
+        self.replicas = replicas;
+        Ok(())
+    }
+
+    fn check_first(&self, first: Device) -> Result<()> {
+        if first != self.device {
+            return Err(Error::Argument(format!(
+                "the first of the devices must be the model's device ({}), got {first}",
+                self.device
+            )));
+        }
+        Ok(())
+    }
+
+    /// The devices the model trains on (its own first).
+    pub fn devices(&self) -> Vec<Device> {
+        std::iter::once(self.device)
+            .chain(self.replicas.iter().map(|r| r.device))
+            .collect()
+    }
+
+    /// The epoch's `data` and `order` on every device the model trains on: `copies` (one per
+    /// replica, on its device, of the shapes and types of `data`) or, when empty, copies made
+    /// here.
+    pub(super) fn sources<'a>(
+        &self,
+        data: &'a Data,
+        copies: &[Data],
+        order: Option<&'a Tensor>,
+    ) -> Result<Sources<'a>> {
+        if !copies.is_empty() && copies.len() != self.replicas.len() {
+            return Err(Error::Argument(format!(
+                "expected the data copied to {} other device(s), got {} copies",
+                self.replicas.len(),
+                copies.len()
+            )));
+        }
+        let others = self
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(k, r)| {
+                let d = r.device;
+                let copy = match copies.get(k) {
+                    Some(c) => {
+                        check_copy(data, c, d)?;
+                        c.clone()
+                    }
+                    None => Data {
+                        inputs: data
+                            .inputs
+                            .iter()
+                            .map(|t| t.to_device(d))
+                            .collect::<Result<_>>()?,
+                        target: data.target.as_ref().map(|t| t.to_device(d)).transpose()?,
+                    },
+                };
+                Ok((copy, order.map(|o| o.to_device(d)).transpose()?))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Sources {
+            home: (data, order),
+            others,
+        })
+    }
+
+    /// Forward and backward passes of the batch of rows `lo..hi` (of the shuffled order): on
+    /// the model's device, or split over its replicas with the gradients, the loss and the
+    /// count of right predictions summed across them (the replicas' own gradient sums are kept
+    /// for [`Model::apply`]). No device read.
+    pub(super) fn batch_grads(
+        &mut self,
+        sources: &Sources,
+        (lo, hi): (usize, usize),
+        count: bool,
+        accumulate: usize,
+    ) -> Result<BatchGrads> {
+        if self.replicas.is_empty() {
+            let (data, order) = sources.home;
+            let batch = cut(data, lo, hi, order)?;
+            let f = self.forward_loss(&batch, count)?;
+            let grads = self.grads(f.loss, accumulate)?;
+            return Ok((f.inner, f.hits.map(Hits::Rows), grads));
+        }
+        self.split_grads(sources, (lo, hi), count)
+    }
+
+    fn split_grads(
+        &mut self,
+        sources: &Sources,
+        (lo, hi): (usize, usize),
+        count: bool,
+    ) -> Result<BatchGrads> {
+        let rows = hi - lo;
+        let parts = self.replicas.len() + 1;
+        let mut grads = Vec::with_capacity(parts);
+        let mut losses = Vec::with_capacity(parts);
+        let mut hits = Vec::with_capacity(parts);
+        let mut reserved = Vec::with_capacity(parts);
+        for k in 0..parts {
+            let (a, b) = (lo + k * rows / parts, lo + (k + 1) * rows / parts);
+            if a == b {
+                grads.push(GradientsParams::new());
+                losses.push(None);
+                hits.push(None);
+                continue;
+            }
+            let (model, (data, order)) = if k == 0 {
+                (&*self, sources.home)
+            } else {
+                let (d, o) = &sources.others[k - 1];
+                (&self.replicas[k - 1], (d, o.as_ref()))
+            };
+            let slice = cut(data, a, b, order)?;
+            reserved.push(model.check_batch_memory(b - a, true)?);
+            let f = model.forward_loss(&slice, count)?;
+            let share = (b - a) as f64 / rows as f64;
+            grads.push(model.grads(f.loss.mul_scalar(share), 1)?);
+            let float =
+                |t: BurnTensor<B, 1>| Tensor::wrap(t.into_primitive().tensor(), Kind::Float);
+            losses.push(Some(float(f.inner.mul_scalar(share))));
+            hits.push(f.hits.map(|h| float(h.float().sum())));
+        }
+        let extra = if count {
+            vec![losses, hits]
+        } else {
+            vec![losses]
+        };
+        let mut sums = self.sum_across(&mut grads, extra)?.into_iter();
+        let mut grads = grads.into_iter();
+        let own = grads
+            .next()
+            .ok_or_else(|| Error::Execution("no gradients".into()))?;
+        self.replica_grads = Pending(grads.collect());
+        let burn = |t: Tensor| BurnTensor::<B, 1>::from_primitive(TensorPrimitive::Float(t.prim()));
+        let loss = sums
+            .next()
+            .map(burn)
+            .ok_or_else(|| Error::Argument("the batch has no samples".into()))?;
+        let right = sums.next().map(|c| Hits::Count(burn(c).int()));
+        Ok((loss, right, own))
+    }
+
+    /// Replaces each parameter's gradient in every set (one set per device, the model's
+    /// first) by its sum over the devices, and sums each of `extra` (one value or none per
+    /// device); a device without a value (no rows in the batch) adds zeros. Returns the sums of
+    /// `extra` on the model's device.
+    fn sum_across(
+        &self,
+        grads: &mut [GradientsParams],
+        extra: Vec<Vec<Option<Tensor>>>,
+    ) -> Result<Vec<Tensor>> {
+        let devices = self.devices();
+        let net = self.net()?;
+        let filled = |parts: Vec<Option<Tensor>>| -> Result<Option<Vec<Tensor>>> {
+            let Some(like) = parts.iter().flatten().next().cloned() else {
+                return Ok(None);
+            };
+            let set = parts
+                .into_iter()
+                .zip(&devices)
+                .map(|(t, &d)| t.map_or_else(|| zeros_like(&like, d), Ok))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Some(set))
+        };
+        let mut refs = Vec::new();
+        let mut sets = Vec::new();
+        for (_, p) in self.param_refs(net) {
+            let parts: Vec<Option<Tensor>> = grads.iter_mut().map(|g| take(&p, g)).collect();
+            if let Some(set) = filled(parts)? {
+                refs.push(p);
+                sets.push(set);
+            }
+        }
+        let params = sets.len();
+        for parts in extra {
+            sets.push(
+                filled(parts)?.ok_or_else(|| Error::Argument("the batch has no samples".into()))?,
+            );
+        }
+        let mut summed = collective::all_reduce(sets)?;
+        let extra = summed.split_off(params);
+        for (p, set) in refs.iter().zip(summed) {
+            for (g, t) in grads.iter_mut().zip(set) {
+                put(p, g, t);
+            }
+        }
+        Ok(extra
+            .into_iter()
+            .filter_map(|set| set.into_iter().next())
+            .collect())
+    }
+
+    /// Applies the gradients [`Model::split_grads`] kept for the replicas.
+    pub(super) fn apply_replicas(&mut self, lr: f64) -> Result<()> {
+        if self.replicas.is_empty() {
+            return Ok(());
+        }
+        let grads = std::mem::take(&mut self.replica_grads).0;
+        if grads.len() != self.replicas.len() {
+            return Err(Error::Execution(
+                "the replicas' gradients are missing for this step".into(),
+            ));
+        }
+        for (r, g) in self.replicas.iter_mut().zip(grads) {
+            r.apply(g, lr)?;
+        }
+        Ok(())
+    }
+}
+
+/// Removes the gradient of `p` from `grads`.
+fn take(p: &ParamRef, grads: &mut GradientsParams) -> Option<Tensor> {
+    let id = p.id();
+    let prim = match p {
+        ParamRef::R1(_) => grads.remove::<B, 1>(id)?.into_primitive().tensor(),
+        ParamRef::R2(_) => grads.remove::<B, 2>(id)?.into_primitive().tensor(),
+        ParamRef::R3(_) => grads.remove::<B, 3>(id)?.into_primitive().tensor(),
+        ParamRef::R4(_) => grads.remove::<B, 4>(id)?.into_primitive().tensor(),
+    };
+    Some(Tensor::wrap(prim, Kind::Float))
+}
+
+/// Registers `t` as the gradient of `p` in `grads`.
+fn put(p: &ParamRef, grads: &mut GradientsParams, t: Tensor) {
+    let id = p.id();
+    let prim = TensorPrimitive::Float(t.prim());
+    match p {
+        ParamRef::R1(_) => grads.register::<B, 1>(id, BurnTensor::from_primitive(prim)),
+        ParamRef::R2(_) => grads.register::<B, 2>(id, BurnTensor::from_primitive(prim)),
+        ParamRef::R3(_) => grads.register::<B, 3>(id, BurnTensor::from_primitive(prim)),
+        ParamRef::R4(_) => grads.register::<B, 4>(id, BurnTensor::from_primitive(prim)),
+    }
+}
+
+/// Zeros of `like`'s shape and type on `device`.
+fn zeros_like(like: &Tensor, device: Device) -> Result<Tensor> {
+    let prim = B::float_zeros(
+        crate::tensor::prim_shape(like.shape()),
+        &device.to_dispatch()?,
+        like.dtype().float_dtype()?,
+    );
+    Ok(Tensor::wrap(prim, Kind::Float))
+}
+
+/// Checks that `copy` holds tensors of `data`'s shapes and types on `device`.
+fn check_copy(data: &Data, copy: &Data, device: Device) -> Result<()> {
+    let of = |d: &Data| -> Vec<(Vec<usize>, crate::DType, Device)> {
+        d.inputs
+            .iter()
+            .chain(d.target.iter())
+            .map(|t| (t.shape().to_vec(), t.dtype(), t.device()))
+            .collect()
+    };
+    let want: Vec<_> = of(data)
+        .into_iter()
+        .map(|(s, t, _)| (s, t, device))
+        .collect();
+    if of(copy) != want || copy.target.is_some() != data.target.is_some() {
+        return Err(Error::Argument(format!(
+            "the copy of the data for {device} does not match the data (same shapes and types, \
+             on that device)"
+        )));
+    }
+    Ok(())
+}

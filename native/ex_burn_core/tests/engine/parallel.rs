@@ -1,0 +1,163 @@
+//! Data-parallel training: the same losses and parameters as on one device at equal global
+//! batch, uneven and empty slices, replicas refreshed after the model changes, refusals.
+
+use super::common::*;
+use super::train::{blobs, mlp, opts};
+use ex_burn_core::train::model::{CompileOptions, Data};
+use ex_burn_core::train::optim::Kind;
+use ex_burn_core::train::spec::{LayerOp, LayerSpec};
+use ex_burn_core::train::{loss::Loss, EpochOptions, Model};
+use ex_burn_core::{Device, Error};
+
+/// `n` devices to split over: distinct GPUs where the test device has that many, else the
+/// test device repeated (replicas on one device, summed through it).
+fn devices(n: usize) -> Vec<Device> {
+    let d = dev();
+    let count = ex_burn_core::kernels::serving(d.family())
+        .and_then(|k| k.device_count().ok())
+        .unwrap_or(1);
+    match d {
+        Device::Cuda(_) if count >= n => (0..n).map(Device::Cuda).collect(),
+        _ => vec![d; n],
+    }
+}
+
+fn adam() -> CompileOptions {
+    let mut o = opts(Kind::Adam, Loss::CrossEntropy);
+    o.learning_rate = 0.01;
+    o
+}
+
+fn epoch(batch_size: usize, devices: Vec<Device>, epoch: usize) -> EpochOptions {
+    EpochOptions {
+        batch_size,
+        shuffle: Some(epoch as u64),
+        lrs: vec![0.01],
+        accumulate: 1,
+        accuracy: true,
+        epoch,
+        devices,
+        ..Default::default()
+    }
+}
+
+/// Each epoch's loss and accuracy, and the final parameters by name.
+type Run = (Vec<(f64, Option<f64>)>, Vec<(String, Vec<f64>)>);
+
+/// One epoch per entry of `plan` (the devices it trains on) over `n` samples.
+fn run(n: usize, batch: usize, plan: &[Vec<Device>]) -> Run {
+    let (x, y) = blobs(n);
+    let d = plan[0].first().copied().unwrap_or_else(dev);
+    let mut m = Model::new(mlp(4, 16, 2, false), adam(), d).unwrap();
+    let data = Data {
+        inputs: vec![x.to_device(d).unwrap()],
+        target: Some(y.to_device(d).unwrap()),
+    };
+    let mut stats = Vec::new();
+    for (e, devices) in plan.iter().enumerate() {
+        let s = m
+            .train_epoch(
+                &data,
+                &epoch(batch, devices.clone(), e + 1),
+                &mut |_, _, _| {},
+            )
+            .unwrap();
+        stats.push((s.loss, s.accuracy));
+    }
+    let params = m
+        .parameters()
+        .unwrap()
+        .into_iter()
+        .map(|(k, t)| (k, v(&t)))
+        .collect();
+    (stats, params)
+}
+
+fn assert_close(a: &Run, b: &Run) {
+    assert_eq!(a.0.len(), b.0.len());
+    for (x, y) in a.0.iter().zip(&b.0) {
+        assert!((x.0 - y.0).abs() <= 1e-4, "losses {:?} vs {:?}", a.0, b.0);
+        assert_eq!(x.1, y.1, "accuracies {:?} vs {:?}", a.0, b.0);
+    }
+    for ((ka, va), (kb, vb)) in a.1.iter().zip(&b.1) {
+        assert_eq!(ka, kb);
+        let worst = va
+            .iter()
+            .zip(vb)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0, f64::max);
+        assert!(worst <= 1e-4, "{ka} differs by {worst}");
+    }
+}
+
+#[test]
+fn split_batches_train_as_one_device_does() {
+    // 20 optimizer steps (5 epochs of 4 batches of 16), Adam
+    let one = run(64, 16, &vec![vec![]; 5]);
+    let two = run(64, 16, &vec![devices(2); 5]);
+    assert_close(&one, &two);
+    // three devices, slices of 5, 5 and 6 rows, and a last batch of 2 rows: one slice empty
+    let one = run(66, 16, &vec![vec![]; 5]);
+    let three = run(66, 16, &vec![devices(3); 5]);
+    assert_close(&one, &three);
+    // a last batch of one row: the model's own slice is empty
+    let one = run(65, 16, &vec![vec![]; 3]);
+    let two = run(65, 16, &vec![devices(2); 3]);
+    assert_close(&one, &two);
+    // a mutation check: a different batch size changes the losses
+    let other = run(64, 32, &vec![devices(2); 5]);
+    assert!((other.0[4].0 - run(64, 16, &vec![vec![]; 5]).0[4].0).abs() > 1e-4);
+}
+
+#[test]
+fn replicas_follow_the_model_between_calls() {
+    // one device, then two, then one, then two again: the replicas are rebuilt from the
+    // model's parameters and optimizer state where the model trained alone in between
+    let alone = run(64, 16, &vec![vec![]; 4]);
+    let two = devices(2);
+    let mixed = run(64, 16, &[vec![], two.clone(), vec![], two]);
+    assert_close(&alone, &mixed);
+}
+
+#[test]
+fn unsupported_combinations_are_argument_errors() {
+    let (x, y) = blobs(8);
+    let d = dev();
+    let data = Data {
+        inputs: vec![x.to_device(d).unwrap()],
+        target: Some(y.to_device(d).unwrap()),
+    };
+    let mut m = Model::new(mlp(4, 8, 2, false), adam(), d).unwrap();
+    let mut with = |o: EpochOptions| m.train_epoch(&data, &o, &mut |_, _, _| {});
+    let accumulate = EpochOptions {
+        accumulate: 2,
+        ..epoch(4, devices(2), 1)
+    };
+    assert!(matches!(with(accumulate), Err(Error::Argument(m)) if m.contains("accumulation")));
+    let other_first = epoch(4, vec![Device::Vulkan(7), d], 1);
+    assert!(
+        matches!(with(other_first), Err(Error::Argument(m)) if m.contains("first of the devices"))
+    );
+    let too_many = epoch(4, vec![d; 65], 1);
+    assert!(matches!(with(too_many), Err(Error::Argument(m)) if m.contains("at most 64")));
+    // batch norm keeps per-device statistics: refused
+    let mut spec = mlp(4, 8, 2, false);
+    spec.layers.insert(
+        2,
+        LayerSpec {
+            name: "bn".into(),
+            op: LayerOp::BatchNorm {
+                epsilon: 1e-5,
+                momentum: 0.1,
+                channel_index: -1,
+            },
+            inputs: vec![1],
+        },
+    );
+    spec.layers[3].inputs = vec![2];
+    spec.layers[4].inputs = vec![3];
+    spec.output = 4;
+    let mut bn = Model::new(spec, adam(), d).unwrap();
+    let e = bn.train_epoch(&data, &epoch(4, devices(2), 1), &mut |_, _, _| {});
+    assert!(matches!(e, Err(Error::Argument(m)) if m.contains("batch normalization")));
+}

@@ -1,0 +1,102 @@
+//! Sums across GPUs by NCCL, loaded at run time (as cuBLAS is), through CubeCL's collective
+//! operations: each device's `ncclAllReduce` is queued on its communication stream after the
+//! work queued so far on its compute stream, and the compute stream waits for it before any
+//! later work. One communicator per set of GPUs (the devices are always given in index order,
+//! so a set never gets a second one).
+
+use crate::queue;
+use burn::DispatchTensor;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl_common::device::Device as _;
+use cubecl_cuda::{CudaDevice, CudaRuntime};
+use cubecl_runtime::server::ReduceOperation;
+use ex_burn_core::kernels::Operand;
+use ex_burn_core::{DType, Result};
+use std::sync::{Mutex, OnceLock};
+
+/// Whether NCCL loads in this process (looked for once).
+pub fn nccl_loads() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: loading the library runs its initialisers only; nothing is called through it.
+    *PRESENT.get_or_init(|| unsafe { cudarc::nccl::sys::is_culib_present() })
+}
+
+/// The CUDA tensor of an operand and its GPU index.
+fn cuda_of<'a>(t: &Operand<'a>) -> Option<(&'a CubeTensor<CudaRuntime>, usize)> {
+    let c = queue::cube(t.prim)?;
+    Some((c, c.device.index))
+}
+
+/// Each set's sum on every device of the set (see
+/// [`ex_burn_core::kernels::DeviceKernels::all_reduce`]); `None` without NCCL or when the
+/// operands are not one float tensor per distinct GPU.
+pub fn all_reduce(sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor>>>> {
+    let Some(first) = sets.first() else {
+        return Ok(Some(Vec::new()));
+    };
+    if !nccl_loads() {
+        return Ok(None);
+    }
+    let Some(indices) = first
+        .iter()
+        .map(|t| cuda_of(t).map(|(_, i)| i))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
+    let distinct = indices
+        .iter()
+        .enumerate()
+        .all(|(i, d)| !indices[..i].contains(d));
+    let same_places = sets.iter().all(|set| {
+        set.len() == indices.len()
+            && set
+                .iter()
+                .zip(&indices)
+                .all(|(t, &i)| cuda_of(t).is_some_and(|(_, j)| j == i))
+    });
+    if indices.len() < 2 || !distinct || !same_places {
+        return Ok(None);
+    }
+    let mut sorted = indices.clone();
+    sorted.sort_unstable();
+    let ids: Vec<_> = sorted.iter().map(|&i| CudaDevice::new(i).to_id()).collect();
+    // Every device must take the collectives of a communicator in the same order (NCCL's
+    // requirement; two trainings summing over the same GPUs from two threads deadlocked
+    // without this lock). The calls only queue work on each device's own thread, so the lock
+    // is held for the submissions, not for the transfers.
+    static ORDER: Mutex<()> = Mutex::new(());
+    let _order = ORDER.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = Vec::with_capacity(sets.len());
+    for set in sets {
+        let mut sums = Vec::with_capacity(set.len());
+        for t in set {
+            let (c, _) = cuda_of(t).expect("checked above");
+            let src = burn_cubecl::kernel::into_contiguous(c.clone());
+            let dtype = DType::from_burn(src.dtype)?;
+            let mut client = src.client.clone();
+            let dst = client.empty(t.numel() * dtype.size());
+            client.all_reduce(
+                src.handle.clone(),
+                dst.clone(),
+                src.dtype.into(),
+                ids.clone(),
+                ReduceOperation::Sum,
+            );
+            sums.push(queue::output(
+                &src,
+                dst,
+                t.shape,
+                dtype,
+                t.prim.checkpointing,
+            ));
+        }
+        out.push(sums);
+    }
+    // each device's compute stream waits for its communication stream before using a sum
+    for t in first {
+        let (c, _) = cuda_of(t).expect("checked above");
+        c.client.sync_collective();
+    }
+    Ok(Some(out))
+}
