@@ -57,6 +57,7 @@ defmodule ExBurn.MixProject do
           ExBurn.Callbacks,
           ExBurn.Dataset,
           ExBurn.Axon,
+          ExBurn.Collective,
           ~r/^ExBurn\.Training\./
         ],
         Nx: [ExBurn.Backend, ExBurn.Compiler, ExBurn.Serving, ~r/^ExBurn\.Defn\./],

@@ -15,6 +15,7 @@ defmodule ExBurn.Nif do
     tensor_to_binary: 2,
     tensor_info: 1,
     tensor_to_device: 2,
+    tensors_all_reduce: 1,
     tensor_deallocate: 1,
     eval_op: 3,
     program_build: 2,

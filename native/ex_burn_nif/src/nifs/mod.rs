@@ -15,6 +15,7 @@ crate::sched::nif! {
     tensor_info(tensor) => super::tensor::info;
     tensor_to_device(tensor, device) => super::tensor::to_device;
     tensor_deallocate(tensor) => super::tensor::deallocate;
+    tensors_all_reduce(sets) => super::tensor::all_reduce;
     eval_op(op, args, device) => super::eval::eval_op;
     program_build(program, constants) => super::eval::program_build;
     program_run(program, args, device, timeout, hooks) => super::eval::program_run;

@@ -1,9 +1,10 @@
-//! Tensor data in and out, metadata, transfers and deallocation.
+//! Tensor data in and out, metadata, transfers, sums across devices and deallocation.
 
+use crate::resource::TensorRes;
 use crate::sched::{self, Class, Here};
 use crate::{args, reply};
-use ex_burn_core::{guard, Device, Tensor};
-use rustler::{Binary, Encoder, Env, NewBinary, Term};
+use ex_burn_core::{collective, guard, Device, Result, Tensor};
+use rustler::{Binary, Encoder, Env, NewBinary, ResourceArc, Term};
 
 /// Copying this many bytes or fewer stays on a normal scheduler.
 const NORMAL_BYTES: usize = 256 << 10;
@@ -115,5 +116,42 @@ pub fn deallocate<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             Ok((r, class))
         },
         |r| Ok(r.free().encode(env)),
+    )
+}
+
+/// `(sets)`: a list of sets, each a list of one tensor per device (the devices in the same order
+/// in every set): every tensor replaced by its set's sum, on its own device
+/// (`ex_burn_core::collective::all_reduce`).
+pub fn all_reduce<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
+    sched::run(
+        env,
+        a,
+        here,
+        || {
+            let refs: Vec<Vec<ResourceArc<TensorRes>>> = args::get(a[0], "sets of tensors")?;
+            let sets = refs
+                .iter()
+                .map(|set| set.iter().map(|r| r.get()).collect::<Result<Vec<_>>>())
+                .collect::<Result<Vec<_>>>()?;
+            let gpu = sets
+                .iter()
+                .flatten()
+                .map(Tensor::device)
+                .find(|d| !d.is_host());
+            let class = if gpu.is_some() {
+                Class::DirtyIo
+            } else {
+                Class::DirtyCpu
+            };
+            Ok(((sets, gpu.unwrap_or(Device::Cpu)), class))
+        },
+        |(sets, on)| {
+            let summed = guard::exclusive(on, || collective::all_reduce(sets))?;
+            Ok(summed
+                .into_iter()
+                .map(|set| reply::tensors(env, set))
+                .collect::<Vec<_>>()
+                .encode(env))
+        },
     )
 }
