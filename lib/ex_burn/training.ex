@@ -71,7 +71,13 @@ defmodule ExBurn.Training do
               ],
               accumulate_gradients: [type: :pos_integer, default: 1, doc: "micro-batches per optimizer step"],
               devices: [
-                type: {:or, [nil, {:list, :device}]},
+                type:
+                  {:or,
+                   [
+                     nil,
+                     {:custom, &__MODULE__.devices/1,
+                      "a list of at most 64 devices (:cpu, {:cuda, i}, {:vulkan, i} or {:metal, i})"}
+                   ]},
                 default: nil,
                 doc:
                   "train on several devices at once (data parallelism), e.g. `[{:cuda, 0}, {:cuda, 1}]`: " <>
@@ -121,6 +127,25 @@ defmodule ExBurn.Training do
                    )}
                 end
               )
+
+  @doc false
+  # A list of at most 64 devices (the length is checked before any element is looked at).
+  def devices(list) when is_list(list) do
+    with true <- ExBurn.Format.at_most?(list, 64) and Options.proper_list?(list),
+         {:ok, devices} <- normalize_devices(list) do
+      {:ok, devices}
+    else
+      _ -> :error
+    end
+  end
+
+  def devices(_), do: :error
+
+  defp normalize_devices(list) do
+    {:ok, Enum.map(list, &ExBurn.Device.normalize!/1)}
+  rescue
+    ExBurn.Error -> :error
+  end
 
   @doc false
   def pair({_, _} = p), do: {:ok, p}
@@ -594,9 +619,6 @@ defmodule ExBurn.Training do
   defp train_devices(_model, nil), do: []
 
   defp train_devices(model, devices) do
-    if length(devices) > 64,
-      do: Options.fail(:fit, "devices lists at most 64 devices, got #{length(devices)}")
-
     case Enum.split_with(devices, &(&1 == model.device)) do
       {[], _} ->
         Options.fail(

@@ -464,7 +464,12 @@ impl Model {
             return Ok(bad);
         }
         self.apply(grads, lr)?;
-        self.apply_replicas(lr)?;
+        if let Err(e) = self.apply_replicas(lr) {
+            // a replica that missed this update would train on other weights: rebuilt from the
+            // model's by the next call instead
+            self.replicas.clear();
+            return Err(e);
+        }
         *unchecked = Some(at);
         Ok(bad)
     }
