@@ -31,29 +31,27 @@ fn cuda_of<'a>(t: &Operand<'a>) -> Option<(&'a CubeTensor<CudaRuntime>, usize)> 
 /// [`ex_burn_core::kernels::DeviceKernels::all_reduce`]); `None` without NCCL or when the
 /// operands are not one float tensor per distinct GPU.
 pub fn all_reduce(sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor>>>> {
-    let Some(first) = sets.first() else {
+    if sets.is_empty() {
         return Ok(Some(Vec::new()));
-    };
+    }
     if !nccl_loads() {
         return Ok(None);
     }
-    let Some(indices) = first
+    // each set's CUDA tensors, looked up once
+    let Some(tensors) = sets
         .iter()
-        .map(|t| cuda_of(t).map(|(_, i)| i))
+        .map(|set| set.iter().map(cuda_of).collect::<Option<Vec<_>>>())
         .collect::<Option<Vec<_>>>()
     else {
         return Ok(None);
     };
+    let indices: Vec<usize> = tensors[0].iter().map(|&(_, i)| i).collect();
     let distinct = indices
         .iter()
         .enumerate()
         .all(|(i, d)| !indices[..i].contains(d));
-    let same_places = sets.iter().all(|set| {
-        set.len() == indices.len()
-            && set
-                .iter()
-                .zip(&indices)
-                .all(|(t, &i)| cuda_of(t).is_some_and(|(_, j)| j == i))
+    let same_places = tensors.iter().all(|set| {
+        set.len() == indices.len() && set.iter().zip(&indices).all(|(&(_, j), &i)| j == i)
     });
     if indices.len() < 2 || !distinct || !same_places {
         return Ok(None);
@@ -68,10 +66,9 @@ pub fn all_reduce(sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor
     static ORDER: Mutex<()> = Mutex::new(());
     let _order = ORDER.lock().unwrap_or_else(|p| p.into_inner());
     let mut out = Vec::with_capacity(sets.len());
-    for set in sets {
+    for (set, cubes) in sets.iter().zip(&tensors) {
         let mut sums = Vec::with_capacity(set.len());
-        for t in set {
-            let (c, _) = cuda_of(t).expect("checked above");
+        for (t, &(c, _)) in set.iter().zip(cubes) {
             let src = burn_cubecl::kernel::into_contiguous(c.clone());
             let dtype = DType::from_burn(src.dtype)?;
             let mut client = src.client.clone();
@@ -94,8 +91,7 @@ pub fn all_reduce(sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor
         out.push(sums);
     }
     // each device's compute stream waits for its communication stream before using a sum
-    for t in first {
-        let (c, _) = cuda_of(t).expect("checked above");
+    for &(c, _) in &tensors[0] {
         c.client.sync_collective();
     }
     Ok(Some(out))

@@ -121,6 +121,24 @@ pub struct Data {
     pub target: Option<Tensor>,
 }
 
+impl Data {
+    /// A copy on `device` (see [`Tensor::to_device`]).
+    pub fn to_device(&self, device: Device) -> Result<Data> {
+        Ok(Data {
+            inputs: self
+                .inputs
+                .iter()
+                .map(|t| t.to_device(device))
+                .collect::<Result<_>>()?,
+            target: self
+                .target
+                .as_ref()
+                .map(|t| t.to_device(device))
+                .transpose()?,
+        })
+    }
+}
+
 /// The result of one training step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Step {

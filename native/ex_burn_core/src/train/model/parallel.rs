@@ -141,14 +141,7 @@ impl Model {
                         check_copy(data, c, d)?;
                         c.clone()
                     }
-                    None => Data {
-                        inputs: data
-                            .inputs
-                            .iter()
-                            .map(|t| t.to_device(d))
-                            .collect::<Result<_>>()?,
-                        target: data.target.as_ref().map(|t| t.to_device(d)).transpose()?,
-                    },
+                    None => data.to_device(d)?,
                 };
                 Ok((copy, order.map(|o| o.to_device(d)).transpose()?))
             })

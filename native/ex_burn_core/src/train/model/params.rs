@@ -296,6 +296,8 @@ impl Model {
     /// Moves parameters and optimizer state to another device.
     pub fn to_device(&self, device: Device) -> Result<Model> {
         let ad = ad_device(device)?;
+        let mut m = self.clone();
+        m.replicas.clear();
         if self.device != device && self.device != Device::Cpu && device != Device::Cpu {
             // Between two GPUs each parameter goes through the host, as `Tensor::to_device`
             // copies (Burn moves no autodiff module between backends, and its copies between
@@ -305,36 +307,21 @@ impl Model {
                 .into_iter()
                 .map(|(n, t)| Ok((n, t.to_device(device)?)))
                 .collect::<Result<Vec<_>>>()?;
-            let mut m = self.clone();
-            m.replicas.clear();
             m.device = device;
             m.set_parameters(&moved, None, false)?;
-            let state = self.optim.to_bytes()?;
-            m.optim = m
-                .options
-                .optimizer
-                .init()?
-                .load_bytes(state, &device.to_dispatch()?)?;
-            return Ok(m);
-        }
-        let mut m = self.clone();
-        m.replicas.clear();
-        let state = m.optim.to_bytes()?;
-        m.net = Some(
-            m.net
+        } else {
+            let net = m
+                .net
                 .take()
-                .ok_or_else(|| Error::Execution("model parameters are unavailable".into()))?,
-        );
-        m.net = m
-            .net
-            .take()
-            .map(|n| <Net<B> as Module<B>>::to_device(n, &ad));
+                .ok_or_else(|| Error::Execution("model parameters are unavailable".into()))?;
+            m.net = Some(<Net<B> as Module<B>>::to_device(net, &ad));
+            m.device = device;
+        }
         m.optim = m
             .options
             .optimizer
             .init()?
-            .load_bytes(state, &device.to_dispatch()?)?;
-        m.device = device;
+            .load_bytes(self.optim.to_bytes()?, &device.to_dispatch()?)?;
         Ok(m)
     }
 
