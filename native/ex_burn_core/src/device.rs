@@ -7,7 +7,7 @@ use burn::DispatchDevice;
 use serde::Deserialize;
 
 /// A compute device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Device {
     /// The host CPU (Burn's pure-Rust `flex` backend). Present in every build.

@@ -103,45 +103,109 @@ fn classify(msg: String) -> Error {
     }
 }
 
-/// Serialises work on GPU devices: ExBurn issues all its work on one Burn stream (see
-/// `EXBURN_STREAM`), and a stream takes one submitter at a time. Host (CPU) work runs
-/// concurrently without the lock. Afterwards the device's allocator may give back what the
-/// work left free (`memory::after_work`).
-pub fn exclusive<T>(device: crate::Device, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    if device.is_host() {
+/// Serialises work on each GPU device: ExBurn issues all its work on one Burn stream (see
+/// `EXBURN_STREAM`), and a device's stream takes one submitter at a time. `devices` are all
+/// the devices the work touches (its tensors', its model's and its target's). Work on one
+/// CUDA device holds that device's lock only, so calls on different GPUs run side by side;
+/// work touching several GPUs, or a GPU of another kind, holds every device's lock. Host
+/// (CPU) work runs concurrently without a lock. Afterwards each device's allocator may give
+/// back what the work left free (`memory::after_work`).
+pub fn exclusive<T>(devices: &[crate::Device], f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let turn = Turn::take(devices);
+    if turn.is_free() {
         return f();
     }
-    let result = locked(f);
+    let result = f();
     let _ = guard(|| {
-        locked(|| {
-            crate::memory::after_work(device);
-            Ok(())
-        })
+        for d in turn.devices() {
+            crate::memory::after_work(*d);
+        }
+        Ok(())
     });
     result
 }
 
-/// Runs `f` holding the GPU lock.
-fn locked<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    f()
+/// CUDA devices from this index on share the all-devices lock.
+const SLOTS: usize = 64;
+
+/// Taken for reading by work on one CUDA device (with that device's slot) and for writing by
+/// work on several devices or on a non-CUDA GPU.
+static ALL: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// One lock per CUDA device index below [`SLOTS`].
+static EACH: [std::sync::Mutex<()>; SLOTS] = [const { std::sync::Mutex::new(()) }; SLOTS];
+
+/// The locks a piece of GPU work holds while it runs, with the GPU devices it touches (none:
+/// host work, no lock).
+struct Turn {
+    devices: Vec<crate::Device>,
+    _held: Held,
 }
 
-/// Drops device data on ExBurn's stream, holding the GPU lock: a handle dropped from another
-/// thread's stream (the BEAM's garbage collector runs anywhere) would otherwise confuse the
-/// stream that owns it. This waits for the lock: callers on normal schedulers use
-/// [`release_later`].
-pub fn release<T>(device: crate::Device, value: T) {
-    if device.is_host() {
+/// Locks held for as long as they live.
+enum Held {
+    /// None (host work).
+    Nothing,
+    /// One CUDA device's, under the shared all-devices lock.
+    One {
+        _all: std::sync::RwLockReadGuard<'static, ()>,
+        _device: std::sync::MutexGuard<'static, ()>,
+    },
+    /// The all-devices lock alone.
+    All {
+        _all: std::sync::RwLockWriteGuard<'static, ()>,
+    },
+}
+
+impl Turn {
+    /// Waits for the locks of `devices` (their GPU devices): a lone CUDA device's own, else
+    /// all of them. The all-devices lock is always taken before a device's, so two calls never
+    /// wait for each other's locks.
+    fn take(devices: &[crate::Device]) -> Turn {
+        use std::sync::PoisonError;
+        let mut gpus: Vec<crate::Device> =
+            devices.iter().copied().filter(|d| !d.is_host()).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let held = match gpus.as_slice() {
+            [] => Held::Nothing,
+            [crate::Device::Cuda(i)] if *i < SLOTS => Held::One {
+                _all: ALL.read().unwrap_or_else(PoisonError::into_inner),
+                _device: EACH[*i].lock().unwrap_or_else(PoisonError::into_inner),
+            },
+            _ => Held::All {
+                _all: ALL.write().unwrap_or_else(PoisonError::into_inner),
+            },
+        };
+        Turn {
+            devices: gpus,
+            _held: held,
+        }
+    }
+
+    fn is_free(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// The GPU devices the turn covers.
+    fn devices(&self) -> &[crate::Device] {
+        &self.devices
+    }
+}
+
+/// Drops device data on ExBurn's stream, holding the locks of `devices` (those the data lives
+/// on): a handle dropped from another thread's stream (the BEAM's garbage collector runs
+/// anywhere) would otherwise confuse the stream that owns it. This waits for the locks:
+/// callers on normal schedulers use [`release_later`].
+pub fn release<T>(devices: &[crate::Device], value: T) {
+    if devices.iter().all(|d| d.is_host()) {
         drop(value);
         return;
     }
+    let _turn = Turn::take(devices);
     let _ = guard(|| {
-        locked(|| {
-            drop(value);
-            Ok(())
-        })
+        drop(value);
+        Ok(())
     });
 }
 
@@ -150,8 +214,8 @@ type Release = Box<dyn FnOnce() + Send>;
 /// Drops device data like [`release`] without waiting: host data is dropped at once, GPU data
 /// by a background thread that takes the GPU lock (the garbage collector must not wait for a
 /// long GPU op to finish).
-pub fn release_later<T: Send + 'static>(device: crate::Device, value: T) {
-    if device.is_host() {
+pub fn release_later<T: Send + 'static>(devices: Vec<crate::Device>, value: T) {
+    if devices.iter().all(|d| d.is_host()) {
         drop(value);
         return;
     }
@@ -169,7 +233,7 @@ pub fn release_later<T: Send + 'static>(device: crate::Device, value: T) {
             .ok()
             .map(|_| std::sync::Mutex::new(tx))
     });
-    let job: Release = Box::new(move || release(device, value));
+    let job: Release = Box::new(move || release(&devices, value));
     match queue {
         Some(tx) => match tx.lock() {
             Ok(tx) => {
@@ -186,6 +250,68 @@ pub fn release_later<T: Send + 'static>(device: crate::Device, value: T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Device;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Takes the turn of `devices` on another thread; the receiver answers once it is held
+    /// (the thread keeps it until the returned sender is dropped).
+    fn take_elsewhere(devices: Vec<Device>) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (held_tx, held_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let _turn = Turn::take(&devices);
+            let _ = held_tx.send(());
+            let _ = release_rx.recv();
+        });
+        (held_rx, release_tx)
+    }
+
+    #[test]
+    fn each_cuda_device_has_its_own_turn_and_several_devices_take_all() {
+        let long = Duration::from_secs(10);
+        let short = Duration::from_millis(300);
+        let zero = Turn::take(&[Device::Cuda(40), Device::Cpu]);
+        assert_eq!(zero.devices(), &[Device::Cuda(40)]);
+        // another GPU runs beside it
+        let (one, free_one) = take_elsewhere(vec![Device::Cuda(41)]);
+        one.recv_timeout(long).expect("cuda:41 waited for cuda:40");
+        // the same GPU waits for it
+        let (same, free_same) = take_elsewhere(vec![Device::Cuda(40)]);
+        assert!(same.recv_timeout(short).is_err(), "cuda:40 was taken twice");
+        // work on two GPUs waits for both
+        let (both, free_both) = take_elsewhere(vec![Device::Cuda(41), Device::Cuda(40)]);
+        assert!(
+            both.recv_timeout(short).is_err(),
+            "two GPUs taken while in use"
+        );
+        drop(zero);
+        same.recv_timeout(long).expect("cuda:40 not handed over");
+        drop(free_same);
+        assert!(both.recv_timeout(short).is_err(), "cuda:41 still in use");
+        drop(free_one);
+        both.recv_timeout(long).expect("both GPUs not handed over");
+        // while it runs, no single GPU is taken, not even an unrelated one
+        let (other, free_other) = take_elsewhere(vec![Device::Cuda(42)]);
+        assert!(
+            other.recv_timeout(short).is_err(),
+            "a GPU taken during all-device work"
+        );
+        drop(free_both);
+        other.recv_timeout(long).expect("cuda:42 not handed over");
+        drop(free_other);
+        // host work takes nothing; other GPU kinds take every device
+        assert!(Turn::take(&[Device::Cpu]).is_free());
+        let v = Turn::take(&[Device::Vulkan(0)]);
+        let (cuda, free_cuda) = take_elsewhere(vec![Device::Cuda(40)]);
+        assert!(
+            cuda.recv_timeout(short).is_err(),
+            "a GPU taken during Vulkan work"
+        );
+        drop(v);
+        cuda.recv_timeout(long).expect("cuda:40 not handed over");
+        drop(free_cuda);
+    }
 
     #[test]
     fn a_panic_restores_the_value_and_becomes_an_error() {

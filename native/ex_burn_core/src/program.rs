@@ -351,6 +351,11 @@ impl Program {
         out
     }
 
+    /// The devices of the program's constant tensors (a run moves them to its device).
+    pub fn constant_devices(&self) -> Vec<Device> {
+        self.constants.0.iter().map(Tensor::device).collect()
+    }
+
     /// Runs the program. Creation ops place results on `device`; constants move there.
     pub fn run(&self, inputs: Vec<Tensor>, device: Device) -> Result<Vec<Tensor>> {
         if inputs.len() != self.inputs {

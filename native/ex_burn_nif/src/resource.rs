@@ -6,6 +6,11 @@ use ex_burn_core::train::Model;
 use ex_burn_core::{guard, Device, Error, Program, Result, Tensor};
 use std::sync::{Mutex, PoisonError, RwLock};
 
+/// The devices a call touches: those of `tensors` and `more` (for `guard::exclusive`).
+pub fn devices(tensors: &[Tensor], more: impl IntoIterator<Item = Device>) -> Vec<Device> {
+    tensors.iter().map(Tensor::device).chain(more).collect()
+}
+
 /// A tensor owned by the BEAM. `deallocate` drops the device memory at once; later use is
 /// an `:deallocated` error.
 pub struct TensorRes {
@@ -63,7 +68,7 @@ impl TensorRes {
         match taken {
             Some(t) => {
                 held::remove(t.device(), t.byte_size() as u64);
-                guard::release(t.device(), t);
+                guard::release(&[t.device()], t);
                 true
             }
             None => false,
@@ -76,7 +81,7 @@ impl Drop for TensorRes {
         let slot = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
         if let Some(t) = slot.take() {
             held::remove(t.device(), t.byte_size() as u64);
-            guard::release_later(t.device(), t);
+            guard::release_later(vec![t.device()], t);
         }
     }
 }
@@ -104,7 +109,7 @@ impl Drop for ModelRes {
     fn drop(&mut self) {
         let slot = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
         if let Some(model) = slot.take() {
-            guard::release_later(self.device, ModelDrop(Some(model)));
+            guard::release_later(model.devices(), ModelDrop(Some(model)));
         }
     }
 }
@@ -133,23 +138,32 @@ impl ModelRes {
         self.device
     }
 
-    /// Runs `f` with shared access to the model (and exclusive access to the GPU when it lives
-    /// on one).
-    pub fn read<T>(&self, f: impl FnOnce(&Model) -> Result<T>) -> Result<T> {
+    /// Runs `f` with shared access to the model (and exclusive access to the GPUs the model
+    /// lives on and the call `touches`: its tensors' devices and any other it moves to).
+    pub fn read<T>(&self, touches: &[Device], f: impl FnOnce(&Model) -> Result<T>) -> Result<T> {
         let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let model = guard
             .as_ref()
             .ok_or_else(|| Error::Deallocated("model was released".into()))?;
-        guard::exclusive(self.device, || f(model))
+        let mut on = model.devices();
+        on.extend_from_slice(touches);
+        guard::exclusive(&on, || f(model))
     }
 
     /// Runs `f` with exclusive access to the model. When `f` panics, the model is put back as
     /// it was before the call and the panic is returned as an error.
-    pub fn update<T>(&self, f: impl FnOnce(&mut Model) -> Result<T>) -> Result<T> {
+    /// `touches` as for [`ModelRes::read`].
+    pub fn update<T>(
+        &self,
+        touches: &[Device],
+        f: impl FnOnce(&mut Model) -> Result<T>,
+    ) -> Result<T> {
         let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let model = guard
             .as_mut()
             .ok_or_else(|| Error::Deallocated("model was released".into()))?;
-        guard::restoring(model, |m| guard::exclusive(self.device, || f(m)))
+        let mut on = model.devices();
+        on.extend_from_slice(touches);
+        guard::restoring(model, |m| guard::exclusive(&on, || f(m)))
     }
 }

@@ -1,6 +1,7 @@
 //! Native training: model specs built into Burn modules, losses, optimizers, the training
 //! loop with Burn autodiff (one call per step or per epoch), and checkpoints.
 
+pub mod adam;
 pub mod checkpoint;
 pub mod loss;
 pub mod model;

@@ -2,6 +2,7 @@
 //! Nesterov), Adam, AdamW and RMSprop, with weight decay and per-parameter gradient clipping
 //! by norm or value.
 
+use super::adam::{Fused, Rule};
 use super::net::Net;
 use crate::tensor::B;
 use crate::{Error, Result};
@@ -76,10 +77,10 @@ pub struct OptimConfig {
 pub enum Optim {
     /// SGD.
     Sgd(OptimizerAdaptor<Sgd<B>, Net<B>, B>),
-    /// Adam.
-    Adam(OptimizerAdaptor<Adam, Net<B>, B>),
-    /// AdamW.
-    AdamW(OptimizerAdaptor<AdamW, Net<B>, B>),
+    /// Adam (its update fused on GPUs with fused kernels, see [`super::adam`]).
+    Adam(OptimizerAdaptor<Fused<Adam>, Net<B>, B>),
+    /// AdamW (likewise).
+    AdamW(OptimizerAdaptor<Fused<AdamW>, Net<B>, B>),
     /// RMSprop.
     RmsProp(OptimizerAdaptor<RmsProp, Net<B>, B>),
 }
@@ -188,9 +189,7 @@ impl OptimConfig {
                 Optim::Sgd(c.init())
             }
             Kind::Adam => {
-                let mut c = AdamConfig::new()
-                    .with_weight_decay(self.decay())
-                    .with_grad_clipping(clip);
+                let mut c = AdamConfig::new().with_weight_decay(self.decay());
                 if let Some(b) = self.beta_1 {
                     c = c.with_beta_1(b);
                 }
@@ -200,10 +199,10 @@ impl OptimConfig {
                 if let Some(e) = self.epsilon {
                     c = c.with_epsilon(e);
                 }
-                Optim::Adam(c.init())
+                Optim::Adam(fused(Fused::new(c.build(), Rule::adam(&c)), clip))
             }
             Kind::Adamw => {
-                let mut c = AdamWConfig::new().with_grad_clipping(clip);
+                let mut c = AdamWConfig::new();
                 if let Some(w) = self.weight_decay {
                     c = c.with_weight_decay(w as f32);
                 }
@@ -216,7 +215,7 @@ impl OptimConfig {
                 if let Some(e) = self.epsilon {
                     c = c.with_epsilon(e);
                 }
-                Optim::AdamW(c.init())
+                Optim::AdamW(fused(Fused::new(c.build(), Rule::adamw(&c)), clip))
             }
             Kind::Rmsprop => {
                 let mut c = RmsPropConfig::new()
@@ -235,6 +234,19 @@ impl OptimConfig {
                 Optim::RmsProp(c.init())
             }
         })
+    }
+}
+
+/// Burn's adaptor around `optim`, clipping gradients as `clip` says (as `AdamConfig::init`
+/// builds it).
+fn fused<O>(optim: O, clip: Option<GradientClippingConfig>) -> OptimizerAdaptor<O, Net<B>, B>
+where
+    O: burn::optim::SimpleOptimizer<B>,
+{
+    let adaptor = OptimizerAdaptor::from(optim);
+    match clip {
+        Some(c) => adaptor.with_grad_clipping(c.init()),
+        None => adaptor,
     }
 }
 

@@ -34,6 +34,7 @@ pub mod device_kernels {
     }
 }
 
+mod adam;
 mod agreement;
 mod attention;
 mod binary;

@@ -1,7 +1,7 @@
 //! Running ops (eager: a one-instruction program) and compiled programs.
 
 use crate::decode;
-use crate::resource::ProgramRes;
+use crate::resource::{devices, ProgramRes};
 use crate::sched::{self, Class, Here};
 use crate::{args, reply};
 use ex_burn_core::program::HookSink;
@@ -28,31 +28,27 @@ pub fn eval_op<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             let device = args::device(a[2])?;
             let on = inputs.first().map_or(device, |t| t.device());
             let Some(op) = decode::op(a[0])? else {
-                return Ok((Some((None, inputs, device, on)), sched::Class::DirtyCpu));
+                return Ok((Some((None, inputs, device)), sched::Class::DirtyCpu));
             };
             let work = op
                 .plan(&inputs)
                 .map(|p| p.work)
                 .map_err(|e| e.in_op(&op.name()))?;
-            Ok((
-                Some((Some(op), inputs, device, on)),
-                sched::by_cost(on, work),
-            ))
+            Ok((Some((Some(op), inputs, device)), sched::by_cost(on, work)))
         },
         |decoded| {
-            let (op, inputs, device, on) = match decoded {
+            let (op, inputs, device) = match decoded {
                 Some(decoded) => decoded,
-                None => {
-                    let (inputs, device) = (args::tensors(a[1])?, args::device(a[2])?);
-                    let on = inputs.first().map_or(device, |t| t.device());
-                    (None, inputs, device, on)
-                }
+                None => (None, args::tensors(a[1])?, args::device(a[2])?),
             };
             let op = match op {
                 Some(op) => op,
                 None => decode::decode(a[0], "op")?,
             };
-            let out = guard::exclusive(on, || ex_burn_core::program::eval(&op, &inputs, device))?;
+            let touched = devices(&inputs, [device]);
+            let out = guard::exclusive(&touched, || {
+                ex_burn_core::program::eval(&op, &inputs, device)
+            })?;
             Ok(reply::tensors(env, out))
         },
     )
@@ -93,9 +89,12 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             let inputs = args::tensors(a[1])?;
             let timeout: Option<u64> = args::get(a[3], "timeout (milliseconds or nil)")?;
             let hooks = args::opt_pid(a[4])?;
-            let on = inputs.first().map_or(device, |t| t.device());
+            let touched = devices(
+                &inputs,
+                p.program.constant_devices().into_iter().chain([device]),
+            );
             let (out, log) = cancel::within(timeout.map(Duration::from_millis), || {
-                guard::exclusive(on, || match hooks {
+                guard::exclusive(&touched, || match hooks {
                     Some(pid) => {
                         let out = p
                             .program

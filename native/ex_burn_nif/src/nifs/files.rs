@@ -6,7 +6,7 @@ use crate::resource::{ModelRes, TensorRes};
 use crate::sched::{self, Class, Here};
 use ex_burn_core::files;
 use ex_burn_core::train::checkpoint;
-use ex_burn_core::{Result, Tensor};
+use ex_burn_core::{guard, Result, Tensor};
 use rustler::{Encoder, Env, ResourceArc, Term};
 use std::path::Path;
 
@@ -21,7 +21,8 @@ fn bytes_of(source: Source<'_>) -> Result<std::borrow::Cow<'_, [u8]>> {
 pub fn model_load<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::always(env, a, here, Class::DirtyIo, || {
         let dev = args::device(a[1])?;
-        let model = checkpoint::from_bytes(&bytes_of(args::source(a[0])?)?, dev)?;
+        let bytes = bytes_of(args::source(a[0])?)?;
+        let model = guard::exclusive(&[dev], || checkpoint::from_bytes(&bytes, dev))?;
         Ok(ResourceArc::new(ModelRes::new(model)).encode(env))
     })
 }
@@ -38,7 +39,10 @@ pub fn tensors_save<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             .iter()
             .map(|(n, t)| Ok((n.clone(), t.get()?)))
             .collect::<Result<_>>()?;
-        let bytes = files::tensors_to_bytes(&ts, metadata.into_iter().collect())?;
+        let on: Vec<_> = ts.iter().map(|(_, t)| t.device()).collect();
+        let bytes = guard::exclusive(&on, || {
+            files::tensors_to_bytes(&ts, metadata.into_iter().collect())
+        })?;
         files::write_atomic(Path::new(&path), &bytes)?;
         Ok(rustler::types::atom::ok().encode(env))
     })
@@ -50,7 +54,7 @@ pub fn tensors_load<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::always(env, a, here, Class::DirtyIo, || {
         let dev = args::device(a[1])?;
         let bytes = bytes_of(args::source(a[0])?)?;
-        let (ts, meta) = files::tensors_from_bytes(&bytes, dev)?;
+        let (ts, meta) = guard::exclusive(&[dev], || files::tensors_from_bytes(&bytes, dev))?;
         let meta: Vec<(String, String)> = meta.into_iter().collect();
         Ok((reply::named(env, ts), meta).encode(env))
     })

@@ -1,14 +1,14 @@
 //! Native training: models live in a resource; every step, epoch, evaluation or prediction is
 //! one call on a dirty scheduler (dirty CPU for host devices, dirty IO for GPUs).
 
-use crate::resource::{ModelRes, TensorRes};
+use crate::resource::{devices, ModelRes, TensorRes};
 use crate::sched::{self, Class, Here};
 use crate::{args, decode, reply};
 use ex_burn_core::train::checkpoint;
 use ex_burn_core::train::{
     CompileOptions, Data, EpochOptions, EvalOptions, Model, ModelSpec, StepOptions,
 };
-use ex_burn_core::{cancel, Error, Result, Tensor};
+use ex_burn_core::{cancel, guard, Device, Error, Result, Tensor};
 use rustler::{Encoder, Env, NewBinary, NifMap, ResourceArc, Term};
 
 rustler::atoms! { ex_burn_progress, device, steps, frozen, shapes, params, ok }
@@ -95,7 +95,7 @@ pub fn new<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
         |dev| {
             let spec: ModelSpec = decode::decode(a[0], "model spec")?;
             let options: CompileOptions = decode::decode(a[1], "compile options")?;
-            let model = Model::new(spec, options, dev)?;
+            let model = guard::exclusive(&[dev], || Model::new(spec, options, dev))?;
             Ok(ResourceArc::new(ModelRes::new(model)).encode(env))
         },
     )
@@ -130,7 +130,9 @@ pub fn train_step<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let d = data(a[1], a[2])?;
         let o: StepOptions = decode::decode(a[3], "step options")?;
-        let step = m.update(|model| model.train_step(&d, o.learning_rate, o.on_non_finite))?;
+        let step = m.update(&d.devices(), |model| {
+            model.train_step(&d, o.learning_rate, o.on_non_finite)
+        })?;
         Ok((reply::Num(step.loss), step.applied).encode(env))
     })
 }
@@ -161,8 +163,11 @@ pub fn train_epoch<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 let _ = env.send(p, (ex_burn_progress(), done, total, reply::Num(l)));
             }
         };
+        let mut touched = d.devices();
+        touched.extend(validation.iter().chain(&copies).flat_map(Data::devices));
+        touched.extend_from_slice(&o.devices);
         let s = cancel::within(o.time_limit(), || {
-            m.update(|model| {
+            m.update(&touched, |model| {
                 if o.check_inputs {
                     model.check_inputs(&d, validation.as_ref())?;
                 }
@@ -179,7 +184,9 @@ pub fn evaluate<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let d = data(a[1], a[2])?;
         let o: EvalOptions = decode::decode(a[3], "evaluation options")?;
-        let s = m.read(|model| model.evaluate(&d, o.batch_size, o.accuracy))?;
+        let s = m.read(&d.devices(), |model| {
+            model.evaluate(&d, o.batch_size, o.accuracy)
+        })?;
         Ok(StatsTerm::from(&s).encode(env))
     })
 }
@@ -189,7 +196,9 @@ pub fn predict<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let inputs = args::tensors(a[1])?;
         let bs: u64 = args::get(a[2], "batch size")?;
-        let out = m.read(|model| model.predict(&inputs, size(bs)))?;
+        let out = m.read(&devices(&inputs, []), |model| {
+            model.predict(&inputs, size(bs))
+        })?;
         Ok(reply::tensor(env, out))
     })
 }
@@ -200,7 +209,7 @@ pub fn gradients<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
         let d = data(a[1], a[2])?;
         Ok(reply::named(
             env,
-            m.read(|model| model.compute_gradients(&d))?,
+            m.read(&d.devices(), |model| model.compute_gradients(&d))?,
         ))
     })
 }
@@ -210,7 +219,7 @@ pub fn profile_step<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     on_model(env, a, here, |m| {
         let d = data(a[1], a[2])?;
         let lr = args::float(a[3], "learning rate")?;
-        let p = m.update(|model| model.profile_step(&d, lr))?;
+        let p = m.update(&d.devices(), |model| model.profile_step(&d, lr))?;
         Ok(ProfileTerm {
             forward_ms: reply::Num(p.forward_ms),
             backward_ms: reply::Num(p.backward_ms),
@@ -272,9 +281,9 @@ pub fn call<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
         let req = request(a[1])?;
         let new = |model: Model| ResourceArc::new(ModelRes::new(model)).encode(env);
         Ok(match req {
-            Request::Parameters => reply::named(env, m.read(|model| model.parameters())?),
+            Request::Parameters => reply::named(env, m.read(&[], |model| model.parameters())?),
             Request::Info => {
-                let (st, fr) = m.read(|model| Ok((model.steps(), model.frozen_layers())))?;
+                let (st, fr) = m.read(&[], |model| Ok((model.steps(), model.frozen_layers())))?;
                 reply::map(
                     env,
                     &[
@@ -285,39 +294,41 @@ pub fn call<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 )?
             }
             Request::Freeze(names) => {
-                m.update(|model| model.freeze(&names))?;
+                m.update(&[], |model| model.freeze(&names))?;
                 ok().encode(env)
             }
             Request::Unfreeze(names) => {
-                m.update(|model| {
+                m.update(&[], |model| {
                     model.unfreeze(&names);
                     Ok(())
                 })?;
                 ok().encode(env)
             }
-            Request::Clone => new(m.read(|model| Ok(model.clone()))?),
+            Request::Clone => new(m.read(&[], |model| Ok(model.clone()))?),
             Request::ToDevice(d) => {
                 let d = args::device(d)?;
-                new(m.read(|model| model.to_device(d))?)
+                new(m.read(&[d], |model| model.to_device(d))?)
             }
             Request::Cast(t) => {
                 let t = args::dtype(t)?;
-                new(m.read(|model| model.cast(t))?)
+                new(m.read(&[], |model| model.cast(t))?)
             }
             Request::Save(path) => {
-                m.read(|model| checkpoint::save(model, std::path::Path::new(&path)))?;
+                m.read(&[], |model| {
+                    checkpoint::save(model, std::path::Path::new(&path))
+                })?;
                 ok().encode(env)
             }
-            Request::Meta => {
-                m.read(|model| crate::encode::encode(env, &(&model.spec, &model.options)))?
-            }
+            Request::Meta => m.read(&[], |model| {
+                crate::encode::encode(env, &(&model.spec, &model.options))
+            })?,
             Request::SetOptimizer(c) => {
                 let c = decode::decode(c, "optimizer settings")?;
-                m.update(|model| model.set_optimizer(c))?;
+                m.update(&[], |model| model.set_optimizer(c))?;
                 ok().encode(env)
             }
             Request::Serialize => {
-                let bytes = m.read(checkpoint::to_bytes)?;
+                let bytes = m.read(&[], checkpoint::to_bytes)?;
                 NewBinary::from_slice(env, &bytes).into()
             }
         })
@@ -336,7 +347,8 @@ pub fn set_parameters<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> 
             .iter()
             .map(|(n, t)| Ok((n.clone(), t.get()?)))
             .collect::<Result<_>>()?;
-        m.update(|model| model.set_parameters(&ps, None, convert))?;
+        let touched: Vec<Device> = ps.iter().map(|(_, t)| t.device()).collect();
+        m.update(&touched, |model| model.set_parameters(&ps, None, convert))?;
         Ok(ok().encode(env))
     })
 }

@@ -30,7 +30,7 @@ pub fn from_binary<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
         },
         |(data, device)| {
             let (shape, dtype) = (args::shape(a[1])?, args::dtype(a[2])?);
-            let t = guard::exclusive(device, || {
+            let t = guard::exclusive(&[device], || {
                 Tensor::from_bytes(data.as_slice(), &shape, dtype, device)
             })?;
             Ok(reply::tensor(env, t))
@@ -51,7 +51,7 @@ pub fn to_binary<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             Ok(((t, limit), class))
         },
         |(t, limit)| {
-            let bytes = guard::exclusive(t.device(), || t.to_bytes(limit))?;
+            let bytes = guard::exclusive(&[t.device()], || t.to_bytes(limit))?;
             let mut bin = NewBinary::new(env, bytes.len());
             bin.as_mut_slice().copy_from_slice(&bytes);
             Ok(bin.into())
@@ -88,8 +88,7 @@ pub fn to_device<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             Ok(((t, to), class))
         },
         |(t, to)| {
-            let on = if t.device().is_host() { to } else { t.device() };
-            let moved = guard::exclusive(on, || t.to_device(to))?;
+            let moved = guard::exclusive(&[t.device(), to], || t.to_device(to))?;
             Ok(reply::tensor(env, moved))
         },
     )
@@ -133,20 +132,16 @@ pub fn all_reduce<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 .iter()
                 .map(|set| set.iter().map(|r| r.get()).collect::<Result<Vec<_>>>())
                 .collect::<Result<Vec<_>>>()?;
-            let gpu = sets
-                .iter()
-                .flatten()
-                .map(Tensor::device)
-                .find(|d| !d.is_host());
-            let class = if gpu.is_some() {
+            let on: Vec<Device> = sets.iter().flatten().map(Tensor::device).collect();
+            let class = if on.iter().any(|d| !d.is_host()) {
                 Class::DirtyIo
             } else {
                 Class::DirtyCpu
             };
-            Ok(((sets, gpu.unwrap_or(Device::Cpu)), class))
+            Ok(((sets, on), class))
         },
         |(sets, on)| {
-            let summed = guard::exclusive(on, || collective::all_reduce(sets))?;
+            let summed = guard::exclusive(&on, || collective::all_reduce(sets))?;
             Ok(summed
                 .into_iter()
                 .map(|set| reply::tensors(env, set))

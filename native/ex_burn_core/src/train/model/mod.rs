@@ -122,6 +122,15 @@ pub struct Data {
 }
 
 impl Data {
+    /// The devices of its tensors.
+    pub fn devices(&self) -> Vec<Device> {
+        self.inputs
+            .iter()
+            .chain(self.target.as_ref())
+            .map(Tensor::device)
+            .collect()
+    }
+
     /// A copy on `device` (see [`Tensor::to_device`]).
     pub fn to_device(&self, device: Device) -> Result<Data> {
         Ok(Data {
