@@ -181,28 +181,35 @@ impl Model {
     ) -> Result<BatchGrads> {
         let rows = hi - lo;
         let parts = self.replicas.len() + 1;
-        let mut grads = Vec::with_capacity(parts);
-        let mut losses = Vec::with_capacity(parts);
-        let mut hits = Vec::with_capacity(parts);
+        // Every device's forward pass is issued before any backward pass: issuing one device's
+        // passes takes the host milliseconds, and a device whose forward pass waited for the
+        // previous device's backward pass to be issued would start that much later (while it
+        // is issued, the previous device is still busy with its forward pass).
+        let mut forwards = Vec::with_capacity(parts);
         let mut reserved = Vec::with_capacity(parts);
         for k in 0..parts {
             let (a, b) = (lo + k * rows / parts, lo + (k + 1) * rows / parts);
             if a == b {
+                forwards.push(None);
+                continue;
+            }
+            let (model, (data, order)) = self.part(k, sources);
+            let slice = cut(data, a, b, order)?;
+            reserved.push(model.check_batch_memory(b - a, true)?);
+            let share = (b - a) as f64 / rows as f64;
+            forwards.push(Some((share, model.forward_loss(&slice, count)?)));
+        }
+        let mut grads = Vec::with_capacity(parts);
+        let mut losses = Vec::with_capacity(parts);
+        let mut hits = Vec::with_capacity(parts);
+        for (k, forward) in forwards.into_iter().enumerate() {
+            let Some((share, f)) = forward else {
                 grads.push(GradientsParams::new());
                 losses.push(None);
                 hits.push(None);
                 continue;
-            }
-            let (model, (data, order)) = if k == 0 {
-                (&*self, sources.home)
-            } else {
-                let (d, o) = &sources.others[k - 1];
-                (&self.replicas[k - 1], (d, o.as_ref()))
             };
-            let slice = cut(data, a, b, order)?;
-            reserved.push(model.check_batch_memory(b - a, true)?);
-            let f = model.forward_loss(&slice, count)?;
-            let share = (b - a) as f64 / rows as f64;
+            let (model, _) = self.part(k, sources);
             grads.push(model.grads(f.loss.mul_scalar(share), 1)?);
             let float =
                 |t: BurnTensor<B, 1>| Tensor::wrap(t.into_primitive().tensor(), Kind::Float);
@@ -227,6 +234,20 @@ impl Model {
             .ok_or_else(|| Error::Argument("the batch has no samples".into()))?;
         let right = sums.next().map(|c| Hits::Count(burn(c).int()));
         Ok((loss, right, own))
+    }
+
+    /// The model (`k` 0) or replica `k - 1`, with the data and order on its device.
+    fn part<'a>(
+        &'a self,
+        k: usize,
+        sources: &'a Sources,
+    ) -> (&'a Model, (&'a Data, Option<&'a Tensor>)) {
+        if k == 0 {
+            (self, sources.home)
+        } else {
+            let (d, o) = &sources.others[k - 1];
+            (&self.replicas[k - 1], (d, o.as_ref()))
+        }
     }
 
     /// Replaces each parameter's gradient in every set (one set per device, the model's
