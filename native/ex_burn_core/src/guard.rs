@@ -105,10 +105,10 @@ fn classify(msg: String) -> Error {
 
 /// Serialises work on each GPU device: ExBurn issues all its work on one Burn stream (see
 /// `EXBURN_STREAM`), and a device's stream takes one submitter at a time. `devices` are all
-/// the devices the work touches (its tensors', its model's and its target's). Work on one
-/// CUDA device holds that device's lock only, so calls on different GPUs run side by side;
-/// work touching several GPUs, or a GPU of another kind, holds every device's lock. Host
-/// (CPU) work runs concurrently without a lock. Afterwards each device's allocator may give
+/// the devices the work touches (its tensors', its model's and its target's). Work on CUDA
+/// devices holds those devices' locks only, so calls on different GPUs run side by side; work
+/// touching a GPU of another kind (or a CUDA index from [`SLOTS`] on) holds every device's
+/// lock. Host (CPU) work runs concurrently without a lock. Afterwards each device's allocator may give
 /// back what the work left free (`memory::after_work`).
 pub fn exclusive<T>(devices: &[crate::Device], f: impl FnOnce() -> Result<T>) -> Result<T> {
     let turn = Turn::take(devices);
@@ -128,8 +128,8 @@ pub fn exclusive<T>(devices: &[crate::Device], f: impl FnOnce() -> Result<T>) ->
 /// CUDA devices from this index on share the all-devices lock.
 const SLOTS: usize = 64;
 
-/// Taken for reading by work on one CUDA device (with that device's slot) and for writing by
-/// work on several devices or on a non-CUDA GPU.
+/// Taken for reading by work on CUDA devices (with those devices' slots) and for writing by
+/// work on a non-CUDA GPU.
 static ALL: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// One lock per CUDA device index below [`SLOTS`].
@@ -146,10 +146,10 @@ struct Turn {
 enum Held {
     /// None (host work).
     Nothing,
-    /// One CUDA device's, under the shared all-devices lock.
-    One {
+    /// CUDA devices' own, under the shared all-devices lock.
+    Cuda {
         _all: std::sync::RwLockReadGuard<'static, ()>,
-        _device: std::sync::MutexGuard<'static, ()>,
+        _devices: Vec<std::sync::MutexGuard<'static, ()>>,
     },
     /// The all-devices lock alone.
     All {
@@ -158,22 +158,37 @@ enum Held {
 }
 
 impl Turn {
-    /// Waits for the locks of `devices` (their GPU devices): a lone CUDA device's own, else
-    /// all of them. The all-devices lock is always taken before a device's, so two calls never
-    /// wait for each other's locks.
+    /// Waits for the locks of `devices` (their GPU devices): CUDA devices' own, else all of
+    /// them. The all-devices lock is always taken before any device's and devices' locks in
+    /// increasing order, so no two calls can each hold a lock the other waits for.
     fn take(devices: &[crate::Device]) -> Turn {
         use std::sync::PoisonError;
         let mut gpus: Vec<crate::Device> =
             devices.iter().copied().filter(|d| !d.is_host()).collect();
         gpus.sort_unstable();
         gpus.dedup();
-        let held = match gpus.as_slice() {
-            [] => Held::Nothing,
-            [crate::Device::Cuda(i)] if *i < SLOTS => Held::One {
-                _all: ALL.read().unwrap_or_else(PoisonError::into_inner),
-                _device: EACH[*i].lock().unwrap_or_else(PoisonError::into_inner),
-            },
-            _ => Held::All {
+        let slots: Option<Vec<usize>> = gpus
+            .iter()
+            .map(|d| match d {
+                crate::Device::Cuda(i) if *i < SLOTS => Some(*i),
+                _ => None,
+            })
+            .collect();
+        let held = match slots {
+            _ if gpus.is_empty() => Held::Nothing,
+            // in increasing order: the devices are sorted
+            Some(slots) => {
+                let all = ALL.read().unwrap_or_else(PoisonError::into_inner);
+                let devices = slots
+                    .into_iter()
+                    .map(|i| EACH[i].lock().unwrap_or_else(PoisonError::into_inner))
+                    .collect();
+                Held::Cuda {
+                    _all: all,
+                    _devices: devices,
+                }
+            }
+            None => Held::All {
                 _all: ALL.write().unwrap_or_else(PoisonError::into_inner),
             },
         };
@@ -268,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn each_cuda_device_has_its_own_turn_and_several_devices_take_all() {
+    fn each_cuda_device_has_its_own_turn_and_other_gpus_take_all() {
         let long = Duration::from_secs(10);
         let short = Duration::from_millis(300);
         let zero = Turn::take(&[Device::Cuda(40), Device::Cpu]);
@@ -281,25 +296,26 @@ mod tests {
         assert!(same.recv_timeout(short).is_err(), "cuda:40 was taken twice");
         // work on two GPUs waits for both
         let (both, free_both) = take_elsewhere(vec![Device::Cuda(41), Device::Cuda(40)]);
-        assert!(
-            both.recv_timeout(short).is_err(),
-            "two GPUs taken while in use"
-        );
+        assert!(both.recv_timeout(short).is_err(), "two GPUs taken in use");
         drop(zero);
         same.recv_timeout(long).expect("cuda:40 not handed over");
         drop(free_same);
         assert!(both.recv_timeout(short).is_err(), "cuda:41 still in use");
         drop(free_one);
         both.recv_timeout(long).expect("both GPUs not handed over");
-        // while it runs, no single GPU is taken, not even an unrelated one
+        // while it runs, another GPU is free and its own are not
         let (other, free_other) = take_elsewhere(vec![Device::Cuda(42)]);
-        assert!(
-            other.recv_timeout(short).is_err(),
-            "a GPU taken during all-device work"
-        );
+        other
+            .recv_timeout(long)
+            .expect("cuda:42 waited for work on cuda:40 and 41");
+        let (mine, free_mine) = take_elsewhere(vec![Device::Cuda(42), Device::Cuda(41)]);
+        assert!(mine.recv_timeout(short).is_err(), "cuda:41 taken in use");
         drop(free_both);
-        other.recv_timeout(long).expect("cuda:42 not handed over");
+        assert!(mine.recv_timeout(short).is_err(), "cuda:42 still in use");
         drop(free_other);
+        mine.recv_timeout(long)
+            .expect("cuda:41 and 42 not handed over");
+        drop(free_mine);
         // host work takes nothing; other GPU kinds take every device
         assert!(Turn::take(&[Device::Cpu]).is_free());
         let v = Turn::take(&[Device::Vulkan(0)]);
