@@ -85,9 +85,9 @@ defmodule ExBurn.Training do
                     "and optimizer state, each batch's rows are split evenly over the devices and the " <>
                     "gradients summed across them (NCCL between NVIDIA GPUs where the library loads, " <>
                     "else through the host), so losses and weights are those of one device at the same " <>
-                    "`:batch_size`. The model and its data stay on the model's device. Not combined with " <>
-                    "`:accumulate_gradients` above 1 or batch normalization layers (an `ExBurn.Error` of " <>
-                    "kind `:argument`); see the scaling guide"
+                    "`:batch_size` (and `:accumulate_gradients`). The model and its data stay on the model's " <>
+                    "device. Not combined with batch normalization layers (an `ExBurn.Error` of kind " <>
+                    "`:argument`); see the scaling guide"
               ],
               accuracy: [
                 type: {:or, [nil, :boolean]},

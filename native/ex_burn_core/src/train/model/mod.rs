@@ -204,6 +204,9 @@ pub struct Model {
     replicas: Vec<Model>,
     /// The replicas' summed gradients between a split batch's backward pass and its update.
     replica_grads: Pending,
+    /// A replica's gradients summed over the micro-batches of an accumulation, until its
+    /// update.
+    accumulated: Accumulated,
 }
 
 /// Gradients waiting for their update; a clone of the model starts without any.
@@ -213,6 +216,16 @@ struct Pending(Vec<GradientsParams>);
 impl Clone for Pending {
     fn clone(&self) -> Self {
         Pending::default()
+    }
+}
+
+/// Accumulated gradients of a replica; a clone starts without any.
+#[derive(Default)]
+struct Accumulated(Option<burn::optim::GradientsAccumulator<Net<B>>>);
+
+impl Clone for Accumulated {
+    fn clone(&self) -> Self {
+        Accumulated::default()
     }
 }
 
@@ -256,6 +269,7 @@ impl Model {
             steps: 0,
             replicas: Vec::new(),
             replica_grads: Pending::default(),
+            accumulated: Accumulated::default(),
         };
         if dtype != DType::F32 {
             let cast: Vec<(String, Tensor)> = model
@@ -620,6 +634,7 @@ impl Model {
         };
         let grads = a.grads();
         self.apply(grads, lr)?;
+        self.apply_replica_sums(lr)?;
         *unchecked = Some(Some(at));
         Ok(())
     }
@@ -652,7 +667,7 @@ impl Model {
         if let Some(&bad) = opts.lrs.iter().find(|&&lr| !valid_lr(lr)) {
             return Err(bad_lr(bad));
         }
-        self.use_devices(&opts.devices, opts.accumulate)?;
+        self.use_devices(&opts.devices)?;
         let t0 = Instant::now();
         let data = &ids_as_s32(data)?;
         let _batch = self.check_batch_memory(opts.batch_size.min(n), true)?;
@@ -722,9 +737,11 @@ impl Model {
                 let bad = self.read_checks(&mut checks, &mut unchecked)?.1;
                 if bad.is_some() {
                     self.restore_running(running.as_ref());
+                    self.replica_grads = Pending::default();
                 } else {
                     let a = acc.get_or_insert_with(burn::optim::GradientsAccumulator::new);
                     a.accumulate::<B>(self.net()?, grads);
+                    self.accumulate_replicas()?;
                     pending.push(counted);
                 }
                 bad

@@ -28,7 +28,7 @@ impl Model {
     /// Makes the model train on `devices` (its own device first; empty: its device alone):
     /// replicas are made on the other devices from the current parameters and optimizer state,
     /// or kept when they are there already.
-    pub(super) fn use_devices(&mut self, devices: &[Device], accumulate: usize) -> Result<()> {
+    pub(super) fn use_devices(&mut self, devices: &[Device]) -> Result<()> {
         if devices.len() <= 1 {
             if let Some(&d) = devices.first() {
                 self.check_first(d)?;
@@ -42,13 +42,6 @@ impl Model {
                 "a model trains on at most {MAX_DEVICES} devices, got {}",
                 devices.len()
             )));
-        }
-        if accumulate > 1 {
-            return Err(Error::Argument(
-                "gradient accumulation and several devices cannot be combined; raise the batch \
-                 size instead"
-                    .into(),
-            ));
         }
         if let Some(l) = self
             .spec
@@ -73,6 +66,11 @@ impl Model {
             .map(|r| r.device)
             .eq(wanted.iter().copied())
         {
+            // sums of an accumulation an earlier call left unapplied (it failed) are not this
+            // call's
+            for r in &mut self.replicas {
+                r.accumulated = Accumulated::default();
+            }
             return Ok(());
         }
         self.replicas.clear();
@@ -170,7 +168,7 @@ impl Model {
             let grads = self.grads(f.loss, accumulate)?;
             return Ok((f.inner, f.hits.map(Hits::Rows), grads));
         }
-        self.split_grads(sources, (lo, hi), count)
+        self.split_grads(sources, (lo, hi), count, accumulate)
     }
 
     fn split_grads(
@@ -178,6 +176,7 @@ impl Model {
         sources: &Sources,
         (lo, hi): (usize, usize),
         count: bool,
+        accumulate: usize,
     ) -> Result<BatchGrads> {
         let rows = hi - lo;
         let parts = self.replicas.len() + 1;
@@ -210,7 +209,7 @@ impl Model {
                 continue;
             };
             let (model, _) = self.part(k, sources);
-            grads.push(model.grads(f.loss.mul_scalar(share), 1)?);
+            grads.push(model.grads(f.loss.mul_scalar(share), accumulate)?);
             let float =
                 |t: BurnTensor<B, 1>| Tensor::wrap(t.into_primitive().tensor(), Kind::Float);
             losses.push(Some(float(f.inner.mul_scalar(share))));
@@ -234,6 +233,51 @@ impl Model {
             .ok_or_else(|| Error::Argument("the batch has no samples".into()))?;
         let right = sums.next().map(|c| Hits::Count(burn(c).int()));
         Ok((loss, right, own))
+    }
+
+    /// Adds the gradients [`Model::split_grads`] kept for the replicas to each replica's sum
+    /// of an accumulation's micro-batches (applied by [`Model::apply_replica_sums`]).
+    pub(super) fn accumulate_replicas(&mut self) -> Result<()> {
+        if self.replicas.is_empty() {
+            return Ok(());
+        }
+        let grads = std::mem::take(&mut self.replica_grads).0;
+        if grads.len() != self.replicas.len() {
+            self.replicas.clear();
+            return Err(Error::Execution(
+                "the replicas' gradients are missing for this micro-batch".into(),
+            ));
+        }
+        for (r, g) in self.replicas.iter_mut().zip(grads) {
+            let net = r
+                .net
+                .as_ref()
+                .ok_or_else(|| Error::Execution("replica parameters are unavailable".into()))?;
+            r.accumulated
+                .0
+                .get_or_insert_with(burn::optim::GradientsAccumulator::new)
+                .accumulate::<B>(net, g);
+        }
+        Ok(())
+    }
+
+    /// Applies each replica's sum of an accumulation's micro-batches. A replica that missed
+    /// the update would train on other weights: on an error the replicas are dropped, rebuilt
+    /// from the model's by the next call.
+    pub(super) fn apply_replica_sums(&mut self, lr: f64) -> Result<()> {
+        let applied = self
+            .replicas
+            .iter_mut()
+            .try_for_each(|r| match r.accumulated.0.take() {
+                Some(mut sum) => r.apply(sum.grads(), lr),
+                None => Err(Error::Execution(
+                    "a replica's accumulated gradients are missing for this step".into(),
+                )),
+            });
+        if applied.is_err() {
+            self.replicas.clear();
+        }
+        applied
     }
 
     /// The model (`k` 0) or replica `k - 1`, with the data and order on its device.
