@@ -138,7 +138,8 @@ impl<O> Fused<O> {
         state: Option<&AdaptiveMomentumState<B, D>>,
     ) -> Option<(Tensor<B, D>, AdaptiveMomentumState<B, D>)> {
         let rule = self.rule?;
-        let kernels = crate::kernels::installed()?;
+        // the kernels serving the parameter's device (none on the host)
+        let (kernels, _) = crate::Device::from_dispatch(&param.device()).kernels()?;
         if !kernels.fusion() || param.dtype() != DType::F32 || grad.dtype() != DType::F32 {
             return None;
         }

@@ -135,36 +135,30 @@ fn settings_the_fused_update_does_not_cover_keep_burns() {
     assert_eq!((worst, fused), (0, 0));
 }
 
+/// The bytes Burn's recorder writes for optimizer `O`'s record of `state`.
+fn recorded<O: SimpleOptimizer<Dispatch>>(state: O::State<2>) -> Vec<u8> {
+    use burn::optim::record::AdaptorRecord;
+    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+    BinBytesRecorder::<FullPrecisionSettings>::default()
+        .record(AdaptorRecord::<O, Dispatch>::from_state(state), ())
+        .unwrap()
+}
+
 #[test]
 fn saved_states_are_burns() {
-    use burn::optim::record::AdaptorRecord;
     use burn::optim::{Adam, AdamW};
-    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
-    type R = BinBytesRecorder<FullPrecisionSettings>;
     let c = AdamConfig::new();
     let (_, state) = Fused::new(c.build(), Rule::adam(&c)).step(1e-3, values(1), values(2), None);
     let state = state.unwrap();
-    let ours = R::default()
-        .record(
-            AdaptorRecord::<Fused<Adam>, Dispatch>::from_state(state.clone()),
-            (),
-        )
-        .unwrap();
-    let burns = R::default()
-        .record(AdaptorRecord::<Adam, Dispatch>::from_state(state), ())
-        .unwrap();
-    assert_eq!(ours, burns);
+    assert_eq!(
+        recorded::<Fused<Adam>>(state.clone()),
+        recorded::<Adam>(state)
+    );
     let c = AdamWConfig::new();
     let (_, state) = Fused::new(c.build(), Rule::adamw(&c)).step(1e-3, values(1), values(2), None);
     let state = state.unwrap();
-    let ours = R::default()
-        .record(
-            AdaptorRecord::<Fused<AdamW>, Dispatch>::from_state(state.clone()),
-            (),
-        )
-        .unwrap();
-    let burns = R::default()
-        .record(AdaptorRecord::<AdamW, Dispatch>::from_state(state), ())
-        .unwrap();
-    assert_eq!(ours, burns);
+    assert_eq!(
+        recorded::<Fused<AdamW>>(state.clone()),
+        recorded::<AdamW>(state)
+    );
 }
