@@ -38,6 +38,18 @@ impl Operand<'_> {
     }
 }
 
+/// Where a window starts along one axis of a kernel's tensor.
+#[derive(Clone, Copy, Debug)]
+pub enum Start<'a> {
+    /// Known on the host, clamped already so that the window fits.
+    At(usize),
+    /// An f32 scalar on the tensor's device holding an integer start (a loop's position, say),
+    /// read and clamped into `0..=dim - len` by the kernel itself: no read of the device by the
+    /// host, and one kernel for every value of it. Given only for axes of fewer than 2^24
+    /// elements, where f32 holds every start the clamp can give exactly.
+    Read(Operand<'a>),
+}
+
 /// Precision of float32 matrix products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -490,12 +502,13 @@ pub trait DeviceKernels: Send + Sync {
         Ok(None)
     }
 
-    /// `update` written into a copy of `t` at `starts` (clamped already; Nx's `put_slice`).
+    /// `update` written into a copy of `t` at `starts` (Nx's `put_slice`): each start known on
+    /// the host (clamped already) or read by the kernel from the device (see [`Start`]).
     fn put_slice(
         &self,
         t: Operand,
         update: Operand,
-        starts: &[usize],
+        starts: &[Start],
     ) -> Result<Option<DispatchTensor>> {
         let _ = (t, update, starts);
         Ok(None)

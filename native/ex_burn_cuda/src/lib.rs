@@ -44,7 +44,7 @@ pub mod views;
 use burn::DispatchTensor;
 use ex_burn_core::kernels::{
     self, AttentionCall, Counts, DeviceKernels, MapRun, Mark, Operand, Precision, Rounded,
-    RowRegion,
+    RowRegion, Start,
 };
 use ex_burn_core::Result;
 use std::time::Duration;
@@ -124,7 +124,7 @@ impl DeviceKernels for Cuda {
         &self,
         t: Operand,
         update: Operand,
-        starts: &[usize],
+        starts: &[Start],
     ) -> Result<Option<DispatchTensor>> {
         views::put_slice(t, update, starts)
     }

@@ -12,7 +12,7 @@ use crate::elementwise::{
     self, f32_cube, grid, grid_loop, header, map_source, strided_index, submit,
 };
 use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
-use ex_burn_core::kernels::Operand;
+use ex_burn_core::kernels::{Operand, Start};
 use ex_burn_core::Result;
 
 /// The strides that read a tensor of `shape` stored with `strides` as `new` (same elements in
@@ -110,13 +110,15 @@ pub fn reshape(t: Operand, shape: &[usize]) -> Result<Option<DispatchTensor>> {
     Ok(submit(&source, &[t], &[have.to_vec()], grid(n), n)?.and_then(|mut o| o.pop()))
 }
 
-/// `update` written into a copy of `t` at `starts` (clamped already; Nx's `put_slice`), both
-/// f32 CUDA tensors read through their strides, as one kernel of ours that writes every
-/// element once. Burn copies `t` into a new buffer and then writes the window: for the
-/// gradient of a slice (the update put into a broadcast zero of the projection's size, three
-/// times per attention layer) that is two passes over a large buffer instead of one. `None`
-/// where this does not apply (another type or device).
-pub fn put_slice(t: Operand, update: Operand, starts: &[usize]) -> Result<Option<DispatchTensor>> {
+/// `update` written into a copy of `t` at `starts` (Nx's `put_slice`), both f32 CUDA tensors
+/// read through their strides, as one kernel of ours that writes every element once. Burn
+/// copies `t` into a new buffer and then writes the window: for the gradient of a slice (the
+/// update put into a broadcast zero of the projection's size, three times per attention
+/// layer) that is two passes over a large buffer instead of one. A start read on the device
+/// ([`Start::Read`], a key/value cache's position in a generation loop) is an operand of the
+/// kernel, clamped there, so the kernel is compiled once for every position and the host
+/// never waits for it. `None` where this does not apply (another type or device).
+pub fn put_slice(t: Operand, update: Operand, starts: &[Start]) -> Result<Option<DispatchTensor>> {
     let (Some(ts), Some(us)) = (elementwise::strides(t), elementwise::strides(update)) else {
         return Ok(None);
     };
@@ -131,11 +133,31 @@ pub fn put_slice(t: Operand, update: Operand, starts: &[usize]) -> Result<Option
     {
         return Ok(None);
     }
-    let source = put_slice_source(full, lens, &ts, &us, starts);
+    let mut inputs = vec![t, update];
+    let at: Vec<At> = starts
+        .iter()
+        .map(|s| match *s {
+            Start::At(v) => At::Fixed(v),
+            Start::Read(o) => {
+                inputs.push(o);
+                At::Operand(inputs.len() - 1)
+            }
+        })
+        .collect();
+    let source = put_slice_source(full, lens, &ts, &us, &at);
     let n = t.numel();
-    let out = submit(&source, &[t, update], &[full.to_vec()], grid(n), n)?;
+    let out = submit(&source, &inputs, &[full.to_vec()], grid(n), n)?;
     ex_burn_core::profile::note("kernel");
     Ok(out.and_then(|mut o| o.pop()))
+}
+
+/// A window's start along one axis in [`put_slice_source`]'s kernel.
+#[derive(Clone, Copy)]
+enum At {
+    /// A constant of the source.
+    Fixed(usize),
+    /// Element 0 of operand `e{j}` (an integer held in f32), clamped so the window fits.
+    Operand(usize),
 }
 
 /// The kernel of [`put_slice`]: a target of shape `full` stored with strides `ts`, an update
@@ -145,9 +167,9 @@ fn put_slice_source(
     lens: &[usize],
     ts: &[usize],
     us: &[usize],
-    starts: &[usize],
+    starts: &[At],
 ) -> String {
-    let (mut inside, mut at) = (Vec::new(), Vec::new());
+    let (mut inside, mut at, mut read) = (Vec::new(), Vec::new(), String::new());
     let total: usize = full.iter().product();
     for a in 0..full.len() {
         let inner: usize = full[a + 1..].iter().product();
@@ -155,13 +177,24 @@ fn put_slice_source(
             "(unsigned long long){}",
             elementwise::coordinate(inner, full[a], total)
         );
-        let s = starts[a];
+        let s = match starts[a] {
+            At::Fixed(v) => format!("{v}ULL"),
+            At::Operand(j) => {
+                // read once per thread; the clamp is Nx's (the window fits)
+                let hi = full[a] - lens[a];
+                read.push_str(&format!(
+                    "    const float r{a} = e{j}[0];\n    const unsigned long long s{a} = r{a} > \
+                     0.0f ? (r{a} < {hi}.0f ? (unsigned long long)r{a} : {hi}ULL) : 0ULL;\n"
+                ));
+                format!("s{a}")
+            }
+        };
         if lens[a] != full[a] {
             // unsigned: c - s < len exactly when s <= c < s + len
-            inside.push(format!("{c} - {s}ULL < {}ULL", lens[a]));
+            inside.push(format!("{c} - {s} < {}ULL", lens[a]));
         }
         if lens[a] != 1 && us[a] != 0 {
-            at.push(format!("({c} - {s}ULL) * {}ULL", us[a]));
+            at.push(format!("({c} - {s}) * {}ULL", us[a]));
         }
     }
     let inside = if inside.is_empty() {
@@ -175,7 +208,14 @@ fn put_slice_source(
         at.join(" + ")
     };
     let index = strided_index(full, ts, full);
-    map_source(2, &format!("o0[i] = ({inside}) ? e1[{at}] : e0[{index}];"))
+    let inputs = 2 + starts
+        .iter()
+        .filter(|s| matches!(s, At::Operand(_)))
+        .count();
+    map_source(
+        inputs,
+        &format!("{read}    o0[i] = ({inside}) ? e1[{at}] : e0[{index}];"),
+    )
 }
 
 /// The sum of an f32 CUDA tensor over its first `lead` axes (a bias gradient: over batch and
@@ -237,13 +277,24 @@ mod tests {
     #[test]
     fn put_slice_source_compiles() {
         // a [3, 40, 32] update into a broadcast zero [3, 40, 96] at [0, 0, 32]
+        use super::At::{Fixed, Operand};
         let source = super::put_slice_source(
             &[3, 40, 96],
             &[3, 40, 32],
             &[0, 0, 0],
             &[1280, 32, 1],
-            &[0, 0, 32],
+            &[Fixed(0), Fixed(0), Fixed(32)],
         );
+        crate::elementwise::assert_compiles(&source);
+        // a key/value cache [2, 12, 160, 64] written at a position read on the device
+        let source = super::put_slice_source(
+            &[2, 12, 160, 64],
+            &[2, 12, 1, 64],
+            &[122880, 10240, 64, 1],
+            &[768, 64, 64, 1],
+            &[Fixed(0), Fixed(0), Operand(2), Fixed(0)],
+        );
+        assert!(source.contains("e2[0]"));
         crate::elementwise::assert_compiles(&source);
     }
 

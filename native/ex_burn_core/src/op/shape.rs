@@ -4,6 +4,7 @@
 use super::util;
 use super::Op;
 use crate::dtype::Kind;
+use crate::kernels::Start;
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
@@ -50,10 +51,7 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
             let ones = vec![1; t.rank()];
             slice(t, &starts, lengths, strides.as_deref().unwrap_or(&ones))
         }
-        Op::PutSlice { starts, dynamic } => {
-            let starts = resolve_starts(starts, dynamic, &x[2..])?;
-            put_slice(t, &x[1], &starts)
-        }
+        Op::PutSlice { starts, dynamic } => put_slice(t, &x[1], starts, dynamic, &x[2..]),
         Op::Concatenate { axis } => concatenate(x, *axis),
         Op::Stack { axis } => {
             util::axis(*axis, x[0].rank() + 1)?;
@@ -261,7 +259,15 @@ fn assign(t: &Tensor, spec: &[(usize, usize, usize)], value: &Tensor) -> Result<
     Ok(Tensor::from_prim(prim, t.kind(), t.shape().to_vec()))
 }
 
-fn put_slice(t: &Tensor, update: &Tensor, starts: &[i64]) -> Result<Tensor> {
+/// `update` written into `t` at `starts` (Nx's `put_slice`: each start clamped so that the
+/// window fits), where `dynamic[k]` is the axis whose start is the scalar tensor `given[k]`.
+fn put_slice(
+    t: &Tensor,
+    update: &Tensor,
+    starts: &[i64],
+    dynamic: &[usize],
+    given: &[Tensor],
+) -> Result<Tensor> {
     let r = t.rank();
     if update.rank() != r || starts.len() != r {
         return Err(Error::Shape(format!(
@@ -273,25 +279,71 @@ fn put_slice(t: &Tensor, update: &Tensor, starts: &[i64]) -> Result<Tensor> {
     }
     let out = DType::merge(t.dtype(), update.dtype());
     let (t, u) = (t.cast(out)?, update.cast(out)?);
-    let mut spec = Vec::with_capacity(r);
-    for (i, &start) in starts.iter().enumerate() {
+    for i in 0..r {
         let (d, l) = (t.shape()[i], u.shape()[i]);
         if l > d {
             return Err(Error::Shape(format!(
                 "put_slice: update axis {i} ({l}) exceeds tensor ({d})"
             )));
         }
-        let s = start.clamp(0, (d - l) as i64) as usize;
-        spec.push((s, s + l, 1));
     }
+    let clamp =
+        |i: usize, start: i64| start.clamp(0, (t.shape()[i] - u.shape()[i]) as i64) as usize;
+    if let Some(k) = t.kernels() {
+        // Starts computed on the device (a loop's position) are read by the kernel itself:
+        // no wait for the device, and one kernel for every position.
+        if let Some(read) = device_starts(&t, dynamic, given)? {
+            let mut at: Vec<Start> = (0..r).map(|i| Start::At(clamp(i, starts[i]))).collect();
+            for (&axis, s) in dynamic.iter().zip(&read) {
+                at[axis] = Start::Read(s.operand());
+            }
+            if let Some(p) = k.put_slice(t.operand(), u.operand(), &at)? {
+                return Ok(Tensor::from_kernel(p, t.shape().to_vec()));
+            }
+        }
+    }
+    let starts = resolve_starts(starts, dynamic, given)?;
+    let spec: Vec<(usize, usize, usize)> = (0..r)
+        .map(|i| {
+            let s = clamp(i, starts[i]);
+            (s, s + u.shape()[i], 1)
+        })
+        .collect();
     if let Some(k) = t.kernels() {
         // one kernel writing every element once, where the device kernels have it
-        let starts: Vec<usize> = spec.iter().map(|w| w.0).collect();
-        if let Some(p) = k.put_slice(t.operand(), u.operand(), &starts)? {
+        let at: Vec<Start> = spec.iter().map(|w| Start::At(w.0)).collect();
+        if let Some(p) = k.put_slice(t.operand(), u.operand(), &at)? {
             return Ok(Tensor::from_kernel(p, t.shape().to_vec()));
         }
     }
     assign(&t, &spec, &u)
+}
+
+/// The dynamic starts of `t`'s window as f32 scalars on `t`'s device, for a kernel to read
+/// (see [`Start::Read`]): `None` when there are none, when one is not an integer scalar on
+/// that device (u64 starts, which the host reads as s64, included), or when an axis they
+/// index has 2^24 elements or more.
+fn device_starts(t: &Tensor, dynamic: &[usize], given: &[Tensor]) -> Result<Option<Vec<Tensor>>> {
+    const EXACT: usize = 1 << 24;
+    let usable = !dynamic.is_empty()
+        && given.len() >= dynamic.len()
+        && dynamic
+            .iter()
+            .all(|&a| a < t.rank() && t.shape()[a] < EXACT)
+        && given[..dynamic.len()].iter().all(|s| {
+            s.numel() == 1
+                && s.kind() == Kind::Int
+                && s.dtype() != DType::U64
+                && s.device() == t.device()
+        });
+    if !usable {
+        return Ok(None);
+    }
+    given[..dynamic.len()]
+        .iter()
+        .map(|s| s.cast(DType::F32))
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 fn concatenate(x: &[Tensor], axis: usize) -> Result<Tensor> {

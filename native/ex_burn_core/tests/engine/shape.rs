@@ -241,6 +241,60 @@ fn put_slice_clamps_and_promotes() {
     check(&ev(op, &[&x, &u]), &[2, 2], DType::F32, &[0., 0., 1.5, 2.5]);
 }
 
+/// `put_slice` at starts held in tensors (a key/value cache written at a loop's position):
+/// every start, in range, negative or past the end (clamped as Nx does), of each integer
+/// type, gives what the same starts known in advance give. On a GPU the starts are read by
+/// the kernel on the device.
+#[test]
+fn put_slice_at_dynamic_starts_clamps_as_static_starts() {
+    let (layers, heads, max, hd) = (2, 3, 10, 4);
+    let cache = f(
+        &(0..layers * heads * max * hd)
+            .map(|i| -(i as f64))
+            .collect::<Vec<_>>(),
+        &[layers, heads, max, hd],
+    );
+    let update = f(
+        &(0..heads * 2 * hd)
+            .map(|i| 100.0 + i as f64)
+            .collect::<Vec<_>>(),
+        &[1, heads, 2, hd],
+    );
+    for pos in [-3i64, 0, 4, 8, 9, 40, i64::from(i32::MAX)] {
+        for layer in [0i64, 1, 7] {
+            let fixed = ev(
+                Op::PutSlice {
+                    starts: vec![layer, 0, pos, 0],
+                    dynamic: vec![],
+                },
+                &[&cache, &update],
+            );
+            for dtype in [DType::S32, DType::S64, DType::U8] {
+                if dtype == DType::U8 && !(0..256).contains(&pos) {
+                    continue;
+                }
+                let (l, p) = (
+                    t(&[layer as f64], &[], DType::S64),
+                    t(&[pos as f64], &[], dtype),
+                );
+                let got = ev(
+                    Op::PutSlice {
+                        starts: vec![0, 0, 0, 0],
+                        dynamic: vec![0, 2],
+                    },
+                    &[&cache, &update, &l, &p],
+                );
+                assert_eq!(got.shape(), fixed.shape());
+                assert_eq!(
+                    v(&got),
+                    v(&fixed),
+                    "layer {layer}, position {pos} as {dtype:?}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn concatenate_and_stack() {
     let a = f(&[1., 2.], &[1, 2]);
