@@ -9,8 +9,10 @@
 //! runs of element-wise instructions execute cache-blocked (see `fuse`).
 
 mod attention;
+mod cse;
 mod fold;
 mod fuse;
+mod grouped;
 mod hoist;
 mod literal;
 mod reduce_fn;
@@ -161,8 +163,23 @@ impl Program {
         Program::assemble(inputs, 0, instrs, outputs)
     }
 
-    /// A validated program of these parts (no constant tensors attached yet).
+    /// Builds and validates a program, element-wise steps repeated on the same operands
+    /// computed once (see `cse`).
     fn assemble(
+        inputs: usize,
+        consts: usize,
+        instrs: Vec<Instr>,
+        outputs: Vec<usize>,
+    ) -> Result<Program> {
+        let p = Program::assemble_as_is(inputs, consts, instrs, outputs)?;
+        match cse::rewrite(&p.instrs, inputs + consts, &p.outputs) {
+            Some((instrs, outputs)) => Program::assemble_as_is(inputs, consts, instrs, outputs),
+            None => Ok(p),
+        }
+    }
+
+    /// A validated program of exactly these parts (no constant tensors attached yet).
+    fn assemble_as_is(
         inputs: usize,
         consts: usize,
         instrs: Vec<Instr>,
@@ -306,7 +323,8 @@ impl Program {
         let (instrs, outputs) = remat::rewrite(instrs, first, outputs).or(hoisted)?;
         // both rewrites keep every read after its definition; were a variant invalid, this
         // program (the same computation) would run instead
-        let made = Program::assemble(self.inputs, self.consts, instrs, outputs);
+        // as it is: its recomputations repeat steps on purpose
+        let made = Program::assemble_as_is(self.inputs, self.consts, instrs, outputs);
         debug_assert!(made.is_ok(), "invalid scheduled program: {made:?}");
         let mut p = made.ok()?;
         p.constants = self.constants.clone();
@@ -437,53 +455,32 @@ impl Program {
                     i = end;
                     continue;
                 }
+                // (not where a row region may start inside the run and go on after it)
+                let region_after =
+                    (i + 1..end).any(|j| span_at(row_spans, j, rows_from).is_some_and(|e| e > end));
+                if !region_after && self.run_grouped(i..end, &mut values, device)? {
+                    i = end;
+                    continue;
+                }
                 // one attempt per run (a row region may end inside it: the rest is one)
                 runs_from = end;
             }
             let ins = &self.instrs[i];
-            if self.input_free.get(i) == Some(&true) {
-                let t = profile::start();
-                let kept = self.made.get_with(i, device, || {
-                    eval(&ins.op, &operands(ins, &values)?, device)?
-                        .pop()
-                        .ok_or_else(|| {
-                            Error::Execution(format!("{} gave no result", ins.op.name()))
-                        })
-                })?;
-                values.push(Some(kept));
-                profile::record(t, || format!("{} (kept)", ins.op.name()));
-                self.free_last_uses(i..i + 1, &mut values);
-                i += 1;
-                continue;
-            }
-            let args = operands(ins, &values)?;
             let out = if folded.get(i) == Some(&true) {
                 // the dot that fed this transpose computed it already
-                args
-            } else if let Some((j, (op, swapped))) =
-                self.folds[i].and_then(|j| Some((j, fold::swapped(&ins.op, &args)?)))
-            {
+                operands(ins, &values)?
+            } else if let Some((j, (op, swapped))) = self.folds[i].and_then(|j| {
+                let args = operands(ins, &values).ok()?;
+                Some((j, fold::swapped(&ins.op, &args)?))
+            }) {
                 folded.resize(self.instrs.len(), false);
                 folded[j] = true;
                 let t = profile::start();
                 let out = crate::op::eval(&op, &swapped, device)?;
                 profile::record(t, || format!("{} (transpose folded)", op.name()));
                 out
-            } else if let Some(out) = ins.op.as_op().map_or(Ok(None), |op| {
-                let t = profile::start();
-                let out = literal::arithmetic(op, &ins.args, &args, &self.literals)
-                    .map_err(|e| e.in_op(&op.name()))?;
-                if out.is_some() {
-                    profile::record(t, || format!("{} (literal)", op.name()));
-                }
-                Ok::<_, Error>(out)
-            })? {
-                vec![out]
             } else {
-                let t = profile::start();
-                let out = eval(&ins.op, &args, device)?;
-                profile::record(t, || ins.op.name());
-                out
+                self.eval_one(i, &values, device)?
             };
             if out.len() != ins.op.results() {
                 return Err(Error::Execution(format!(
@@ -654,6 +651,39 @@ impl Program {
             }
         }
         Ok(())
+    }
+
+    /// The results of instruction `i` on its operands among `values`: a value that depends on
+    /// no input is made once per device and kept, arithmetic with a literal operand takes the
+    /// literal's value from the host, anything else is evaluated on `device`.
+    fn eval_one(&self, i: usize, values: &[Option<Tensor>], device: Device) -> Result<Vec<Tensor>> {
+        let ins = &self.instrs[i];
+        if self.input_free.get(i) == Some(&true) {
+            let t = profile::start();
+            let kept = self.made.get_with(i, device, || {
+                eval(&ins.op, &operands(ins, values)?, device)?
+                    .pop()
+                    .ok_or_else(|| Error::Execution(format!("{} gave no result", ins.op.name())))
+            })?;
+            profile::record(t, || format!("{} (kept)", ins.op.name()));
+            return Ok(vec![kept]);
+        }
+        let args = operands(ins, values)?;
+        if let Some(op) = ins.op.as_op() {
+            let t = profile::start();
+            let out = literal::arithmetic(op, &ins.args, &args, &self.literals)
+                .map_err(|e| e.in_op(&op.name()))?;
+            if let Some(out) = out {
+                profile::record(t, || format!("{} (literal)", op.name()));
+                return Ok(vec![out]);
+            }
+        }
+        let t = profile::start();
+        let out = eval(&ins.op, &args, device)?;
+        // on the device, by result shape (where a program's small kernels come from)
+        profile::note_detail(|| format!("{:?}", out.first().map(Tensor::shape).unwrap_or(&[])));
+        profile::record(t, || ins.op.name());
+        Ok(out)
     }
 
     /// For the `len` values from number `first`, whether an instruction from `end` on (or the

@@ -26,6 +26,13 @@ const LATE: usize = 8;
 /// At most this many instructions recomputed for one late read.
 const MAX_CHAIN: usize = 8;
 
+/// A value read late by more instructions than this is kept: many readers share it (an
+/// optimizer step's bias corrections, read by every parameter's update), and recomputing it
+/// at each would multiply its work by their number (a GPT-2 small step with AdamW recomputed
+/// its scalars 148 times, ~900 one-element kernels). The activations this rewrite is for (a
+/// softmax's exponentials and probabilities) have one to a few late reads.
+const MAX_LATE_READS: usize = 16;
+
 /// The instructions of a program with element-wise values recomputed at their late reads, and
 /// its outputs renumbered; `None` when no value qualifies. `first` is the number of inputs
 /// and constants.
@@ -48,7 +55,7 @@ pub(super) fn rewrite(
             .map_or(d, |k| reads[k]);
         let mut late: Vec<usize> = reads.iter().copied().filter(|&u| u > keep).collect();
         late.dedup();
-        if late.is_empty() {
+        if late.is_empty() || late.len() > MAX_LATE_READS {
             continue;
         }
         let ok = late.iter().all(|&u| shape.chain(v, u, &mut Vec::new()));

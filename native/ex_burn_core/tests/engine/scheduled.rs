@@ -205,3 +205,36 @@ fn weight_gradients_move_to_just_after_their_operands() {
         }
     }
 }
+
+/// A value many late instructions read (an optimizer step's bias correction, read by every
+/// parameter's update) is kept rather than recomputed at each: with two late reads it is
+/// recomputed, with twenty it is not, and both programs give op-by-op evaluation's values.
+#[test]
+fn values_read_late_by_many_instructions_are_kept() {
+    let with_late_reads = |reads: usize| {
+        // 0 x, 1 s; 2 v = exp(s); 3..=22 a chain on x; then `reads` products with v
+        let mut instrs = vec![ins(Op::Unary(Unary::Exp), &[1])];
+        instrs.push(ins(Op::Unary(Unary::Tanh), &[0]));
+        for k in 0..19 {
+            instrs.push(ins(Op::Unary(Unary::Tanh), &[3 + k]));
+        }
+        for k in 0..reads {
+            instrs.push(ins(bin(Arith::Multiply), &[22 + k, 2]));
+        }
+        Program::new(2, instrs, vec![22 + reads]).unwrap()
+    };
+    let inputs = vec![
+        f(&spread(64, 3, 4, -1), &[8, 8]),
+        f(&spread(64, 5, 4, -2), &[8, 8]),
+    ];
+    let few = with_late_reads(2);
+    let remat = few.scheduled().expect("two late reads: recomputed");
+    assert!(remat.instrs.len() > few.instrs.len());
+    let many = with_late_reads(20);
+    assert!(many.scheduled().is_none(), "twenty late reads: kept");
+    for prog in [&few, &many] {
+        let want = op_by_op(prog, &inputs);
+        let got = prog.run(inputs.clone(), dev()).unwrap();
+        assert_eq!(v(&got[0]), v(&want[0]));
+    }
+}
