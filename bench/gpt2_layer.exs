@@ -14,6 +14,7 @@
 #
 # Results: bench/results/gpt2_layer_<device>.md
 Code.require_file("support/bench.exs", __DIR__)
+Code.require_file("support/gpt2.exs", __DIR__)
 Application.ensure_all_started(:nx)
 
 device = ExBurn.Device.normalize!(String.to_atom(System.get_env("EX_BURN_BENCH_DEVICE", "cpu")))
@@ -28,18 +29,10 @@ defmodule Bench.Gpt2Layer do
   @heads 12
   @hd 64
 
-  defn layer_norm(x, g, b) do
-    mean = Nx.mean(x, axes: [-1], keep_axes: true)
-    var = Nx.mean((x - mean) ** 2, axes: [-1], keep_axes: true)
-    (x - mean) * Nx.rsqrt(var + 1.0e-5) * g + b
-  end
-
-  defn(gelu(x), do: 0.5 * x * (1 + Nx.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))))
-
   defn(heads(t), do: t |> Nx.reshape({@b, @s, @heads, @hd}) |> Nx.transpose(axes: [0, 2, 1, 3]))
 
   defn layer(p, x) do
-    h = layer_norm(x, p.ln1_g, p.ln1_b)
+    h = Bench.Gpt2.layer_norm(x, p.ln1_g, p.ln1_b)
     qkv = Nx.dot(h, p.w_qkv) + p.b_qkv
     q = heads(Nx.slice_along_axis(qkv, 0, @d, axis: 2))
     k = heads(Nx.slice_along_axis(qkv, @d, @d, axis: 2))
@@ -52,8 +45,8 @@ defmodule Bench.Gpt2Layer do
     att = Nx.dot(probs, [3], [0, 1], v, [2], [0, 1])
     att = att |> Nx.transpose(axes: [0, 2, 1, 3]) |> Nx.reshape({@b, @s, @d})
     x = x + Nx.dot(att, p.w_o) + p.b_o
-    h = layer_norm(x, p.ln2_g, p.ln2_b)
-    x + Nx.dot(gelu(Nx.dot(h, p.w_1) + p.b_1), p.w_2) + p.b_2
+    h = Bench.Gpt2.layer_norm(x, p.ln2_g, p.ln2_b)
+    x + Nx.dot(Bench.Gpt2.gelu(Nx.dot(h, p.w_1) + p.b_1), p.w_2) + p.b_2
   end
 
   defn(loss_and_grad(p, x), do: value_and_grad(p, fn p -> Nx.mean(layer(p, x) ** 2) end))

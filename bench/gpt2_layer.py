@@ -6,9 +6,11 @@
 # jax) only that peer runs, and a "<peer>_mem <MiB>" line gives the GPU memory this process
 # holds after its runs (nvidia-smi, CUDA context included; JAX without preallocation).
 import os
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_common as common  # noqa: E402
 
 B, S, D, H, F = 8, 512, 768, 12, 3072
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
@@ -111,22 +113,6 @@ def jax_peer():
     print("jax_fwd_bwd", median_ms(lambda: fwd_bwd(p, x), sync))
 
 
-def process_gpu_mib():
-    """MiB of GPU memory this process holds (nvidia-smi), or None."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    for line in out.splitlines():
-        pid, mib = [v.strip() for v in line.split(",")]
-        if pid == str(os.getpid()):
-            return int(mib)
-    return None
-
-
 only = sys.argv[2] if len(sys.argv) > 2 else None
 if only == "jax":
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -135,7 +121,7 @@ for name, peer in (("torch", torch_peer), ("jax", jax_peer)):
         continue
     try:
         peer()
-        mib = process_gpu_mib() if only else None
+        mib = common.process_gpu_mib() if only else None
         if mib is not None:
             print(f"{name}_mem {mib}")
     except ImportError as e:

@@ -1,0 +1,55 @@
+# Shared by the Python peers of the GPT-2 benchmarks (bench/gpt2_layer.py, bench/gpt2_small.py,
+# bench/gpt2_generate.py): the parameters' names and shapes in the order bench/support/gpt2.exs
+# writes the starting weights, reading that file, the token ids, and the GPU memory a process
+# holds.
+import os
+import subprocess
+
+import numpy as np
+
+
+def shapes(layers, d, vocab, positions):
+    """The parameters' names and shapes, in file order."""
+    layer = [
+        ("ln1_g", (d,)), ("ln1_b", (d,)), ("w_qkv", (d, 3 * d)), ("b_qkv", (3 * d,)),
+        ("w_o", (d, d)), ("b_o", (d,)), ("ln2_g", (d,)), ("ln2_b", (d,)),
+        ("w_1", (d, 4 * d)), ("b_1", (4 * d,)), ("w_2", (4 * d, d)), ("b_2", (d,)),
+    ]
+    return (
+        [("wte", (vocab, d)), ("wpe", (positions, d))]
+        + [(f"h{i}.{k}", s) for i in range(layers) for k, s in layer]
+        + [("ln_f_g", (d,)), ("ln_f_b", (d,))]
+    )
+
+
+def weights(path, shapes):
+    """The starting weights in `path` (f32, in the order of `shapes`) by name."""
+    flat = np.fromfile(path, dtype="<f4")
+    out, at = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        out[name] = flat[at : at + n].reshape(shape)
+        at += n
+    assert at == flat.size, (at, flat.size)
+    return out
+
+
+def tokens(batch, length, vocab):
+    """Token ids (i * 7919 + 13) mod vocab, as Bench.Gpt2.tokens/3 makes them."""
+    return ((np.arange(batch * length, dtype=np.int64) * 7919 + 13) % vocab).reshape(batch, length)
+
+
+def process_gpu_mib():
+    """MiB of GPU memory this process holds (nvidia-smi), or None."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    for line in out.splitlines():
+        pid, mib = [v.strip() for v in line.split(",")]
+        if pid == str(os.getpid()):
+            return int(mib)
+    return None
