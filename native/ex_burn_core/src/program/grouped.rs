@@ -12,6 +12,7 @@
 
 use super::{fuse, Instr, Program};
 use crate::{Device, Error, Result, Tensor};
+use std::collections::HashMap;
 
 impl Program {
     /// Runs the element-wise instructions of `span` (a run that did not fuse whole) group by
@@ -64,12 +65,33 @@ impl Program {
             }
         }
         values.resize(first + len, None);
+        // a value whose last read is in the run is dropped once its readers here have run, as
+        // op by op in program order would (the groups run in another order)
+        let mut left: HashMap<usize, usize> = HashMap::new();
+        for ins in instrs {
+            for &a in &ins.args {
+                *left.entry(a).or_default() += 1;
+            }
+        }
+        let mut ran = |k: usize, values: &mut Vec<Option<Tensor>>| {
+            if !live[k] && !left.contains_key(&(first + k)) {
+                values[first + k] = None;
+            }
+            for &a in &instrs[k].args {
+                let n = left.entry(a).or_default();
+                *n = n.saturating_sub(1);
+                if *n == 0 && (start..end).contains(&self.last_use[a]) {
+                    values[a] = None;
+                }
+            }
+        };
         for g in order {
             let members: Vec<usize> = (0..len).filter(|&k| group_of[k] == g).collect();
             let scalar = keys[g].is_empty();
             let t = crate::profile::start();
             if !scalar && self.run_group(start, first, &members, &needed, values, device)? {
                 crate::profile::record(t, || "(fused run, one shape of a run)".into());
+                members.iter().for_each(|&k| ran(k, values));
                 continue;
             }
             for &k in &members {
@@ -78,6 +100,7 @@ impl Program {
                     Error::Execution(format!("{} gave no single result", instrs[k].op.name()))
                 })?;
                 values[first + k] = Some(v);
+                ran(k, values);
             }
         }
         for (k, &l) in live.iter().enumerate() {

@@ -915,13 +915,21 @@ fn masks_in_arithmetic_and_broadcast_masks_match_op_by_op_evaluation() {
 /// parameter (the scalars op by op), and the values are op-by-op evaluation's bit for bit.
 #[test]
 fn a_run_over_parameters_of_two_shapes_fuses_each_shape() {
+    // large enough for the CPU's chunk loops: one fused run per shape everywhere
+    two_parameter_update([600, 400], [500, 300], true);
+    // small: op by op on the CPU (one kernel per shape where the device fuses any size)
+    two_parameter_update([6, 4], [5, 3], dev() != Device::Cpu);
+}
+
+/// Runs the update of `a_run_over_parameters_of_two_shapes_fuses_each_shape` on parameters of
+/// shapes `s1` and `s2`; asserts two fused runs when `fused` and the device fuses.
+fn two_parameter_update(s1: [usize; 2], s2: [usize; 2], fused: bool) {
     let bin = |op: Arith| Op::Binary { op, out: None };
     let vals = |n: usize, k: f64| -> Vec<f64> {
         (0..n)
             .map(|i| ((i as f64 * 0.37 + k).sin()) * 0.5)
             .collect()
     };
-    let (s1, s2) = ([600usize, 400], [500usize, 300]);
     let (n1, n2) = (s1[0] * s1[1], s2[0] * s2[1]);
     let inputs = vec![
         f(&vals(n1, 0.1), &s1),
@@ -966,8 +974,8 @@ fn a_run_over_parameters_of_two_shapes_fuses_each_shape() {
     if fuses() {
         assert_eq!(
             fused_so_far(),
-            before + 2,
-            "one fused run per parameter shape"
+            before + if fused { 2 } else { 0 },
+            "fused runs for shapes {s1:?} and {s2:?}"
         );
     }
     let mut values: Vec<Tensor> = inputs;
