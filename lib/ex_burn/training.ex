@@ -251,7 +251,8 @@ defmodule ExBurn.Training do
               timeout: time_left(deadline, opts[:timeout])
             },
             if(check? and val != nil, do: {val.inputs, val.target}),
-            progress
+            progress,
+            opts[:timeout]
           )
 
         metrics =
@@ -640,10 +641,22 @@ defmodule ExBurn.Training do
     end
   end
 
-  defp epoch_call(model, data, opts, validation, progress) do
+  # One epoch in the engine; `timeout` is fit's (the epoch runs with what is left of it).
+  defp epoch_call(model, data, opts, validation, progress, timeout) do
     pid = Progress.pid(progress)
     args = [model.ref, data.inputs, data.target, opts, validation, pid, Map.get(data, :copies, [])]
     Native.call(:model_train_epoch, args, :fit)
+  rescue
+    e in ExBurn.Error ->
+      case e do
+        # the engine names the time the epoch was given; the error names fit's timeout
+        %ExBurn.Error{kind: :cancelled, message: "timed out after " <> _} when is_integer(timeout) ->
+          reraise %{e | message: "timed out after #{timeout} ms; the native work was stopped"},
+                  __STACKTRACE__
+
+        _ ->
+          reraise e, __STACKTRACE__
+      end
   end
 
   defp stats_call(model, data, opts) do

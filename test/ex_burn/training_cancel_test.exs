@@ -70,6 +70,22 @@ defmodule ExBurn.TrainingCancelTest do
     assert %Model{} = Training.fit(m, d, [epochs: 1, batch_size: 512] ++ @quiet)
   end
 
+  test "a timeout that runs out in a later epoch names fit's timeout, not what was left of it" do
+    m = model()
+    d = data()
+    epoch = epoch_ms(m, d)
+    # the first epoch ends within the timeout; the second starts with about half an epoch left
+    timeout = max(div(epoch * 3, 2), 3)
+
+    e =
+      assert_raise ExBurn.Error, fn ->
+        Training.fit(m, d, [epochs: 8, batch_size: 8, timeout: timeout] ++ @quiet)
+      end
+
+    assert e.kind == :cancelled
+    assert e.message == "timed out after #{timeout} ms; the native work was stopped"
+  end
+
   test "the timeout is validated" do
     m = model()
 
