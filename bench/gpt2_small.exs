@@ -91,9 +91,8 @@ step =
     compiler: ExBurn.Compiler
   )
 
-sync = fn {loss, _, _} = out ->
+sync = fn out ->
   ExBurn.Device.synchronize(device)
-  _ = loss
   out
 end
 

@@ -299,12 +299,17 @@ defmodule ExBurn.Training do
         left
 
       _ ->
-        raise ExBurn.Error.new(
-                kind: :cancelled,
-                op: :fit,
-                message: "timed out after #{timeout} ms; the native work was stopped"
-              )
+        raise timed_out(timeout)
     end
+  end
+
+  # fit's timeout error, naming the `timeout:` given to fit (as the engine's names its call's)
+  defp timed_out(timeout) do
+    ExBurn.Error.new(
+      kind: :cancelled,
+      op: :fit,
+      message: "timed out after #{timeout} ms; the native work was stopped"
+    )
   end
 
   # The rate of an epoch (1-based): the schedule's times the callbacks' scale, a finite float.
@@ -647,12 +652,11 @@ defmodule ExBurn.Training do
     args = [model.ref, data.inputs, data.target, opts, validation, pid, Map.get(data, :copies, [])]
     Native.call(:model_train_epoch, args, :fit)
   rescue
+    # the engine names the time the epoch was given; the error names fit's timeout
     e in ExBurn.Error ->
       case e do
-        # the engine names the time the epoch was given; the error names fit's timeout
         %ExBurn.Error{kind: :cancelled, message: "timed out after " <> _} when is_integer(timeout) ->
-          reraise %{e | message: "timed out after #{timeout} ms; the native work was stopped"},
-                  __STACKTRACE__
+          reraise %{e | message: timed_out(timeout).message}, __STACKTRACE__
 
         _ ->
           reraise e, __STACKTRACE__

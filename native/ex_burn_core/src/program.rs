@@ -466,13 +466,17 @@ impl Program {
                 runs_from = end;
             }
             let ins = &self.instrs[i];
+            let fold = match self.folds[i] {
+                // (a value made once and kept is not folded)
+                Some(j) if self.input_free.get(i) != Some(&true) => {
+                    fold::swapped(&ins.op, &operands(ins, &values)?).map(|f| (j, f))
+                }
+                _ => None,
+            };
             let out = if folded.get(i) == Some(&true) {
                 // the dot that fed this transpose computed it already
                 operands(ins, &values)?
-            } else if let Some((j, (op, swapped))) = self.folds[i].and_then(|j| {
-                let args = operands(ins, &values).ok()?;
-                Some((j, fold::swapped(&ins.op, &args)?))
-            }) {
+            } else if let Some((j, (op, swapped))) = fold {
                 folded.resize(self.instrs.len(), false);
                 folded[j] = true;
                 let t = profile::start();

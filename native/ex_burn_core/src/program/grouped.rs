@@ -103,12 +103,6 @@ impl Program {
                 ran(k, values);
             }
         }
-        for (k, &l) in live.iter().enumerate() {
-            if !l {
-                values[first + k] = None;
-            }
-        }
-        self.free_last_uses(start..end, values);
         Ok(true)
     }
 

@@ -203,29 +203,20 @@ pub struct Model {
     /// Copies on the further devices of data-parallel training (none: one device).
     replicas: Vec<Model>,
     /// The replicas' summed gradients between a split batch's backward pass and its update.
-    replica_grads: Pending,
+    replica_grads: Unshared<Vec<GradientsParams>>,
     /// A replica's gradients summed over the micro-batches of an accumulation, until its
     /// update.
-    accumulated: Accumulated,
+    accumulated: Unshared<Option<burn::optim::GradientsAccumulator<Net<B>>>>,
 }
 
-/// Gradients waiting for their update; a clone of the model starts without any.
+/// Gradients on their way to an update (a split batch's, an accumulation's sum): a clone of
+/// the model starts without any.
 #[derive(Default)]
-struct Pending(Vec<GradientsParams>);
+struct Unshared<T: Default>(T);
 
-impl Clone for Pending {
+impl<T: Default> Clone for Unshared<T> {
     fn clone(&self) -> Self {
-        Pending::default()
-    }
-}
-
-/// Accumulated gradients of a replica; a clone starts without any.
-#[derive(Default)]
-struct Accumulated(Option<burn::optim::GradientsAccumulator<Net<B>>>);
-
-impl Clone for Accumulated {
-    fn clone(&self) -> Self {
-        Accumulated::default()
+        Unshared::default()
     }
 }
 
@@ -268,8 +259,8 @@ impl Model {
             frozen: BTreeSet::new(),
             steps: 0,
             replicas: Vec::new(),
-            replica_grads: Pending::default(),
-            accumulated: Accumulated::default(),
+            replica_grads: Unshared::default(),
+            accumulated: Unshared::default(),
         };
         if dtype != DType::F32 {
             let cast: Vec<(String, Tensor)> = model
@@ -501,16 +492,11 @@ impl Model {
         let bad = self.read_checks(checks, unchecked)?;
         if bad.1.is_some() {
             self.restore_running(running);
-            self.replica_grads = Pending::default();
+            self.replica_grads = Unshared::default();
             return Ok(bad);
         }
         self.apply(grads, lr)?;
-        if let Err(e) = self.apply_replicas(lr) {
-            // a replica that missed this update would train on other weights: rebuilt from the
-            // model's by the next call instead
-            self.replicas.clear();
-            return Err(e);
-        }
+        self.apply_replicas(lr)?;
         *unchecked = Some(at);
         Ok(bad)
     }
@@ -737,7 +723,7 @@ impl Model {
                 let bad = self.read_checks(&mut checks, &mut unchecked)?.1;
                 if bad.is_some() {
                     self.restore_running(running.as_ref());
-                    self.replica_grads = Pending::default();
+                    self.replica_grads = Unshared::default();
                 } else {
                     let a = acc.get_or_insert_with(burn::optim::GradientsAccumulator::new);
                     a.accumulate::<B>(self.net()?, grads);

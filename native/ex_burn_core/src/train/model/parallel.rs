@@ -69,7 +69,7 @@ impl Model {
             // sums of an accumulation an earlier call left unapplied (it failed) are not this
             // call's
             for r in &mut self.replicas {
-                r.accumulated = Accumulated::default();
+                r.accumulated = Unshared::default();
             }
             return Ok(());
         }
@@ -225,7 +225,7 @@ impl Model {
         let own = grads
             .next()
             .ok_or_else(|| Error::Execution("no gradients".into()))?;
-        self.replica_grads = Pending(grads.collect());
+        self.replica_grads = Unshared(grads.collect());
         let burn = |t: Tensor| BurnTensor::<B, 1>::from_primitive(TensorPrimitive::Float(t.prim()));
         let loss = sums
             .next()
@@ -241,13 +241,7 @@ impl Model {
         if self.replicas.is_empty() {
             return Ok(());
         }
-        let grads = std::mem::take(&mut self.replica_grads).0;
-        if grads.len() != self.replicas.len() {
-            self.replicas.clear();
-            return Err(Error::Execution(
-                "the replicas' gradients are missing for this micro-batch".into(),
-            ));
-        }
+        let grads = self.take_replica_grads("micro-batch")?;
         for (r, g) in self.replicas.iter_mut().zip(grads) {
             let net = r
                 .net
@@ -344,21 +338,36 @@ impl Model {
             .collect())
     }
 
-    /// Applies the gradients [`Model::split_grads`] kept for the replicas.
+    /// Applies the gradients [`Model::split_grads`] kept for the replicas. A replica that
+    /// missed the update would train on other weights: on an error the replicas are dropped,
+    /// rebuilt from the model's by the next call.
     pub(super) fn apply_replicas(&mut self, lr: f64) -> Result<()> {
         if self.replicas.is_empty() {
             return Ok(());
         }
+        let grads = self.take_replica_grads("step")?;
+        let applied = self
+            .replicas
+            .iter_mut()
+            .zip(grads)
+            .try_for_each(|(r, g)| r.apply(g, lr));
+        if applied.is_err() {
+            self.replicas.clear();
+        }
+        applied
+    }
+
+    /// The gradients [`Model::split_grads`] kept, one set per replica (`what`, the step or
+    /// micro-batch, names them in the error; the replicas are dropped when they are missing).
+    fn take_replica_grads(&mut self, what: &str) -> Result<Vec<GradientsParams>> {
         let grads = std::mem::take(&mut self.replica_grads).0;
         if grads.len() != self.replicas.len() {
-            return Err(Error::Execution(
-                "the replicas' gradients are missing for this step".into(),
-            ));
+            self.replicas.clear();
+            return Err(Error::Execution(format!(
+                "the replicas' gradients are missing for this {what}"
+            )));
         }
-        for (r, g) in self.replicas.iter_mut().zip(grads) {
-            r.apply(g, lr)?;
-        }
-        Ok(())
+        Ok(grads)
     }
 }
 
