@@ -514,6 +514,37 @@ pub trait DeviceKernels: Send + Sync {
         Ok(None)
     }
 
+    /// The window of `t` of `lens` elements along each axis, every `steps`-th taken, at
+    /// `starts` (Nx's `slice`; each start known on the host, clamped already, or read by the
+    /// kernel from the device, see [`Start`]). The result has `lens[i].div_ceil(steps[i])`
+    /// elements along axis `i`.
+    fn slice(
+        &self,
+        t: Operand,
+        starts: &[Start],
+        lens: &[usize],
+        steps: &[usize],
+    ) -> Result<Option<DispatchTensor>> {
+        let _ = (t, starts, lens, steps);
+        Ok(None)
+    }
+
+    /// `x` (`[rows, cols]`, f32) with row `r[j]` of it increased by row `j` of `upd`
+    /// (`[m, cols]`) for each `j` in order (the f32 additions of one element in the order of
+    /// `j`, as a walk of the updates one by one makes them): the sum behind `indexed_add` of
+    /// whole rows or elements, an embedding's gradient. The row numbers, checked in range
+    /// already, come as two f32 operands of `[m]` holding integers below 2^24 exactly:
+    /// `r[j] = hi[j] * 2^24 + lo[j]`.
+    fn add_rows(
+        &self,
+        x: Operand,
+        (hi, lo): (Operand, Operand),
+        upd: Operand,
+    ) -> Result<Option<DispatchTensor>> {
+        let _ = (x, hi, lo, upd);
+        Ok(None)
+    }
+
     /// The f32 sum of `t` over its first `lead` axes (the remaining axes' shape).
     fn leading_sum(&self, t: Operand, lead: usize) -> Result<Option<DispatchTensor>> {
         let _ = (t, lead);

@@ -404,7 +404,7 @@ pub(crate) fn submit(
 }
 
 /// [`submit`], with results written over operands as `reuse` says (see [`submit_for`]).
-fn submit_reusing(
+pub(crate) fn submit_reusing(
     source: &str,
     inputs: &[Operand],
     shapes: &[Vec<usize>],

@@ -13,7 +13,7 @@
 //! | [`queue`]     | work of ours queued in order with CubeCL's kernels; failures          |
 //! | [`gemm`]      | matrix products by cuBLAS (also Burn's own, through `burn-cubecl`)     |
 //! | [`elementwise`] | element-wise kernels compiled with NVRTC, and their launches         |
-//! | [`views`]     | strided reshapes, `put_slice`, sums over leading axes                  |
+//! | [`views`]     | strided reshapes, `slice`, `put_slice`, row sums and scatter-adds      |
 //! | [`fused`]     | fused element-wise runs and row regions as CUDA C                      |
 //! | [`attention`] | fused attention (TF32 `mma.sync`)                                      |
 //! | [`events`]    | CUDA events for the GPU-time profile                                   |
@@ -127,6 +127,25 @@ impl DeviceKernels for Cuda {
         starts: &[Start],
     ) -> Result<Option<DispatchTensor>> {
         views::put_slice(t, update, starts)
+    }
+
+    fn slice(
+        &self,
+        t: Operand,
+        starts: &[Start],
+        lens: &[usize],
+        steps: &[usize],
+    ) -> Result<Option<DispatchTensor>> {
+        views::slice(t, starts, lens, steps)
+    }
+
+    fn add_rows(
+        &self,
+        x: Operand,
+        rows: (Operand, Operand),
+        upd: Operand,
+    ) -> Result<Option<DispatchTensor>> {
+        views::add_rows(x, rows, upd)
     }
 
     fn leading_sum(&self, t: Operand, lead: usize) -> Result<Option<DispatchTensor>> {

@@ -5,11 +5,12 @@
 //! kernel on an attention's transposed scores), even where the new shape can be read from
 //! the same buffer with other strides. Here such a reshape is a view with computed strides
 //! (cuBLAS then reads a transposed operand as it is stored), and one that cannot be a view is
-//! one copy by an element-wise kernel of ours. Two more of Burn's strided paths are kernels of
-//! ours here: `put_slice` (one pass writing the result) and f32 sums over leading axes.
+//! one copy by an element-wise kernel of ours. More of Burn's strided paths are kernels of ours
+//! here: `put_slice` (one pass writing the result), f32 sums over leading axes, `slice` at
+//! starts read on the device, and the scatter-add of rows behind an embedding's gradient.
 
 use crate::elementwise::{
-    self, f32_cube, grid, grid_loop, header, map_source, strided_index, submit,
+    self, f32_cube, grid, grid_loop, header, header_with, map_source, strided_index, submit,
 };
 use burn_dispatch::{BackendTensor, DispatchTensor, DispatchTensorKind};
 use ex_burn_core::kernels::{Operand, Start};
@@ -134,7 +135,94 @@ pub fn put_slice(t: Operand, update: Operand, starts: &[Start]) -> Result<Option
         return Ok(None);
     }
     let mut inputs = vec![t, update];
-    let at: Vec<At> = starts
+    let at = starts_as_inputs(starts, &mut inputs);
+    let source = put_slice_source(full, lens, &ts, &us, &at);
+    let n = t.numel();
+    let out = submit(&source, &inputs, &[full.to_vec()], grid(n), n)?;
+    ex_burn_core::profile::note("kernel");
+    Ok(out.and_then(|mut o| o.pop()))
+}
+
+/// The window of `t` (an f32 CUDA tensor read through its strides) of `lens` elements per
+/// axis, every `steps`-th taken, at `starts` (Nx's `slice`), as one kernel of ours. Used where
+/// a start is read on the device ([`Start::Read`], the position of a generation loop reading
+/// its logits or cache): the kernel reads and clamps it, so the host never waits for it and
+/// the kernel is compiled once for every position. `None` where this does not apply (another
+/// type or device, an empty window).
+pub fn slice(
+    t: Operand,
+    starts: &[Start],
+    lens: &[usize],
+    steps: &[usize],
+) -> Result<Option<DispatchTensor>> {
+    let Some(ts) = elementwise::strides(t) else {
+        return Ok(None);
+    };
+    let full = t.shape;
+    let rank = full.len();
+    let fits = lens.iter().zip(full).all(|(&l, &d)| l <= d) && steps.iter().all(|&s| s > 0);
+    if ts.len() != rank
+        || starts.len() != rank
+        || lens.len() != rank
+        || steps.len() != rank
+        || !fits
+        || !elementwise::available()
+    {
+        return Ok(None);
+    }
+    let out: Vec<usize> = lens
+        .iter()
+        .zip(steps)
+        .map(|(&l, &s)| l.div_ceil(s))
+        .collect();
+    let n: usize = out.iter().product();
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut inputs = vec![t];
+    let at = starts_as_inputs(starts, &mut inputs);
+    let source = slice_source(full, lens, &out, steps, &ts, &at, inputs.len());
+    let res = submit(&source, &inputs, &[out], grid(n), n)?;
+    ex_burn_core::profile::note("kernel");
+    Ok(res.and_then(|mut o| o.pop()))
+}
+
+/// The kernel of [`slice`]: a source of shape `full` stored with strides `ts`, its window of
+/// `lens` at `starts` read every `steps` elements into a result of shape `out`.
+fn slice_source(
+    full: &[usize],
+    lens: &[usize],
+    out: &[usize],
+    steps: &[usize],
+    ts: &[usize],
+    starts: &[At],
+    inputs: usize,
+) -> String {
+    let (mut read, mut terms) = (String::new(), Vec::new());
+    let total: usize = out.iter().product();
+    for a in 0..full.len() {
+        let s = start_expr(a, full[a] - lens[a], starts[a], &mut read);
+        if full[a] == 1 || ts[a] == 0 {
+            continue;
+        }
+        let inner: usize = out[a + 1..].iter().product();
+        let c = format!(
+            "(unsigned long long){}",
+            elementwise::coordinate(inner, out[a], total)
+        );
+        terms.push(format!("({s} + {c} * {}ULL) * {}ULL", steps[a], ts[a]));
+    }
+    let index = if terms.is_empty() {
+        "0".to_string()
+    } else {
+        terms.join(" + ")
+    };
+    map_source(inputs, &format!("{read}    o0[i] = e0[{index}];"))
+}
+
+/// The kernel's view of `starts`: each read start becomes the next operand after `inputs`.
+fn starts_as_inputs<'a>(starts: &[Start<'a>], inputs: &mut Vec<Operand<'a>>) -> Vec<At> {
+    starts
         .iter()
         .map(|s| match *s {
             Start::At(v) => At::Fixed(v),
@@ -143,15 +231,25 @@ pub fn put_slice(t: Operand, update: Operand, starts: &[Start]) -> Result<Option
                 At::Operand(inputs.len() - 1)
             }
         })
-        .collect();
-    let source = put_slice_source(full, lens, &ts, &us, &at);
-    let n = t.numel();
-    let out = submit(&source, &inputs, &[full.to_vec()], grid(n), n)?;
-    ex_burn_core::profile::note("kernel");
-    Ok(out.and_then(|mut o| o.pop()))
+        .collect()
 }
 
-/// A window's start along one axis in [`put_slice_source`]'s kernel.
+/// The expression of the start along axis `a` of a window that fits at starts `0..=hi`:
+/// a constant, or the operand read once per thread (into `read`) and clamped as Nx clamps.
+fn start_expr(a: usize, hi: usize, at: At, read: &mut String) -> String {
+    match at {
+        At::Fixed(v) => format!("{v}ULL"),
+        At::Operand(j) => {
+            read.push_str(&format!(
+                "    const float r{a} = e{j}[0];\n    const unsigned long long s{a} = r{a} > \
+                 0.0f ? (r{a} < {hi}.0f ? (unsigned long long)r{a} : {hi}ULL) : 0ULL;\n"
+            ));
+            format!("s{a}")
+        }
+    }
+}
+
+/// A window's start along one axis in the kernels of [`put_slice`] and [`slice`].
 #[derive(Clone, Copy)]
 enum At {
     /// A constant of the source.
@@ -177,18 +275,7 @@ fn put_slice_source(
             "(unsigned long long){}",
             elementwise::coordinate(inner, full[a], total)
         );
-        let s = match starts[a] {
-            At::Fixed(v) => format!("{v}ULL"),
-            At::Operand(j) => {
-                // read once per thread; the clamp is Nx's (the window fits)
-                let hi = full[a] - lens[a];
-                read.push_str(&format!(
-                    "    const float r{a} = e{j}[0];\n    const unsigned long long s{a} = r{a} > \
-                     0.0f ? (r{a} < {hi}.0f ? (unsigned long long)r{a} : {hi}ULL) : 0ULL;\n"
-                ));
-                format!("s{a}")
-            }
-        };
+        let s = start_expr(a, full[a] - lens[a], starts[a], &mut read);
         if lens[a] != full[a] {
             // unsigned: c - s < len exactly when s <= c < s + len
             inside.push(format!("{c} - {s} < {}ULL", lens[a]));
@@ -216,6 +303,88 @@ fn put_slice_source(
         inputs,
         &format!("{read}    o0[i] = ({inside}) ? e1[{at}] : e0[{index}];"),
     )
+}
+
+/// `x` (`[rows, cols]`) with row `r[j] = hi[j] * 2^24 + lo[j]` increased by row `j` of `upd`
+/// (`[m, cols]`) for every `j` in order, all f32 CUDA tensors read through their strides (the
+/// row numbers in range). Burn's `select_add` walks the updates in one thread per column: 768
+/// threads for GPT-2's embedding gradient, one thread for the gradient of a loss that picks
+/// one logit per token (10 ms and 6 ms a step on an H200). Here the result starts as a copy of
+/// `x` (one coalesced pass), then each thread takes one column of a block of rows, walks every
+/// update in order and adds those that fall in its block, written over the copy. Each element
+/// still gets its additions one at a time in the order of `j`, so the sums are bit for bit
+/// those of the walk. `None` where this does not apply (other ranks or types).
+pub fn add_rows(
+    x: Operand,
+    (hi, lo): (Operand, Operand),
+    upd: Operand,
+) -> Result<Option<DispatchTensor>> {
+    let strides = [x, hi, lo, upd].map(elementwise::strides);
+    let [Some(xs), Some(hs), Some(ls), Some(us)] = strides else {
+        return Ok(None);
+    };
+    let ([rows, cols], [m], [m_lo], [um, uc]) = (x.shape, hi.shape, lo.shape, upd.shape) else {
+        return Ok(None);
+    };
+    let (rows, cols, m) = (*rows, *cols, *m);
+    if (*m_lo, *um, *uc) != (m, m, cols)
+        || rows == 0
+        || cols == 0
+        || m == 0
+        || !elementwise::available()
+    {
+        return Ok(None);
+    }
+    // the result starts as a copy of `x`
+    let shape = [rows, cols];
+    let copy = map_source(
+        1,
+        &format!("o0[i] = e0[{}];", strided_index(&shape, &xs, &shape)),
+    );
+    let total = rows * cols;
+    let Some(base) =
+        submit(&copy, &[x], &[shape.to_vec()], grid(total), total)?.and_then(|mut o| o.pop())
+    else {
+        return Ok(None);
+    };
+    let base = Operand {
+        prim: &base,
+        shape: &shape,
+    };
+    if !elementwise::reusable(base, total) {
+        return Ok(None);
+    }
+    // Every thread walks all `m` updates: the walks' steps (threads times `m`) are the cost,
+    // bounded to ~2^27; at least 64 blocks where there are rows for them, so that the
+    // additions of one column are spread over many threads.
+    let blocks = ((1 << 27) / (cols * m)).max(64).clamp(1, rows);
+    let per = rows.div_ceil(blocks);
+    let blocks = rows.div_ceil(per);
+    let walk = format!(
+        "{}{}    const unsigned long long c = t % {cols}ULL, r0 = t / {cols}ULL * {per}ULL;\n    \
+         const unsigned long long r1 = r0 + {per}ULL < {rows}ULL ? r0 + {per}ULL : {rows}ULL;\n    \
+         for (unsigned long long j = 0; j < {m}ULL; j++) {{\n      const unsigned long long r = \
+         (unsigned long long)(unsigned int)e1[j * {h0}ULL] * 16777216ULL + (unsigned int)e2[j * \
+         {l0}ULL];\n      if (r >= r0 && r < r1) {{ const unsigned long long o = r * {cols}ULL + \
+         c; o0[o] = o0[o] + e3[j * {u0}ULL + c * {u1}ULL]; }}\n    }}\n  }}\n}}\n",
+        header_with("", 4, 1, false),
+        grid_loop("t"),
+        h0 = hs[0],
+        l0 = ls[0],
+        u0 = us[0],
+        u1 = us[1],
+    );
+    let n = blocks * cols;
+    let out = elementwise::submit_reusing(
+        &walk,
+        &[base, hi, lo, upd],
+        &[shape.to_vec()],
+        grid(n),
+        n,
+        &[Some(0)],
+    )?;
+    ex_burn_core::profile::note_detail(|| format!("add rows {m} into {rows}x{cols}"));
+    Ok(out.and_then(|mut o| o.pop()))
 }
 
 /// The sum of an f32 CUDA tensor over its first `lead` axes (a bias gradient: over batch and
@@ -295,6 +464,35 @@ mod tests {
             &[Fixed(0), Fixed(0), Operand(2), Fixed(0)],
         );
         assert!(source.contains("e2[0]"));
+        crate::elementwise::assert_compiles(&source);
+    }
+
+    #[test]
+    fn slice_source_compiles() {
+        use super::At::{Fixed, Operand};
+        // one position's logits [1, 1, 50257] of [1, 160, 50257], the position read on the
+        // device
+        let source = super::slice_source(
+            &[1, 160, 50257],
+            &[1, 1, 50257],
+            &[1, 1, 50257],
+            &[1, 1, 1],
+            &[8041120, 50257, 1],
+            &[Fixed(0), Operand(1), Fixed(0)],
+            2,
+        );
+        assert!(source.contains("e1[0]") && source.contains("159ULL"));
+        crate::elementwise::assert_compiles(&source);
+        // every second column of a transposed [6, 4] from column 1
+        let source = super::slice_source(
+            &[6, 4],
+            &[6, 3],
+            &[6, 2],
+            &[1, 2],
+            &[1, 6],
+            &[Fixed(0), Fixed(1)],
+            1,
+        );
         crate::elementwise::assert_compiles(&source);
     }
 

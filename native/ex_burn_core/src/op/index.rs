@@ -255,6 +255,35 @@ fn scatter(
     util::permute(&res, &inverse)
 }
 
+/// [`add_rows`] of f32 values by the device kernels, where they have them: the same sums in
+/// the same order as `select_add`, from many more threads (an embedding's gradient, a loss's
+/// gradient at the picked logits). `x2` is `[rows, rest..]`, `flat` the row numbers (s64, in
+/// range), `u2` `[m, rest..]`.
+fn device_add_rows(x2: &Tensor, flat: &Prim, u2: &Tensor) -> Result<Option<Tensor>> {
+    let Some(k) = x2.kernels() else {
+        return Ok(None);
+    };
+    if x2.dtype() != DType::F32 || u2.dtype() != DType::F32 || x2.rank() == 0 {
+        return Ok(None);
+    }
+    let (rows, m) = (x2.shape()[0], u2.shape()[0]);
+    let cols = x2.numel() / rows.max(1);
+    let x = x2.reshape(vec![rows, cols])?;
+    let u = u2.reshape(vec![m, cols])?;
+    // row numbers (non-negative) as two f32 values exact below 2^24: r = hi * 2^24 + lo (bit
+    // operations: Burn's CUDA remainder of s64 does not compile)
+    let as_f32 = |p: Prim| Tensor::from_prim(p, Kind::Int, vec![m]).cast(DType::F32);
+    let hi = as_f32(B::bitwise_right_shift_scalar(flat.clone(), 24.into()))?;
+    let lo = as_f32(B::bitwise_and_scalar(
+        flat.clone(),
+        ((1i64 << 24) - 1).into(),
+    ))?;
+    Ok(
+        k.add_rows(x.operand(), (hi.operand(), lo.operand()), u.operand())?
+            .map(|p| Tensor::from_kernel(p, vec![rows, cols])),
+    )
+}
+
 /// Scatter-add, on every device: Burn's GPU `scatter_nd` adds without atomics, so repeated
 /// indices lose updates (measured on CUDA). `select_add` along a flattened leading axis walks
 /// the updates in order within one thread per slice element, so repeats accumulate.
@@ -281,6 +310,9 @@ fn add_rows(xp: &Tensor, idx: &Tensor, u: &Tensor, k: usize) -> Result<Tensor> {
     let rows: usize = lead.iter().product();
     let x2 = xp.reshape([&[rows], rest].concat())?;
     let u2 = u.reshape([&[m], rest].concat())?;
+    if let Some(out) = device_add_rows(&x2, &flat, &u2)? {
+        return out.reshape(xp.shape().to_vec());
+    }
     let prim = match xp.kind() {
         Kind::Float => B::float_select_add(x2.prim(), 0, flat, u2.prim()),
         _ => B::int_select_add(x2.int_prim()?, 0, flat, u2.int_prim()?),

@@ -47,9 +47,15 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
             strides,
             dynamic,
         } => {
-            let starts = resolve_starts(starts, dynamic, &x[1..])?;
             let ones = vec![1; t.rank()];
-            slice(t, &starts, lengths, strides.as_deref().unwrap_or(&ones))
+            let strides = strides.as_deref().unwrap_or(&ones);
+            if let Some(out) =
+                slice_at_device_starts(t, starts, lengths, strides, dynamic, &x[1..])?
+            {
+                return Ok(out);
+            }
+            let starts = resolve_starts(starts, dynamic, &x[1..])?;
+            slice(t, &starts, lengths, strides)
         }
         Op::PutSlice { starts, dynamic } => put_slice(t, &x[1], starts, dynamic, &x[2..]),
         Op::Concatenate { axis } => concatenate(x, *axis),
@@ -293,10 +299,7 @@ fn put_slice(
         // Starts computed on the device (a loop's position) are read by the kernel itself:
         // no wait for the device, and one kernel for every position.
         if let Some(read) = device_starts(&t, dynamic, given)? {
-            let mut at: Vec<Start> = (0..r).map(|i| Start::At(clamp(i, starts[i]))).collect();
-            for (&axis, s) in dynamic.iter().zip(&read) {
-                at[axis] = Start::Read(s.operand());
-            }
+            let at = window_starts(&t, u.shape(), starts, dynamic, &read);
             if let Some(p) = k.put_slice(t.operand(), u.operand(), &at)? {
                 return Ok(Tensor::from_kernel(p, t.shape().to_vec()));
             }
@@ -317,6 +320,62 @@ fn put_slice(
         }
     }
     assign(&t, &spec, &u)
+}
+
+/// `t`'s window (Nx's `slice`) where some starts are computed on `t`'s device: taken by a
+/// device kernel that reads them itself (no wait for the device, one kernel for every
+/// position; the generation loop's read of its logits at the current position). `None` where
+/// the device kernels do not take it (then the starts are read on the host).
+fn slice_at_device_starts(
+    t: &Tensor,
+    starts: &[i64],
+    lengths: &[usize],
+    strides: &[usize],
+    dynamic: &[usize],
+    given: &[Tensor],
+) -> Result<Option<Tensor>> {
+    let r = t.rank();
+    let Some(k) = t.kernels() else {
+        return Ok(None);
+    };
+    // what does not fit is refused by the host path, with its message
+    let fits = starts.len() == r
+        && lengths.len() == r
+        && strides.len() == r
+        && lengths.iter().zip(t.shape()).all(|(&l, &d)| l <= d)
+        && strides.iter().all(|&s| s > 0);
+    if !fits {
+        return Ok(None);
+    }
+    let Some(read) = device_starts(t, dynamic, given)? else {
+        return Ok(None);
+    };
+    let at = window_starts(t, lengths, starts, dynamic, &read);
+    let shape = lengths
+        .iter()
+        .zip(strides)
+        .map(|(&l, &s)| l.div_ceil(s))
+        .collect();
+    Ok(k.slice(t.operand(), &at, lengths, strides)?
+        .map(|p| Tensor::from_kernel(p, shape)))
+}
+
+/// The starts of a window of `lens` in `t`: the static `starts` clamped so that it fits, and
+/// each of the `dynamic` axes read from its scalar in `read` by the kernel.
+fn window_starts<'a>(
+    t: &Tensor,
+    lens: &[usize],
+    starts: &[i64],
+    dynamic: &[usize],
+    read: &'a [Tensor],
+) -> Vec<Start<'a>> {
+    let mut at: Vec<Start> = (0..t.rank())
+        .map(|i| Start::At(starts[i].clamp(0, (t.shape()[i] - lens[i]) as i64) as usize))
+        .collect();
+    for (&axis, s) in dynamic.iter().zip(read) {
+        at[axis] = Start::Read(s.operand());
+    }
+    at
 }
 
 /// The dynamic starts of `t`'s window as f32 scalars on `t`'s device, for a kernel to read

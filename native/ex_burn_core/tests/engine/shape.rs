@@ -296,6 +296,55 @@ fn put_slice_at_dynamic_starts_clamps_as_static_starts() {
 }
 
 #[test]
+fn slice_at_dynamic_starts_clamps_as_static_starts() {
+    // a generation loop's read of one position's logits, and strided windows
+    let (rows, cols) = (10, 6);
+    let x = f(
+        &(0..2 * rows * cols)
+            .map(|i| i as f64 * 0.5 - 7.0)
+            .collect::<Vec<_>>(),
+        &[2, rows, cols],
+    );
+    for pos in [-3i64, 0, 4, 8, 9, 40, i64::from(i32::MAX)] {
+        for (lengths, strides) in [
+            (vec![2, 1, cols], None),
+            (vec![1, 3, 4], Some(vec![1, 2, 3])),
+        ] {
+            let fixed = ev(
+                Op::Slice {
+                    starts: vec![0, pos, 1],
+                    lengths: lengths.clone(),
+                    strides: strides.clone(),
+                    dynamic: vec![],
+                },
+                &[&x],
+            );
+            for dtype in [DType::S32, DType::S64, DType::U8] {
+                if dtype == DType::U8 && !(0..256).contains(&pos) {
+                    continue;
+                }
+                let p = t(&[pos as f64], &[], dtype);
+                let got = ev(
+                    Op::Slice {
+                        starts: vec![0, 0, 1],
+                        lengths: lengths.clone(),
+                        strides: strides.clone(),
+                        dynamic: vec![1],
+                    },
+                    &[&x, &p],
+                );
+                assert_eq!(got.shape(), fixed.shape());
+                assert_eq!(
+                    v(&got),
+                    v(&fixed),
+                    "position {pos} as {dtype:?}, lengths {lengths:?}, strides {strides:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn concatenate_and_stack() {
     let a = f(&[1., 2.], &[1, 2]);
     let b = s(&[3., 4., 5., 6.], &[2, 2]);
