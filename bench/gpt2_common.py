@@ -1,9 +1,10 @@
 # Shared by the Python peers of the GPT-2 benchmarks (bench/gpt2_layer.py, bench/gpt2_small.py,
 # bench/gpt2_generate.py): the parameters' names and shapes in the order bench/support/gpt2.exs
-# writes the starting weights, reading that file, the token ids, and the GPU memory a process
-# holds.
+# writes the starting weights, reading that file, the token ids, the median time of a call, and
+# the GPU memory a process holds.
 import os
 import subprocess
+import time
 
 import numpy as np
 
@@ -37,6 +38,19 @@ def weights(path, shapes):
 def tokens(batch, length, vocab):
     """Token ids (i * 7919 + 13) mod vocab, as Bench.Gpt2.tokens/3 makes them."""
     return ((np.arange(batch * length, dtype=np.int64) * 7919 + 13) % vocab).reshape(batch, length)
+
+
+def median_ms(f, rounds, warmup=3, sync=lambda r: r):
+    """`warmup` calls of `f` (their results through `sync`), then the median milliseconds of
+    `rounds` more calls, each ended by `sync`: `(ms, warm-up results)`."""
+    warm = [sync(f()) for _ in range(warmup)]
+    ts = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        sync(f())
+        ts.append(time.perf_counter() - t)
+    ts.sort()
+    return ts[len(ts) // 2] * 1e3, warm
 
 
 def process_gpu_mib():

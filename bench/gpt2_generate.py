@@ -8,7 +8,6 @@
 # "<peer>_ids_<batch> <the chosen ids, row by row>".
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -35,14 +34,7 @@ def prompt(b):
 
 
 def median_ms(f):
-    f()
-    ts = []
-    for _ in range(ROUNDS):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e3
+    return common.median_ms(f, ROUNDS, warmup=1)[0]
 
 
 def torch_peer():

@@ -7,7 +7,6 @@
 # holds after its runs (nvidia-smi, CUDA context included; JAX without preallocation).
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_common as common  # noqa: E402
@@ -16,16 +15,8 @@ B, S, D, H, F = 8, 512, 768, 12, 3072
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 
 
-def median_ms(f, sync, rounds=ROUNDS, warmup=3):
-    for _ in range(warmup):
-        sync(f())
-    ts = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        sync(f())
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e3
+def median_ms(f, sync):
+    return common.median_ms(f, ROUNDS, sync=sync)[0]
 
 
 def torch_peer():

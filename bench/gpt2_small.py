@@ -10,7 +10,6 @@
 # "<peer>_mem <MiB of GPU memory this process holds after its runs>" (nvidia-smi).
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_common as common  # noqa: E402
@@ -36,14 +35,8 @@ def tokens():
 
 def timed(step, sync):
     """Three steps (their losses), then the median of ROUNDS more."""
-    losses = [float(sync(step())) for _ in range(3)]
-    ts = []
-    for _ in range(ROUNDS):
-        t = time.perf_counter()
-        sync(step())
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e3, losses
+    ms, losses = common.median_ms(step, ROUNDS, sync=sync)
+    return ms, [float(v) for v in losses]
 
 
 def torch_peer(compiled):

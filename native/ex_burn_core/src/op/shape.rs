@@ -4,7 +4,7 @@
 use super::util;
 use super::Op;
 use crate::dtype::Kind;
-use crate::kernels::Start;
+use crate::kernels::{DeviceKernels, Start};
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
@@ -186,7 +186,7 @@ pub(crate) fn slice(
         // A stride of at least the length takes one element: the same slice with a stride
         // that fits the backend's signed step.
         let st = st.min(len.max(1));
-        let start = starts[i].clamp(0, (d - len) as i64) as usize;
+        let start = fit_start(starts[i], d, len);
         spec.push((start, start + len, st));
         shape.push(len.div_ceil(st));
     }
@@ -293,12 +293,10 @@ fn put_slice(
             )));
         }
     }
-    let clamp =
-        |i: usize, start: i64| start.clamp(0, (t.shape()[i] - u.shape()[i]) as i64) as usize;
     if let Some(k) = t.kernels() {
         // Starts computed on the device (a loop's position) are read by the kernel itself:
         // no wait for the device, and one kernel for every position.
-        if let Some(read) = device_starts(&t, dynamic, given)? {
+        if let Some(read) = device_starts(k, &t, dynamic, given)? {
             let at = window_starts(&t, u.shape(), starts, dynamic, &read);
             if let Some(p) = k.put_slice(t.operand(), u.operand(), &at)? {
                 return Ok(Tensor::from_kernel(p, t.shape().to_vec()));
@@ -308,7 +306,7 @@ fn put_slice(
     let starts = resolve_starts(starts, dynamic, given)?;
     let spec: Vec<(usize, usize, usize)> = (0..r)
         .map(|i| {
-            let s = clamp(i, starts[i]);
+            let s = fit_start(starts[i], t.shape()[i], u.shape()[i]);
             (s, s + u.shape()[i], 1)
         })
         .collect();
@@ -347,7 +345,7 @@ fn slice_at_device_starts(
     if !fits {
         return Ok(None);
     }
-    let Some(read) = device_starts(t, dynamic, given)? else {
+    let Some(read) = device_starts(k, t, dynamic, given)? else {
         return Ok(None);
     };
     let at = window_starts(t, lengths, starts, dynamic, &read);
@@ -370,7 +368,7 @@ fn window_starts<'a>(
     read: &'a [Tensor],
 ) -> Vec<Start<'a>> {
     let mut at: Vec<Start> = (0..t.rank())
-        .map(|i| Start::At(starts[i].clamp(0, (t.shape()[i] - lens[i]) as i64) as usize))
+        .map(|i| Start::At(fit_start(starts[i], t.shape()[i], lens[i])))
         .collect();
     for (&axis, s) in dynamic.iter().zip(read) {
         at[axis] = Start::Read(s.operand());
@@ -378,13 +376,25 @@ fn window_starts<'a>(
     at
 }
 
-/// The dynamic starts of `t`'s window as f32 scalars on `t`'s device, for a kernel to read
-/// (see [`Start::Read`]): `None` when there are none, when one is not an integer scalar on
-/// that device (u64 starts, which the host reads as s64, included), or when an axis they
-/// index has 2^24 elements or more.
-fn device_starts(t: &Tensor, dynamic: &[usize], given: &[Tensor]) -> Result<Option<Vec<Tensor>>> {
+/// Nx's clamp of a window's start: the window of `len` fits in an axis of `dim` (`len <= dim`).
+fn fit_start(start: i64, dim: usize, len: usize) -> usize {
+    start.clamp(0, (dim - len) as i64) as usize
+}
+
+/// The dynamic starts of `t`'s window as f32 scalars on `t`'s device, for a kernel of `k` to
+/// read (see [`Start::Read`]): `None` when there are none, when the kernels do not know `t`'s
+/// layout (a tensor they do not take: no start is cast for nothing), when one is not an
+/// integer scalar on that device (u64 starts, which the host reads as s64, included), or when
+/// an axis they index has 2^24 elements or more.
+fn device_starts(
+    k: &dyn DeviceKernels,
+    t: &Tensor,
+    dynamic: &[usize],
+    given: &[Tensor],
+) -> Result<Option<Vec<Tensor>>> {
     const EXACT: usize = 1 << 24;
     let usable = !dynamic.is_empty()
+        && k.strides(t.operand()).is_some()
         && given.len() >= dynamic.len()
         && dynamic
             .iter()
