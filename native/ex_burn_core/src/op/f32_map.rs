@@ -101,64 +101,206 @@ pub(crate) fn run_step_any(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
 
 #[inline(always)]
 fn unary(m: Map, a: Arg, out: &mut [f32]) {
-    match m {
-        Map::Neg => map1(a, out, |x| -x),
-        Map::Abs => map1(a, out, f32::abs),
-        Map::Sqrt => map1(a, out, f32::sqrt),
-        Map::Rsqrt => map1(a, out, |x| 1.0 / x.sqrt()),
-        Map::Exp => map1(a, out, f32::exp),
-        Map::Log => map1(a, out, f32::ln),
-        Map::Exact(e) => {
-            let fun = match e {
-                Exact::Sin => Fun::Sin,
-                Exact::Cos => Fun::Cos,
-                Exact::Tanh => Fun::Tanh,
-            };
-            match a {
-                Arg::Slice(a) => exact32::apply(fun, a, out),
-                Arg::Scalar(x) => {
-                    let mut v = [0f32];
-                    exact32::apply(fun, &[x], &mut v);
-                    out.fill(v[0]);
-                }
+    if let Map::Exact(e) = m {
+        let fun = exact_fun(e);
+        match a {
+            Arg::Slice(a) => exact32::apply(fun, a, out),
+            Arg::Scalar(x) => {
+                let mut v = [0f32];
+                exact32::apply(fun, &[x], &mut v);
+                out.fill(v[0]);
             }
         }
-        Map::Sin => map1(a, out, f32::sin),
-        Map::Cos => map1(a, out, f32::cos),
-        Map::Tanh => map1(a, out, f32::tanh),
-        // binary maps: `binary` applies them
-        _ => {}
+        return;
     }
+    visit(m, Slices { a, b: None, out });
 }
 
 #[inline(always)]
 fn binary(m: Map, a: Arg, b: Arg, out: &mut [f32]) {
-    match m {
-        Map::Add => map2(a, b, out, |x, y| x + y),
-        Map::Sub => map2(a, b, out, |x, y| x - y),
-        Map::Mul => map2(a, b, out, |x, y| x * y),
-        Map::Div => map2(a, b, out, |x, y| x / y),
-        Map::Pow => match b {
+    if let Map::Pow = m {
+        match b {
             Arg::Scalar(2.0) => map1(a, out, |x| x * x),
             Arg::Scalar(3.0) => map1(a, out, |x| {
                 let w = x as f64;
                 (w * w * w) as f32
             }),
             _ => map2(a, b, out, f32::powf),
-        },
-        Map::Max => map2(a, b, out, |x, y| if x > y || x.is_nan() { x } else { y }),
-        Map::Min => map2(a, b, out, |x, y| if x < y || x.is_nan() { x } else { y }),
-        Map::Cmp(c) => {
-            let mask = |t: bool| if t { 1.0 } else { 0.0 };
-            match c {
-                Comparison::Equal => map2(a, b, out, |x, y| mask(x == y)),
-                Comparison::NotEqual => map2(a, b, out, |x, y| mask(x != y)),
-                Comparison::Less => map2(a, b, out, |x, y| mask(x < y)),
-                Comparison::LessEqual => map2(a, b, out, |x, y| mask(x <= y)),
-                Comparison::Greater => map2(a, b, out, |x, y| mask(x > y)),
-                Comparison::GreaterEqual => map2(a, b, out, |x, y| mask(x >= y)),
+        }
+        return;
+    }
+    visit(m, Slices { a, b: Some(b), out });
+}
+
+/// The correctly rounded kernel of an exact map.
+fn exact_fun(e: Exact) -> Fun {
+    match e {
+        Exact::Sin => Fun::Sin,
+        Exact::Cos => Fun::Cos,
+        Exact::Tanh => Fun::Tanh,
+    }
+}
+
+/// Applies an element function to slices or broadcast scalars (what [`run_step_any`] does
+/// with [`visit`]).
+struct Slices<'a, 'o> {
+    a: Arg<'a>,
+    b: Option<Arg<'a>>,
+    out: &'o mut [f32],
+}
+
+impl ElemVisitor for Slices<'_, '_> {
+    type Out = ();
+
+    #[inline(always)]
+    fn one<E: Elem1>(self) {
+        map1(self.a, self.out, E::f);
+    }
+
+    #[inline(always)]
+    fn two<E: Elem2>(self) {
+        if let Some(b) = self.b {
+            map2(self.a, b, self.out, E::f);
+        }
+    }
+}
+
+/// An element function of one f32 operand.
+pub(crate) trait Elem1 {
+    /// The function.
+    fn f(x: f32) -> f32;
+}
+
+/// An element function of two f32 operands.
+pub(crate) trait Elem2 {
+    /// The function.
+    fn f(x: f32, y: f32) -> f32;
+}
+
+/// Something done with an element function given as a type: [`visit`] calls `one` or `two`
+/// with the function of a map, so that each use (slices here, blocks of a buffer in
+/// `f32_blocks`) is compiled for each function from this one table.
+pub(crate) trait ElemVisitor {
+    /// What the use gives.
+    type Out;
+    /// Uses a function of one operand.
+    fn one<E: Elem1>(self) -> Self::Out;
+    /// Uses a function of two operands.
+    fn two<E: Elem2>(self) -> Self::Out;
+}
+
+macro_rules! elem1 {
+    ($($(#[$doc:meta])* $name:ident = |$x:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        pub(crate) struct $name;
+        impl Elem1 for $name {
+            #[inline(always)]
+            fn f($x: f32) -> f32 {
+                $body
             }
         }
-        _ => {}
+    )*};
+}
+
+macro_rules! elem2 {
+    ($($(#[$doc:meta])* $name:ident = |$x:ident, $y:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        pub(crate) struct $name;
+        impl Elem2 for $name {
+            #[inline(always)]
+            fn f($x: f32, $y: f32) -> f32 {
+                $body
+            }
+        }
+    )*};
+}
+
+/// A comparison's mask: 1.0 where it holds, else 0.0.
+#[inline(always)]
+fn mask(t: bool) -> f32 {
+    if t {
+        1.0
+    } else {
+        0.0
     }
+}
+
+elem1! {
+    /// `-x`.
+    Neg = |x| -x;
+    /// `|x|`.
+    Abs = |x| x.abs();
+    /// Square root.
+    Sqrt = |x| x.sqrt();
+    /// `1 / sqrt(x)`, each rounded.
+    Rsqrt = |x| 1.0 / x.sqrt();
+    /// libm `expf`.
+    Exp = |x| x.exp();
+    /// libm `logf`.
+    Log = |x| x.ln();
+    /// libm `sinf`.
+    Sin = |x| x.sin();
+    /// libm `cosf`.
+    Cos = |x| x.cos();
+    /// libm `tanhf`.
+    Tanh = |x| x.tanh();
+}
+
+elem2! {
+    /// `x + y`.
+    Add = |x, y| x + y;
+    /// `x - y`.
+    Sub = |x, y| x - y;
+    /// `x * y`.
+    Mul = |x, y| x * y;
+    /// `x / y`.
+    Div = |x, y| x / y;
+    /// Nx `max`: `x` where it is greater or NaN.
+    Max = |x, y| if x > y || x.is_nan() { x } else { y };
+    /// Nx `min`: `x` where it is less or NaN.
+    Min = |x, y| if x < y || x.is_nan() { x } else { y };
+    /// Mask of `x == y`.
+    Equal = |x, y| mask(x == y);
+    /// Mask of `x != y`.
+    NotEqual = |x, y| mask(x != y);
+    /// Mask of `x < y`.
+    Less = |x, y| mask(x < y);
+    /// Mask of `x <= y`.
+    LessEqual = |x, y| mask(x <= y);
+    /// Mask of `x > y`.
+    Greater = |x, y| mask(x > y);
+    /// Mask of `x >= y`.
+    GreaterEqual = |x, y| mask(x >= y);
+}
+
+/// Calls `v` with the element function of `m`: `None` for `Pow` (its function depends on the
+/// exponent's value) and the exact maps (whose kernels run on whole slices).
+#[inline(always)]
+pub(crate) fn visit<V: ElemVisitor>(m: Map, v: V) -> Option<V::Out> {
+    Some(match m {
+        Map::Add => v.two::<Add>(),
+        Map::Sub => v.two::<Sub>(),
+        Map::Mul => v.two::<Mul>(),
+        Map::Div => v.two::<Div>(),
+        Map::Max => v.two::<Max>(),
+        Map::Min => v.two::<Min>(),
+        Map::Cmp(c) => match c {
+            Comparison::Equal => v.two::<Equal>(),
+            Comparison::NotEqual => v.two::<NotEqual>(),
+            Comparison::Less => v.two::<Less>(),
+            Comparison::LessEqual => v.two::<LessEqual>(),
+            Comparison::Greater => v.two::<Greater>(),
+            Comparison::GreaterEqual => v.two::<GreaterEqual>(),
+        },
+        Map::Neg => v.one::<Neg>(),
+        Map::Abs => v.one::<Abs>(),
+        Map::Sqrt => v.one::<Sqrt>(),
+        Map::Rsqrt => v.one::<Rsqrt>(),
+        Map::Exp => v.one::<Exp>(),
+        Map::Log => v.one::<Log>(),
+        Map::Sin => v.one::<Sin>(),
+        Map::Cos => v.one::<Cos>(),
+        Map::Tanh => v.one::<Tanh>(),
+        Map::Pow | Map::Exact(_) => return None,
+    })
 }

@@ -11,6 +11,7 @@ mod conv_host;
 pub(crate) mod creation;
 mod dot;
 pub(crate) mod exact32;
+pub(crate) mod f32_blocks;
 pub(crate) mod f32_map;
 mod facts;
 pub(crate) mod host_gemm;

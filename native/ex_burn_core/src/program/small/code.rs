@@ -6,15 +6,18 @@
 //! the slots it reads never overlap the one it writes.
 
 use crate::kernels::Map;
+use crate::op::f32_blocks::{self, BlockFn, Read, BLOCK};
 use crate::op::f32_map::{run_step_any, Arg};
 use crate::op::{Compare, Logical};
 use crate::DType;
 
-/// Elements between the starts of two slots, at least (four AVX-512 vectors of f32).
+/// Elements between the starts of two slots, at least (four AVX-512 vectors of f32): a whole
+/// number of the block kernels' blocks, so that a kernel's rounded-up blocks stay in the slot.
 const SPACING: usize = 64;
+const _: () = assert!(SPACING.is_multiple_of(BLOCK));
 
 /// Where a value lives in its arena.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Slot {
     /// First element.
     pub off: usize,
@@ -23,7 +26,7 @@ pub struct Slot {
 }
 
 /// A value of either arena.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Src {
     /// f32 values.
     F(Slot),
@@ -120,6 +123,14 @@ pub enum IntReduce {
 /// element broadcast, others have `out`'s length.
 #[derive(Debug, Clone)]
 pub enum Ins {
+    /// An f32 map by its block kernel (`op::f32_blocks`), chosen for the operands' layout:
+    /// what [`Ins::map`] makes of a map that has one.
+    Block {
+        k: BlockFn,
+        a: Slot,
+        b: Option<Slot>,
+        out: Slot,
+    },
     /// An f32 map (the op table's element functions, `fuse::map32`).
     Map {
         m: Map,
@@ -236,31 +247,77 @@ fn int_op(op: IntOp, x: i64, y: i64) -> i64 {
     }
 }
 
+impl Ins {
+    /// The instruction of map `m` on `a` (and `b`) into `out`: its block kernel where it has
+    /// one for these operands (a one-element operand of a larger result is broadcast), else
+    /// the map.
+    pub fn map(m: Map, a: Slot, b: Option<Slot>, out: Slot) -> Ins {
+        let read = |s: Slot| {
+            if s.len == 1 && out.len != 1 {
+                Read::Scalar
+            } else {
+                Read::Each
+            }
+        };
+        match f32_blocks::kernel(m, read(a), b.map(read)) {
+            Some(k) => Ins::Block { k, a, b, out },
+            None => Ins::Map { m, a, b, out },
+        }
+    }
+}
+
 /// Runs `code` over `regs`. Every instruction writes a slot above every slot it reads in the
 /// same arena (results get fresh slots, in order; see [`Ins::reads_below`]).
 pub fn run(code: &[Ins], regs: &mut Regs) {
     #[cfg(target_arch = "x86_64")]
     if crate::op::util::simd().avx2 {
-        // SAFETY: AVX2 was detected on this CPU.
-        unsafe { run_avx2(code, regs) };
+        drive(code, regs, exec_avx2);
         return;
     }
-    run_any(code, regs);
+    drive(code, regs, exec_any);
 }
 
-/// [`run_any`] compiled for AVX2: the element loops of the maps are inlined into it and
-/// vectorised (the same IEEE operations, no fused multiply-adds, so results do not change).
+/// Runs each block kernel itself and every other instruction through `other`: the loop holds
+/// nothing but the calls, so nothing is reloaded around them.
+#[inline(always)]
+fn drive(code: &[Ins], regs: &mut Regs, other: unsafe fn(&Ins, &mut Regs)) {
+    for ins in code {
+        if let Ins::Block { k, a, b, out } = ins {
+            // SAFETY: the slots lie in the f32 arena with room for whole blocks ([`SPACING`],
+            // [`Regs::alloc`]), and `out` lies above the slots read (`reads_below`, which the
+            // compiler checks of all code), so the blocks written are not read.
+            unsafe {
+                k(
+                    regs.f.as_mut_ptr(),
+                    a.off,
+                    b.map_or(a.off, |b| b.off),
+                    out.off,
+                    out.len,
+                )
+            };
+        } else {
+            // SAFETY: `exec_avx2` is only passed where AVX2 was detected.
+            unsafe { other(ins, regs) };
+        }
+    }
+}
+
+/// [`exec`] compiled for AVX2: the element loops of the instructions are vectorised (the same
+/// IEEE operations, no fused multiply-adds, so results do not change).
+///
+/// # Safety
+/// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn run_avx2(code: &[Ins], regs: &mut Regs) {
-    run_any(code, regs);
+#[inline(never)]
+unsafe fn exec_avx2(ins: &Ins, regs: &mut Regs) {
+    exec(ins, regs);
 }
 
-#[inline(always)]
-fn run_any(code: &[Ins], regs: &mut Regs) {
-    for ins in code {
-        exec(ins, regs);
-    }
+/// [`exec`] for any CPU.
+#[inline(never)]
+unsafe fn exec_any(ins: &Ins, regs: &mut Regs) {
+    exec(ins, regs);
 }
 
 impl Ins {
@@ -268,6 +325,7 @@ impl Ins {
     pub fn out(&self) -> Src {
         match self {
             Ins::Map { out, .. }
+            | Ins::Block { out, .. }
             | Ins::Select { out, .. }
             | Ins::ToF32 { out, .. }
             | Ins::SumF { out, .. } => Src::F(*out),
@@ -286,7 +344,7 @@ impl Ins {
     /// The slots the instruction reads.
     pub fn reads(&self) -> Vec<Src> {
         match self {
-            Ins::Map { a, b, .. } => [Some(Src::F(*a)), b.map(Src::F)]
+            Ins::Map { a, b, .. } | Ins::Block { a, b, .. } => [Some(Src::F(*a)), b.map(Src::F)]
                 .into_iter()
                 .flatten()
                 .collect(),
@@ -383,6 +441,8 @@ fn floats(ins: &Ins, r: &View, o: &mut [f32]) {
         Ins::Map { m, a, b, .. } => {
             run_step_any(*m, arg(r.f(*a), n), b.map(|b| arg(r.f(b), n)), o);
         }
+        // run by `run_any` itself
+        Ins::Block { .. } => {}
         Ins::Select { p, t, f, .. } => select(r, *p, r.f(*t), r.f(*f), o),
         Ins::ToF32 { a, .. } => {
             let a = r.i(*a);

@@ -131,6 +131,9 @@ impl Machine {
         if !cond_code.iter().chain(&body_code).all(Ins::reads_below) {
             return Ok(None);
         }
+        let state_slots = info[..state].iter().map(|r| r.src);
+        let (before, [cond_code, body_code]) = hoist(state_slots, [cond_code, body_code]);
+        code::run(&before, &mut regs);
         let mut next = Regs::default();
         let next_slots = outs
             .iter()
@@ -190,6 +193,33 @@ impl Machine {
             .map(|k| store(&self.regs, &self.info[k]))
             .collect()
     }
+}
+
+/// Splits the instructions of `codes` (the condition's, then the body's) into those that
+/// read, directly or through earlier instructions, a slot of `state` (kept, in order) and
+/// the others (returned first, in order): their operands (constants, the loop's invariants,
+/// results of such instructions) never change between iterations, so they run once before
+/// the loop (every slot is written by one instruction or, for the state, between
+/// iterations).
+fn hoist<const N: usize>(
+    state: impl Iterator<Item = Src>,
+    codes: [Vec<Ins>; N],
+) -> (Vec<Ins>, [Vec<Ins>; N]) {
+    let mut varying: std::collections::HashSet<Src> = state.collect();
+    let mut before = Vec::new();
+    let kept = codes.map(|code| {
+        let mut kept = Vec::with_capacity(code.len());
+        for ins in code {
+            if ins.reads().iter().any(|r| varying.contains(r)) {
+                varying.insert(ins.out());
+                kept.push(ins);
+            } else {
+                before.push(ins);
+            }
+        }
+        kept
+    });
+    (before, kept)
 }
 
 /// Copies slot `a` of `from` into slot `b` of `to` (same arena kind and length).
@@ -501,12 +531,8 @@ impl Builder<'_> {
         let m = f32_map::map_of(op)?;
         let a = self.as_f32(a);
         let out = self.reg(Ty::F32, shape);
-        self.code.push(Ins::Map {
-            m,
-            a: self.slot(a),
-            b: None,
-            out: self.slot(out),
-        });
+        self.code
+            .push(Ins::map(m, self.slot(a), None, self.slot(out)));
         Some(out)
     }
 
@@ -521,12 +547,8 @@ impl Builder<'_> {
                 let (a, b) = (self.as_f32(a), self.as_f32(b));
                 let (a, b) = (self.fit(a, &shape), self.fit(b, &shape));
                 let r = self.reg(Ty::F32, shape);
-                self.code.push(Ins::Map {
-                    m,
-                    a: self.slot(a),
-                    b: Some(self.slot(b)),
-                    out: self.slot(r),
-                });
+                self.code
+                    .push(Ins::map(m, self.slot(a), Some(self.slot(b)), self.slot(r)));
                 Some(r)
             }
             Ty::Int(to) => {
@@ -683,5 +705,36 @@ impl Builder<'_> {
             }
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::Map;
+
+    /// Instructions reading only invariant values run once before the loop; those reading the
+    /// state, or a result that does, stay in it, in order.
+    #[test]
+    fn invariant_instructions_move_before_the_loop() {
+        let mut regs = Regs::default();
+        let mut f = || match regs.alloc(true, 4) {
+            Src::F(s) => s,
+            Src::I(_) => unreachable!(),
+        };
+        let (state, inv, a, b, c, d) = (f(), f(), f(), f(), f(), f());
+        let map = |x: Slot, y: Slot, out: Slot| Ins::Map {
+            m: Map::Add,
+            a: x,
+            b: Some(y),
+            out,
+        };
+        let cond = vec![map(inv, inv, a)];
+        let body = vec![map(a, state, b), map(a, inv, c), map(b, c, d)];
+        let (before, [cond, body]) = hoist([Src::F(state)].into_iter(), [cond, body]);
+        let outs = |code: &[Ins]| code.iter().map(Ins::out).collect::<Vec<_>>();
+        assert_eq!(outs(&before), [Src::F(a), Src::F(c)]);
+        assert!(cond.is_empty());
+        assert_eq!(outs(&body), [Src::F(b), Src::F(d)]);
     }
 }
