@@ -5,7 +5,9 @@
 #   * MLP 784-1024-1024-10, batch 512: value_and_grad of softmax cross-entropy + SGD step, one
 #     `defn`;
 #   * CNN forward, batch 64 of 1x28x28: conv 3x3 to 32, relu, conv 3x3 to 64, relu, 2x2 max pool,
-#     dense 10.
+#     dense 10;
+#   * the gradient of a language model's next-token cross-entropy with respect to its logits
+#     (4 x 64 tokens, 5,000 classes), written as GPT-2's loss is (`bench/gpt2_small.exs`).
 #
 # ExBurn runs them through `Nx.Defn.jit(fun, compiler: ExBurn.Compiler)`, XLA through
 # `jax.jit` (bench/cpu_peers.py, same shapes, same layout). Medians after warm-up.
@@ -48,6 +50,15 @@ defmodule Bench.CpuPeers do
      }}
   end
 
+  defn token_loss(logits, targets) do
+    max = Nx.reduce_max(logits, axes: [2], keep_axes: true)
+    lse = Nx.log(Nx.sum(Nx.exp(logits - max), axes: [2], keep_axes: true)) + max
+    picked = Nx.take_along_axis(logits, Nx.new_axis(targets, 2), axis: 2)
+    Nx.mean(lse - picked)
+  end
+
+  defn(token_grad(logits, targets), do: grad(logits, &token_loss(&1, targets)))
+
   defn cnn(p, x) do
     h = Nx.max(Nx.conv(x, p.k1), 0)
     h = Nx.max(Nx.conv(h, p.k2), 0)
@@ -86,16 +97,21 @@ cnn = %{
 
 images = Nx.divide(Nx.iota({64, 1, 28, 28}, type: :f32), 64 * 28 * 28)
 
+logits = normal.({4, 64, 5000}, 2.0)
+targets = Nx.remainder(Nx.multiply(Nx.iota({4, 64}), 37), 5000)
+
 matmul = jit.(&Bench.CpuPeers.matmul/2)
 step = jit.(&Bench.CpuPeers.step/3)
 cnn_fwd = jit.(&Bench.CpuPeers.cnn/2)
+token_grad = jit.(&Bench.CpuPeers.token_grad/2)
 
 ms = fn f -> Bench.median_us(fn -> sync.(f.()) end, rounds, 2) / 1000 end
 
 ours = %{
   "matmul" => ms.(fn -> matmul.(a, b) end),
   "mlp_step" => ms.(fn -> step.(params, x, y) end),
-  "cnn_forward" => ms.(fn -> cnn_fwd.(cnn, images) end)
+  "cnn_forward" => ms.(fn -> cnn_fwd.(cnn, images) end),
+  "token_grad" => ms.(fn -> token_grad.(logits, targets) end)
 }
 
 peer =
@@ -103,7 +119,7 @@ peer =
     {out, 0} ->
       # (JAX may log to stderr: only the result lines count)
       for line <- String.split(out, "\n", trim: true),
-          [_, name, v] <- [Regex.run(~r/^(jax|matmul|mlp_step|cnn_forward) (\S+)$/, line)],
+          [_, name, v] <- [Regex.run(~r/^(jax|matmul|mlp_step|cnn_forward|token_grad) (\S+)$/, line)],
           into: %{} do
         if name == "jax", do: {name, v}, else: {name, String.to_float(v)}
       end
@@ -116,7 +132,8 @@ rows =
   for {name, label, flops} <- [
         {"matmul", "f32 matmul 2048x2048", 2 * n * n * n},
         {"mlp_step", "MLP 784-1024-1024-10 b512, value_and_grad + SGD step", nil},
-        {"cnn_forward", "CNN forward b64 1x28x28 (conv 32, conv 64, max pool, dense)", nil}
+        {"cnn_forward", "CNN forward b64 1x28x28 (conv 32, conv 64, max pool, dense)", nil},
+        {"token_grad", "next-token cross-entropy gradient, logits 4x64x5000", nil}
       ] do
     us_ms = ours[name]
     rate = fn t -> if flops, do: " (#{Float.round(flops / (t / 1000) / 1.0e9, 1)} GFLOP/s)", else: "" end

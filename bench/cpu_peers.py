@@ -1,4 +1,4 @@
-# The XLA side of bench/cpu_peers.exs: the same three workloads under jax.jit on the CPU
+# The XLA side of bench/cpu_peers.exs: the same four workloads under jax.jit on the CPU
 # (what EXLA users get: EXLA is XLA). Prints `jax VERSION`, then `WORKLOAD MILLISECONDS` lines
 # (medians).
 #
@@ -78,10 +78,25 @@ def cnn_forward(p, x):
     return h.reshape((h.shape[0], -1)) @ p["w"]
 
 
+# the gradient of a next-token cross-entropy with respect to the logits (GPT-2's loss)
+logits = jax.random.normal(key, (4, 64, 5000), jnp.float32) * 2.0
+targets = (jnp.arange(4 * 64).reshape(4, 64) * 37) % 5000
+
+
+def token_loss(logits, targets):
+    m = jnp.max(logits, axis=2, keepdims=True)
+    lse = jnp.log(jnp.sum(jnp.exp(logits - m), axis=2, keepdims=True)) + m
+    picked = jnp.take_along_axis(logits, targets[:, :, None], axis=2)
+    return jnp.mean(lse - picked)
+
+
+token_grad = jax.jit(jax.grad(token_loss))
+
 results = {
     "matmul": median_ms(matmul, a, b),
     "mlp_step": median_ms(step, params, x, y),
     "cnn_forward": median_ms(cnn_forward, cnn, images),
+    "token_grad": median_ms(token_grad, logits, targets),
 }
 print(f"jax {jax.__version__}")
 for name, value in results.items():

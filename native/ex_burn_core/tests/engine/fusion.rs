@@ -907,6 +907,75 @@ fn masks_in_arithmetic_and_broadcast_masks_match_op_by_op_evaluation() {
     same_bits_or_nan(&got, &want, "masks");
 }
 
+/// The backward pass of a cross-entropy over logits as Nx's `grad` writes it (the gradient
+/// of `reduce_max`): a comparison whose mask is read after its run (by the sum counting the
+/// row maxima), that `u32` count dividing f32 values in the next run, per-row and per-column
+/// values broadcast to the logits' shape as views. Both runs fuse, and every output (the
+/// mask and the count included) is op-by-op evaluation's, bit for bit and type for type.
+#[test]
+fn a_live_mask_and_an_integer_count_fuse_as_in_a_cross_entropy_gradient() {
+    let (b, rows, cols) = (3, 40, 1201);
+    let n = b * rows * cols;
+    // logits with ties at each row's maximum, and special values
+    let mut logits = special(n, 5);
+    for r in 0..b * rows {
+        logits[r * cols + (r * 7) % cols] = 9.0;
+        if r % 3 == 0 {
+            logits[r * cols + (r * 11 + 1) % cols] = 9.0;
+        }
+    }
+    let j = f(&logits, &[b, rows, cols]);
+    let k = ev(
+        Op::Reduce {
+            kind: ReduceKind::Max,
+            axes: Some(vec![2]),
+            keep_axes: true,
+            out: None,
+        },
+        &[&j],
+    );
+    let per_row: Vec<f64> = (0..b * rows).map(|i| i as f64 * 0.25 - 3.0).collect();
+    let per_col: Vec<f64> = (0..cols).map(|i| (i % 13) as f64 * 0.5 - 2.0).collect();
+    let q = f(&special(n, 6), &[b, rows, cols]);
+    let bin = |op: Arith| Op::Binary { op, out: None };
+    let broadcast = |axes: Vec<usize>| Op::Broadcast {
+        shape: vec![b, rows, cols],
+        axes: Some(axes),
+    };
+    let prog = Program::new(
+        5,
+        vec![
+            ins(broadcast(vec![0, 1, 2]), &[2]), // 5: per-row values as a view
+            ins(broadcast(vec![2]), &[3]),       // 6: per-column values as a view
+            ins(Op::Compare(Compare::Equal), &[0, 1]), // 7: mask, read after the run
+            ins(bin(Arith::Multiply), &[5, 7]),  // 8
+            ins(
+                Op::Reduce {
+                    kind: ReduceKind::Sum,
+                    axes: Some(vec![2]),
+                    keep_axes: true,
+                    out: Some(DType::U32),
+                },
+                &[7],
+            ), // 9: u32 count of each row's maxima
+            ins(bin(Arith::Divide), &[8, 9]),    // 10: f32 / u32
+            ins(bin(Arith::Add), &[4, 10]),      // 11
+            ins(bin(Arith::Multiply), &[11, 6]), // 12
+        ],
+        vec![12, 7, 9],
+    )
+    .unwrap();
+    let inputs = [j, k, f(&per_row, &[b, rows, 1]), f(&per_col, &[cols]), q];
+    let before = fused_so_far();
+    let got = prog.run(inputs.to_vec(), dev()).unwrap();
+    if fuses() {
+        assert_eq!(fused_so_far(), before + 2, "not fused");
+    }
+    let want = op_by_op(&prog, &inputs);
+    same_bits_or_nan(&got, &want, "cross-entropy gradient");
+    assert_eq!(got[1].kind(), want[1].kind(), "the mask's kind");
+}
+
 /// An optimizer's update over two parameters of different shapes, written as Polaris writes
 /// it: each step mapped over both parameters in turn, the step's scalars (a count, a bias
 /// correction, literals) computed in between, so that one element-wise run interleaves

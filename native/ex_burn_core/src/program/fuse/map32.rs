@@ -37,6 +37,9 @@ pub(super) struct Plan {
     consts: Vec<Option<Tensor>>,
     /// External tensor operands, f32.
     pub(super) ext: Vec<Ext>,
+    /// Per step, whether its value is a mask: written as 1.0/0.0, a boolean tensor when
+    /// read after the run.
+    masks: Vec<bool>,
 }
 
 /// A scalar operand as the op table uses it in an f32 computation: cast to f32 as `prepare`
@@ -56,6 +59,10 @@ pub(super) enum Ty {
     /// Whole numbers of an integer type small enough to be exact in f32 (a count of mask
     /// elements), computed in f32 (only row regions make them).
     Count(DType),
+    /// An external operand of an integer type, read by steps that compute in f32 (Nx's merge
+    /// of f32 with any integer type is f32) as the op table reads it there: converted to f32
+    /// first, by the same cast.
+    Int(DType),
 }
 
 impl Ty {
@@ -65,7 +72,7 @@ impl Ty {
         match self {
             Ty::F32 => DType::F32,
             Ty::Mask => DType::U8,
-            Ty::Const(d) | Ty::Count(d) => d,
+            Ty::Const(d) | Ty::Count(d) | Ty::Int(d) => d,
         }
     }
 
@@ -78,12 +85,21 @@ impl Ty {
         }
     }
 
+    /// How an f32 run reads an external tensor operand: as [`Ty::of_operand`], or integers
+    /// as [`Ty::Int`].
+    fn of_run_operand(t: &Tensor) -> Option<Ty> {
+        match (t.kind(), t.dtype()) {
+            (Kind::Int, d) if d.is_int() => Some(Ty::Int(d)),
+            _ => Ty::of_operand(t),
+        }
+    }
+
     /// The tensor a kernel reads for an operand of this type: masks as f32 1.0/0.0 (a
-    /// broadcast mask cast before it is broadcast, off the host).
+    /// broadcast mask cast before it is broadcast, off the host), integers converted to f32.
     pub(super) fn operand(self, t: &Tensor, device: Device) -> Result<Tensor> {
         match self {
             Ty::Mask if !device.is_host() => op::shape::mask_f32(t),
-            Ty::Mask => t.cast(DType::F32),
+            Ty::Mask | Ty::Int(_) => t.cast(DType::F32),
             _ => Ok(t.clone()),
         }
     }
@@ -222,7 +238,7 @@ impl Plan {
                         // off the CPU a computed scalar is read by the kernel, as f32 only
                         return Ok(None);
                     } else {
-                        let Some(ty) = Ty::of_operand(t) else {
+                        let Some(ty) = Ty::of_run_operand(t) else {
                             return Ok(None);
                         };
                         tys.push(ty);
@@ -234,8 +250,19 @@ impl Plan {
                             Some(j) => j,
                             None => {
                                 ext_ids.push(a);
-                                let tensor = ty.operand(t, device)?;
-                                ext.push(Ext { tensor, layout });
+                                // a broadcast view on the host is read from the values it
+                                // repeats (copying it out element by element is slow)
+                                let small = match (layout, ty, device) {
+                                    (Layout::Full, Ty::F32, Device::Cpu) => broadcast_view(t)?,
+                                    _ => None,
+                                };
+                                ext.push(match small {
+                                    Some((tensor, layout)) => Ext { tensor, layout },
+                                    None => Ext {
+                                        tensor: ty.operand(t, device)?,
+                                        layout,
+                                    },
+                                });
                                 ext.len() - 1
                             }
                         };
@@ -254,15 +281,17 @@ impl Plan {
             let Some((step, ty)) = stage(op, &srcs, &tys) else {
                 return Ok(None);
             };
-            if ty == Ty::Mask && live_out[steps.len()] {
-                // a boolean result read after the run: the op table makes its tensor
-                return Ok(None);
-            }
             steps.push(step);
             consts.push(None);
             kinds.push((ty, full_operand));
         }
-        Ok(Some(Plan { steps, consts, ext }))
+        let masks = kinds.iter().map(|&(ty, _)| ty == Ty::Mask).collect();
+        Ok(Some(Plan {
+            steps,
+            consts,
+            ext,
+            masks,
+        }))
     }
 
     /// The steps whose values the loops or kernel write out: those read after the run, but
@@ -284,13 +313,27 @@ impl Plan {
         live_out
             .iter()
             .zip(&self.consts)
-            .map(|(&live, c)| match (live, c) {
+            .zip(&self.masks)
+            .map(|((&live, c), &mask)| match (live, c) {
                 (false, _) => Ok(None),
                 (true, Some(c)) => Ok(Some(c.clone())),
-                (true, None) => computed
-                    .next()
-                    .map(Some)
-                    .ok_or_else(|| Error::Execution("missing output".into())),
+                (true, None) => {
+                    let t = computed
+                        .next()
+                        .ok_or_else(|| Error::Execution("missing output".into()))?;
+                    if mask {
+                        // a comparison's 1.0/0.0 as the boolean tensor the op gives
+                        let zero = op::util::scalar_like(&t, 0.0)?;
+                        let ne = Op::Compare(op::Compare::NotEqual);
+                        let device = t.device();
+                        op::eval(&ne, &[t, zero], device)?
+                            .pop()
+                            .map(Some)
+                            .ok_or_else(|| Error::Execution("missing mask".into()))
+                    } else {
+                        Ok(Some(t))
+                    }
+                }
             })
             .collect()
     }
@@ -462,6 +505,55 @@ enum Source<'a> {
     Small(&'a [f32], Layout),
 }
 
+/// A host f32 tensor that is a broadcast view (zero strides on some axes) of fewer values:
+/// those values (copied: a row of a bias, a value per row) and the layout that reads them
+/// for the tensor's elements in row-major order (`None`: not such a view).
+fn broadcast_view(t: &Tensor) -> Result<Option<(Tensor, Layout)>> {
+    let Some((data, offset, strides)) = t.host_f32_strided() else {
+        return Ok(None);
+    };
+    if strides.len() != t.rank() {
+        return Ok(None);
+    }
+    // the axes of more than one element, with their strides
+    let axes: Vec<(usize, isize)> = t
+        .shape()
+        .iter()
+        .zip(strides)
+        .filter(|(&d, _)| d > 1)
+        .map(|(&d, &s)| (d, s))
+        .collect();
+    let row_major = |ax: &[(usize, isize)]| {
+        let mut want = 1isize;
+        ax.iter().rev().all(|&(d, s)| {
+            let ok = s == want;
+            want = want.saturating_mul(d as isize);
+            ok
+        })
+    };
+    let count = |ax: &[(usize, isize)]| ax.iter().map(|&(d, _)| d).product::<usize>();
+    let first_zero = axes.iter().position(|&(_, s)| s == 0);
+    let first_nonzero = axes.iter().position(|&(_, s)| s != 0);
+    let (n, layout) = match (first_zero, first_nonzero) {
+        // leading axes in row-major order, then broadcast ones: a value per row
+        (Some(k), _) if axes[k..].iter().all(|&(_, s)| s == 0) && row_major(&axes[..k]) => {
+            (count(&axes[..k]), Layout::Columns(count(&axes[k..])))
+        }
+        // broadcast axes, then trailing ones in row-major order: a repeated row
+        (Some(0), Some(k)) if row_major(&axes[k..]) => {
+            let m = count(&axes[k..]);
+            (m, Layout::Rows(m))
+        }
+        _ => return Ok(None),
+    };
+    let Some(values) = data.get(offset..offset.saturating_add(n)) else {
+        return Ok(None);
+    };
+    let data = TensorData::new(values.to_vec(), vec![n]);
+    let small = Tensor::from_data(data, DType::F32, vec![n], Device::Cpu)?;
+    Ok(Some((small, layout)))
+}
+
 /// Fills `buf` with elements `start..start + len` of the run as a broadcast operand of
 /// `layout` reads them from its values `v`: whole repeats of a bias row are copied, per-row
 /// values filled in runs.
@@ -533,5 +625,48 @@ fn select(pred: Arg, on_true: Arg, on_false: Arg, out: &mut [f32]) {
         } else {
             at(on_false, i)
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(values: Vec<f32>, shape: &[usize]) -> Tensor {
+        let data = TensorData::new(values, shape.to_vec());
+        Tensor::from_data(data, DType::F32, shape.to_vec(), Device::Cpu).unwrap()
+    }
+
+    fn broadcast(t: &Tensor, shape: &[usize], axes: Vec<usize>) -> Tensor {
+        let op = Op::Broadcast {
+            shape: shape.to_vec(),
+            axes: Some(axes),
+        };
+        op::eval(&op, std::slice::from_ref(t), Device::Cpu)
+            .unwrap()
+            .pop()
+            .unwrap()
+    }
+
+    /// Broadcast views are read from the values they repeat, with the layout that gives each
+    /// element its value; other views are not.
+    #[test]
+    fn broadcast_views_are_read_from_their_values() {
+        let column = host((0..6).map(|i| i as f32).collect(), &[2, 3, 1]);
+        let view = broadcast(&column, &[2, 3, 5], vec![0, 1, 2]);
+        let (small, layout) = broadcast_view(&view).unwrap().unwrap();
+        assert_eq!(layout, Layout::Columns(5));
+        assert_eq!(small.to_f32_vec().unwrap(), column.to_f32_vec().unwrap());
+        let row = host((0..5).map(|i| i as f32).collect(), &[5]);
+        let view = broadcast(&row, &[2, 3, 5], vec![2]);
+        let (small, layout) = broadcast_view(&view).unwrap().unwrap();
+        assert_eq!(layout, Layout::Rows(5));
+        assert_eq!(small.to_f32_vec().unwrap(), row.to_f32_vec().unwrap());
+        // repeated along a middle axis: neither layout
+        let ends = host((0..10).map(|i| i as f32).collect(), &[2, 1, 5]);
+        let view = broadcast(&ends, &[2, 3, 5], vec![0, 1, 2]);
+        assert!(broadcast_view(&view).unwrap().is_none());
+        // a contiguous tensor is not a broadcast view
+        assert!(broadcast_view(&column).unwrap().is_none());
     }
 }
