@@ -1,7 +1,8 @@
 # Shared by the Python peers of the GPT-2 benchmarks (bench/gpt2_layer.py, bench/gpt2_small.py,
-# bench/gpt2_generate.py): the parameters' names and shapes in the order bench/support/gpt2.exs
-# writes the starting weights, reading that file, the token ids, the median time of a call, and
-# the GPU memory a process holds.
+# bench/gpt2_generate.py) and of bench/resnet50.py: the parameters' names and shapes in the
+# order bench/support/gpt2.exs writes the starting weights, reading that file, the token ids,
+# the median time of a call, a timed training step of PyTorch or JAX, the GPU memory a process
+# holds, and the lines the Elixir side reads.
 import os
 import subprocess
 import time
@@ -67,3 +68,44 @@ def process_gpu_mib():
         if pid == str(os.getpid()):
             return int(mib)
     return None
+
+
+def torch_step_timed(torch, loss_fn, args, opt, rounds):
+    """A PyTorch training step (zero the gradients, `loss_fn(*args)`, backward, `opt.step()`)
+    timed as `median_ms` times it, each step ended by a device synchronisation: `(ms, the
+    first three steps' losses)`."""
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(*args)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    def sync(loss):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return loss.item()
+
+    ms, losses = median_ms(step, rounds, sync=sync)
+    return ms, [float(v) for v in losses]
+
+
+def jax_timed(one, rounds):
+    """`one()` (a JAX step returning its loss) timed as `median_ms` times it, each step ended
+    when its loss is ready: `(ms, the first three steps' losses)`."""
+    import jax
+
+    ms, losses = median_ms(one, rounds, sync=lambda loss: jax.block_until_ready(loss).item())
+    return ms, [float(v) for v in losses]
+
+
+def report(name, result):
+    """Prints a peer's `<name>_ms`, `<name>_losses` and `<name>_mem` lines (the GPU memory its
+    process holds) for the Elixir side; `result` is `(ms, losses)`."""
+    ms, losses = result
+    print(f"{name}_ms {ms}")
+    print(f"{name}_losses {' '.join(f'{l:.6f}' for l in losses)}")
+    mib = process_gpu_mib()
+    if mib is not None:
+        print(f"{name}_mem {mib}")

@@ -91,28 +91,9 @@ step =
     compiler: ExBurn.Compiler
   )
 
-sync = fn out ->
-  ExBurn.Device.synchronize(device)
-  out
-end
+{first_us, losses, ours_ms, peak_mib} =
+  Bench.train_steps(fn p, s -> step.(p, s, tokens) end, {params, state}, rounds, device)
 
-sampler = if ExBurn.Device.family(device) == :cuda, do: Bench.gpu_sampler()
-
-# Training as a loop does: each step takes the previous step's parameters and state.
-{first_us, {l1, p, s}} = :timer.tc(fn -> sync.(step.(params, state, tokens)) end)
-{l2, p, s} = sync.(step.(p, s, tokens))
-{l3, p, s} = sync.(step.(p, s, tokens))
-losses = Enum.map([l1, l2, l3], &Nx.to_number/1)
-
-{times, _} =
-  Enum.map_reduce(1..rounds, {p, s}, fn _, {p, s} ->
-    t0 = System.monotonic_time(:microsecond)
-    {_, p, s} = sync.(step.(p, s, tokens))
-    {System.monotonic_time(:microsecond) - t0, {p, s}}
-  end)
-
-ours_ms = Bench.median(times) / 1000
-peak_mib = if sampler, do: Bench.gpu_peak(sampler)
 tokens_per_step = cfg.batch * cfg.seq
 
 peer =
@@ -123,60 +104,23 @@ peer =
     ~S"\w+_(?:ms|mem|losses)"
   )
 
-fmt = fn l -> Enum.map_join(l, " / ", &:erlang.float_to_binary(&1, decimals: 5)) end
-
-IO.puts(
-  "ExBurn: #{Float.round(ours_ms, 2)} ms/step, first step #{Float.round(first_us / 1.0e6, 1)} s, losses #{fmt.(losses)}"
-)
-
-IO.inspect(peer, label: "peers")
-
-peer_ms = fn name -> with v when is_binary(v) <- peer[name <> "_ms"], do: String.to_float(v) end
-
-peer_losses = fn name ->
-  with v when is_binary(v) <- peer[name <> "_losses"],
-       do: v |> String.split(" ") |> Enum.map(&String.to_float/1)
-end
-
-cell = fn
-  nil -> "-"
-  ms -> "#{Float.round(ms, 2)} ms (#{round(tokens_per_step / ms * 1000)} tokens/s)"
-end
-
-names = [
-  {"torch", "PyTorch eager (SDPA, fused AdamW)"},
-  {"torch_compile", "torch.compile (fused AdamW)"},
-  {"jax", "JAX (jax.jit)"}
-]
-
-best = names |> Enum.map(fn {n, _} -> peer_ms.(n) end) |> Enum.reject(&is_nil/1) |> Enum.min(fn -> nil end)
-
-loss_rows =
-  [["ExBurn (Nx.Defn.jit, ExBurn.Compiler)", fmt.(losses)]] ++
-    for {n, label} <- names, l = peer_losses.(n), do: [label, fmt.(l)]
-
-mem =
-  if peak_mib,
-    do:
-      " GPU memory of the process (nvidia-smi, CUDA context included): ExBurn peak #{peak_mib} MiB " <>
-        "(sampled every 100 ms); after their runs " <>
-        Enum.map_join(names, ", ", fn {n, _} -> "#{n} #{peer[n <> "_mem"] || "-"} MiB" end) <> ".",
-    else: ""
-
-Bench.write(
-  "bench/results/gpt2_small_#{ExBurn.Device.family(device)}.md",
-  "GPT-2 #{size} training step (#{cfg.layers} layers, d #{cfg.d}, vocabulary #{cfg.vocab}, #{cfg.batch} x #{cfg.seq} tokens, #{Float.round(n_params / 1.0e6, 1)}M parameters), f32 / TF32, AdamW, on #{inspect(device)}",
-  "Machine: #{Bench.machine()}. Device: #{ExBurn.Native.call(:device_info, [device]).name}. " <>
-    "Run: `EX_BURN_BENCH_DEVICE=... bin/nx-run bench/gpt2_small.exs` (#{Date.utc_today()}). " <>
-    "Medians of #{rounds} steps after 3 (each step trains on the previous step's weights and " <>
-    "optimizer state; each ends when the device has finished). First ExBurn step (tracing, " <>
-    "compilation, kernels): #{Float.round(first_us / 1.0e6, 1)} s.#{mem}\n\n" <>
-    "Losses of the first three steps (same starting weights and tokens):\n\n" <>
-    Enum.map_join(loss_rows, "\n", fn [a, b] -> "- #{a}: #{b}" end),
-  ["ExBurn (Nx.Defn.jit, ExBurn.Compiler)"] ++ Enum.map(names, &elem(&1, 1)) ++ ["ExBurn / best peer"],
-  [
-    [cell.(ours_ms)] ++
-      Enum.map(names, fn {n, _} -> cell.(peer_ms.(n)) end) ++
-      [if(best, do: "#{Float.round(best / ours_ms, 2)}x", else: "-")]
-  ]
-)
+Bench.step_report(%{
+  peer: peer,
+  ms: ours_ms,
+  losses: losses,
+  names: [
+    {"torch", "PyTorch eager (SDPA, fused AdamW)"},
+    {"torch_compile", "torch.compile (fused AdamW)"},
+    {"jax", "JAX (jax.jit)"}
+  ],
+  rate: fn ms -> "#{round(tokens_per_step / ms * 1000)} tokens/s" end,
+  path: "bench/results/gpt2_small_#{ExBurn.Device.family(device)}.md",
+  title:
+    "GPT-2 #{size} training step (#{cfg.layers} layers, d #{cfg.d}, vocabulary #{cfg.vocab}, #{cfg.batch} x #{cfg.seq} tokens, #{Float.round(n_params / 1.0e6, 1)}M parameters), f32 / TF32, AdamW, on #{inspect(device)}",
+  script: "bench/gpt2_small.exs",
+  rounds: rounds,
+  first_us: first_us,
+  peak_mib: peak_mib,
+  device: device,
+  same: "weights and tokens"
+})

@@ -33,11 +33,6 @@ def tokens():
     return common.tokens(B, S + 1, V)
 
 
-def timed(step, sync):
-    """Three steps (their losses), then the median of ROUNDS more."""
-    ms, losses = common.median_ms(step, ROUNDS, sync=sync)
-    return ms, [float(v) for v in losses]
-
 
 def torch_peer(compiled):
     import torch
@@ -74,19 +69,7 @@ def torch_peer(compiled):
         list(p.values()), lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD, fused=dev == "cuda"
     )
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(inp, tgt)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    def sync(loss):
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        return loss.item()
-
-    return timed(step, sync)
+    return common.torch_step_timed(torch, loss_fn, (inp, tgt), opt, ROUNDS)
 
 
 def jax_peer():
@@ -140,14 +123,10 @@ def jax_peer():
         )
         return loss
 
-    return timed(one, lambda loss: jax.block_until_ready(loss).item())
+    return common.jax_timed(one, ROUNDS)
 
 
 if PEER == "jax":
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-ms, losses = {"torch": lambda: torch_peer(False), "torch_compile": lambda: torch_peer(True), "jax": jax_peer}[PEER]()
-print(f"{PEER}_ms {ms}")
-print(f"{PEER}_losses {' '.join(f'{l:.6f}' for l in losses)}")
-mib = common.process_gpu_mib()
-if mib is not None:
-    print(f"{PEER}_mem {mib}")
+peers = {"torch": lambda: torch_peer(False), "torch_compile": lambda: torch_peer(True), "jax": jax_peer}
+common.report(PEER, peers[PEER]())

@@ -121,6 +121,98 @@ defmodule Bench do
     receive(do: ({:peak, p} -> max(p, gpu_mib() || 0)))
   end
 
+  @doc """
+  Trains as a loop does, each step on the previous step's parameters and state: `step.(p, s)`
+  gives `{loss, p, s}`; every step ends when `device` has finished. Three steps, then `rounds`
+  timed ones: `{first step's microseconds, the first three losses, median ms}`, with the GPU
+  memory peak of the process (nvidia-smi, MiB) on CUDA devices, else nil, as a fourth element.
+  """
+  def train_steps(step, {params, state}, rounds, device) do
+    sampler = if ExBurn.Device.family(device) == :cuda, do: gpu_sampler()
+
+    run = fn p, s ->
+      out = step.(p, s)
+      ExBurn.Device.synchronize(device)
+      out
+    end
+
+    {first_us, {l1, p, s}} = :timer.tc(fn -> run.(params, state) end)
+    {l2, p, s} = run.(p, s)
+    {l3, p, s} = run.(p, s)
+
+    {times, _} =
+      Enum.map_reduce(1..rounds, {p, s}, fn _, {p, s} ->
+        t0 = System.monotonic_time(:microsecond)
+        {_, p, s} = run.(p, s)
+        {System.monotonic_time(:microsecond) - t0, {p, s}}
+      end)
+
+    peak = if sampler, do: gpu_peak(sampler)
+    {first_us, Enum.map([l1, l2, l3], &Nx.to_number/1), median(times) / 1000, peak}
+  end
+
+  @doc """
+  Prints and writes (`write/5`) the results of a training-step benchmark against Python peers:
+  the `peer` map of `<name>_ms`, `<name>_losses` and `<name>_mem` values, ExBurn's median
+  `ms` and first three `losses`, `names` (`{peer name, column label}`), `rate` (a step's
+  milliseconds as a throughput, e.g. "82400 tokens/s"), `path`, `title`, `script` (the run's
+  file), `rounds`, `first_us` (the first step's time), `peak_mib` (or nil), `device` and `same`
+  (what every contender shares, e.g. "weights and tokens").
+  """
+  def step_report(o) do
+    fmt = fn l -> Enum.map_join(l, " / ", &:erlang.float_to_binary(&1, decimals: 5)) end
+
+    IO.puts(
+      "ExBurn: #{Float.round(o.ms, 2)} ms/step, first step #{Float.round(o.first_us / 1.0e6, 1)} s, losses #{fmt.(o.losses)}"
+    )
+
+    IO.inspect(o.peer, label: "peers")
+    peer_ms = fn name -> with v when is_binary(v) <- o.peer[name <> "_ms"], do: String.to_float(v) end
+
+    peer_losses = fn name ->
+      with v when is_binary(v) <- o.peer[name <> "_losses"],
+           do: v |> String.split(" ") |> Enum.map(&String.to_float/1)
+    end
+
+    cell = fn
+      nil -> "-"
+      ms -> "#{Float.round(ms, 2)} ms (#{o.rate.(ms)})"
+    end
+
+    best =
+      o.names |> Enum.map(fn {n, _} -> peer_ms.(n) end) |> Enum.reject(&is_nil/1) |> Enum.min(fn -> nil end)
+
+    loss_rows =
+      [["ExBurn (Nx.Defn.jit, ExBurn.Compiler)", fmt.(o.losses)]] ++
+        for {n, label} <- o.names, l = peer_losses.(n), do: [label, fmt.(l)]
+
+    mem =
+      if o.peak_mib,
+        do:
+          " GPU memory of the process (nvidia-smi, CUDA context included): ExBurn peak #{o.peak_mib} MiB " <>
+            "(sampled every 100 ms); after their runs " <>
+            Enum.map_join(o.names, ", ", fn {n, _} -> "#{n} #{o.peer[n <> "_mem"] || "-"} MiB" end) <> ".",
+        else: ""
+
+    write(
+      o.path,
+      o.title,
+      "Machine: #{machine()}. Device: #{ExBurn.Native.call(:device_info, [o.device]).name}. " <>
+        "Run: `EX_BURN_BENCH_DEVICE=... bin/nx-run #{o.script}` (#{Date.utc_today()}). " <>
+        "Medians of #{o.rounds} steps after 3 (each step trains on the previous step's weights and " <>
+        "optimizer state; each ends when the device has finished). First ExBurn step (tracing, " <>
+        "compilation, kernels): #{Float.round(o.first_us / 1.0e6, 1)} s.#{mem}\n\n" <>
+        "Losses of the first three steps (same starting #{o.same}):\n\n" <>
+        Enum.map_join(loss_rows, "\n", fn [a, b] -> "- #{a}: #{b}" end),
+      ["ExBurn (Nx.Defn.jit, ExBurn.Compiler)"] ++ Enum.map(o.names, &elem(&1, 1)) ++ ["ExBurn / best peer"],
+      [
+        [cell.(o.ms)] ++
+          Enum.map(o.names, fn {n, _} -> cell.(peer_ms.(n)) end) ++
+          [if(best, do: "#{Float.round(best / o.ms, 2)}x", else: "-")]
+      ]
+    )
+  end
+
   @doc "Writes a markdown results file."
   def write(path, title, intro, header, rows) do
     table =

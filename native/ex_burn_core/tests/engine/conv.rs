@@ -229,7 +229,7 @@ fn naive_conv2d(
 
 #[test]
 fn conv2d_matches_a_naive_convolution_over_strides_padding_dilations_and_tiles() {
-    // the last cases unfold in several tiles per image (deep patches, many positions)
+    // later cases unfold in several tiles per image (deep patches, many positions)
     // input shape, [features, kernel height, kernel width], stride, padding, dilation
     type Case = ([usize; 4], [usize; 3], usize, usize, usize);
     let cases: &[Case] = &[
@@ -241,6 +241,11 @@ fn conv2d_matches_a_naive_convolution_over_strides_padding_dilations_and_tiles()
         ([64, 1, 12, 12], [8, 3, 3], 1, 0, 1),
         ([2, 3, 11, 10], [4, 3, 3], 3, 2, 2),
         ([2, 150, 24, 24], [6, 3, 3], 1, 1, 1),
+        // few output positions under a large kernel (a kernel gradient's shape), which GPUs
+        // compute as one product of the windows
+        ([3, 16, 40, 40], [8, 37, 37], 1, 1, 1),
+        ([2, 5, 30, 30], [4, 14, 14], 2, 0, 2),
+        ([4, 6, 20, 20], [3, 20, 20], 1, 0, 1),
     ];
     for (i, &(xs, [o, kh, kw], s, p, d)) in cases.iter().enumerate() {
         let [n, c, h, w] = xs;
