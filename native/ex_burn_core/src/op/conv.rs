@@ -234,6 +234,14 @@ fn by_windows(x: &Tensor, k: &Tensor, g: &Windows) -> Result<Option<Tensor>> {
     {
         return Ok(None);
     }
+    // the copies' room on the device, or the convolution kernels, which need none
+    let bytes = copied as u128 * x.dtype().size() as u128;
+    let _room =
+        match crate::memory::reserve(x.device(), bytes, &|| "a convolution's windows".into()) {
+            Ok(room) => room,
+            Err(e) if e.kind() == "out_of_memory" => return Ok(None),
+            Err(e) => return Err(e),
+        };
     let x = if g.padding.iter().any(|&p| p > 0) {
         let zero = util::full(&[], x.dtype(), Scalar::I(0), &x.dispatch_device())?;
         let (ph, pw) = (g.padding[0] as i64, g.padding[1] as i64);
