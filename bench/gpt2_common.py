@@ -109,3 +109,11 @@ def report(name, result):
     mib = process_gpu_mib()
     if mib is not None:
         print(f"{name}_mem {mib}")
+
+
+def run_peer(name, peers):
+    """Runs peer `name` of `peers` (name -> function giving `(ms, losses)`) and prints its
+    lines (`report`); JAX is kept from taking most of the GPU's memory up front."""
+    if name == "jax":
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    report(name, peers[name]())

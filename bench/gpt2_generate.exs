@@ -123,7 +123,7 @@ ours =
   end
 
 peer =
-  Bench.Gpt2.peers(
+  Bench.peers(
     Path.join(__DIR__, "gpt2_generate.py"),
     "torch jax",
     [size, weights_file, to_string(rounds)],

@@ -97,7 +97,7 @@ step =
 tokens_per_step = cfg.batch * cfg.seq
 
 peer =
-  Bench.Gpt2.peers(
+  Bench.peers(
     Path.join(__DIR__, "gpt2_small.py"),
     "torch torch_compile jax",
     [size, weights_file, to_string(rounds)],

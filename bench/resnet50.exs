@@ -16,7 +16,6 @@
 #
 # Results: bench/results/resnet50_<device>.md
 Code.require_file("support/bench.exs", __DIR__)
-Code.require_file("support/gpt2.exs", __DIR__)
 Application.ensure_all_started(:nx)
 device = ExBurn.Device.normalize!(String.to_atom(System.get_env("EX_BURN_BENCH_DEVICE", "cpu")))
 Nx.default_backend({ExBurn.Backend, device: device})
@@ -180,7 +179,7 @@ step =
   Bench.train_steps(fn p, s -> step.(p, s, images, labels) end, {params, state}, rounds, device)
 
 peer =
-  Bench.Gpt2.peers(
+  Bench.peers(
     Path.join(__DIR__, "resnet50.py"),
     "torch torch_compile jax",
     [size, weights_file, to_string(rounds)],

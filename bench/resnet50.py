@@ -146,7 +146,6 @@ def jax_peer():
     return common.jax_timed(one, ROUNDS)
 
 
-if PEER == "jax":
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-peers = {"torch": lambda: torch_peer(False), "torch_compile": lambda: torch_peer(True), "jax": jax_peer}
-common.report(PEER, peers[PEER]())
+common.run_peer(
+    PEER, {"torch": lambda: torch_peer(False), "torch_compile": lambda: torch_peer(True), "jax": jax_peer}
+)

@@ -122,6 +122,28 @@ defmodule Bench do
   end
 
   @doc """
+  Runs each Python peer named in `EX_BURN_BENCH_PEERS` (else in `default`) as `python3 script
+  name args...`: the values of its `key value` lines whose key matches `key` (a regex), as a
+  map; a peer that fails is reported and left out.
+  """
+  def peers(script, default, args, key) do
+    for name <- String.split(System.get_env("EX_BURN_BENCH_PEERS", default)), reduce: %{} do
+      acc ->
+        case System.cmd("python3", [script, name | args], stderr_to_stdout: true) do
+          {out, 0} ->
+            for line <- String.split(out, "\n", trim: true),
+                [_, k, v] <- [Regex.run(~r/^(#{key}) (.+)$/, line)],
+                into: acc,
+                do: {k, v}
+
+          {out, _} ->
+            IO.puts("peer #{name} failed:\n" <> String.slice(out, -2000, 2000))
+            acc
+        end
+    end
+  end
+
+  @doc """
   Trains as a loop does, each step on the previous step's parameters and state: `step.(p, s)`
   gives `{loss, p, s}`; every step ends when `device` has finished. Three steps, then `rounds`
   timed ones: `{first step's microseconds, the first three losses, median ms}`, with the GPU

@@ -78,28 +78,6 @@ defmodule Bench.Gpt2 do
     {params, flat |> Enum.map(fn {_, t} -> Nx.size(t) end) |> Enum.sum()}
   end
 
-  @doc """
-  Runs each Python peer named in `EX_BURN_BENCH_PEERS` (else in `default`) as `python3 script
-  name args...`: the values of its `key value` lines whose key matches `key` (a regex), as a
-  map; a peer that fails is reported and left out.
-  """
-  def peers(script, default, args, key) do
-    for name <- String.split(System.get_env("EX_BURN_BENCH_PEERS", default)), reduce: %{} do
-      acc ->
-        case System.cmd("python3", [script, name | args], stderr_to_stdout: true) do
-          {out, 0} ->
-            for line <- String.split(out, "\n", trim: true),
-                [_, k, v] <- [Regex.run(~r/^(#{key}) (.+)$/, line)],
-                into: acc,
-                do: {k, v}
-
-          {out, _} ->
-            IO.puts("peer #{name} failed:\n" <> String.slice(out, -2000, 2000))
-            acc
-        end
-    end
-  end
-
   @doc "`{batch, len}` token ids `(i * 7919 + 13) rem vocab` (the peers make the same)."
   def tokens(batch, len, vocab) do
     Nx.iota({batch, len}, type: :s64)

@@ -98,8 +98,7 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
                 .zip(&in_dil)
                 .map(|(&(lo, hi), &d)| (lo, hi, d as i64 - 1)),
         );
-        let zero = util::full(&[], out, Scalar::I(0), &x.dispatch_device())?;
-        let padded = super::shape::pad(&x, &zero, &config)?;
+        let padded = pad_zeros(&x, &config)?;
         (padded, vec![0; sp])
     };
 
@@ -196,6 +195,12 @@ const WINDOWS_MIN_TAPS: usize = 64;
 /// Elements of the windows copied side by side, at most (1 GiB of f32).
 const WINDOWS_MAX_ELEMENTS: usize = 1 << 28;
 
+/// `x` padded with zeros as Nx's `pad` does (`(low, high, interior)` per axis).
+fn pad_zeros(x: &Tensor, config: &[(i64, i64, i64)]) -> Result<Tensor> {
+    let zero = util::full(&[], x.dtype(), Scalar::I(0), &x.dispatch_device())?;
+    super::shape::pad(x, &zero, config)
+}
+
 /// Strides, symmetric padding and kernel dilations of a 2-D convolution.
 struct Windows {
     strides: [usize; 2],
@@ -243,26 +248,25 @@ fn by_windows(x: &Tensor, k: &Tensor, g: &Windows) -> Result<Option<Tensor>> {
             Err(e) => return Err(e),
         };
     let x = if g.padding.iter().any(|&p| p > 0) {
-        let zero = util::full(&[], x.dtype(), Scalar::I(0), &x.dispatch_device())?;
         let (ph, pw) = (g.padding[0] as i64, g.padding[1] as i64);
-        super::shape::pad(x, &zero, &[(0, 0, 0), (0, 0, 0), (ph, ph, 0), (pw, pw, 0)])?
+        pad_zeros(x, &[(0, 0, 0), (0, 0, 0), (ph, ph, 0), (pw, pw, 0)])?
     } else {
         x.clone()
     };
     let mut windows = Vec::with_capacity(positions);
     for i in 0..oh {
         for j in 0..ow {
-            let w = super::shape::slice_static(
+            windows.push(super::shape::slice_static(
                 &x,
                 &[0, 0, i * g.strides[0], j * g.strides[1]],
                 // Nx's slice lengths are spans of the input: `kh` taps `dilation` apart
                 &[n, c, span(0), span(1)],
                 &[1, 1, g.dilations[0], g.dilations[1]],
-            )?;
-            windows.push(w.reshape(vec![1, n, taps])?);
+            )?);
         }
     }
-    let windows = util::cat(&windows, 0);
+    // the windows (views) copied once, side by side: [positions * n, c, kh, kw]
+    let windows = util::cat(&windows, 0).reshape(vec![positions, n, taps])?;
     let kernel = k.reshape(vec![o, taps])?;
     let spec = super::dot::Contraction {
         contract_a: &[2],

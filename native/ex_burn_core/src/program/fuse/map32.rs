@@ -324,12 +324,7 @@ impl Plan {
                     if mask {
                         // a comparison's 1.0/0.0 as the boolean tensor the op gives
                         let zero = op::util::scalar_like(&t, 0.0)?;
-                        let ne = Op::Compare(op::Compare::NotEqual);
-                        let device = t.device();
-                        op::eval(&ne, &[t, zero], device)?
-                            .pop()
-                            .map(Some)
-                            .ok_or_else(|| Error::Execution("missing mask".into()))
+                        op::binary::compare(op::Compare::NotEqual, &t, &zero).map(Some)
                     } else {
                         Ok(Some(t))
                     }
