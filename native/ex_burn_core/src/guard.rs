@@ -116,6 +116,7 @@ pub fn exclusive<T>(devices: &[crate::Device], f: impl FnOnce() -> Result<T>) ->
         return f();
     }
     let result = f();
+    note_used(turn.devices());
     let _ = guard(|| {
         for d in turn.devices() {
             crate::memory::after_work(*d);
@@ -123,6 +124,63 @@ pub fn exclusive<T>(devices: &[crate::Device], f: impl FnOnce() -> Result<T>) ->
         Ok(())
     });
     result
+}
+
+/// The GPU devices that have done work in this process.
+static USED: std::sync::Mutex<Vec<crate::Device>> = std::sync::Mutex::new(Vec::new());
+
+/// Called after the first piece of work on each GPU device ends (set once; see
+/// [`on_first_use`]).
+static FIRST_USE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets the function called after the first piece of work on each GPU device has ended (so
+/// after the libraries that work loaded): once per process, later calls do nothing.
+pub fn on_first_use(f: fn()) {
+    let _ = FIRST_USE.set(f);
+}
+
+/// The GPU devices that have done work in this process.
+pub fn used_gpus() -> Vec<crate::Device> {
+    USED.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+/// Records `devices` as used, calling the [`on_first_use`] function when one is new.
+fn note_used(devices: &[crate::Device]) {
+    let mut used = USED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let before = used.len();
+    for d in devices {
+        if !used.contains(d) {
+            used.push(*d);
+        }
+    }
+    let new = used.len() > before;
+    drop(used);
+    if let (true, Some(f)) = (new, FIRST_USE.get()) {
+        f();
+    }
+}
+
+/// Waits until no GPU work runs, up to `deadline`, and keeps any from starting for as long as
+/// the returned guard lives (every piece of GPU work holds the all-devices lock, for reading
+/// or writing); `None` when GPU work still ran at the deadline.
+pub fn stop_gpu_work(
+    deadline: std::time::Instant,
+) -> Option<std::sync::RwLockWriteGuard<'static, ()>> {
+    loop {
+        match ALL.try_write() {
+            Ok(held) => return Some(held),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// CUDA devices from this index on share the all-devices lock.

@@ -23,6 +23,7 @@ pub mod config;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod exit;
 pub mod files;
 pub mod guard;
 pub mod kernels;

@@ -65,6 +65,9 @@ pub fn all_reduce(sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor
     // is held for the submissions, not for the transfers.
     static ORDER: Mutex<()> = Mutex::new(());
     let _order = ORDER.lock().unwrap_or_else(|p| p.into_inner());
+    // NCCL's exit handlers are registered on its first use: ExBurn's must run before them
+    static LOADED: std::sync::Once = std::sync::Once::new();
+    LOADED.call_once(ex_burn_core::exit::after_load);
     let mut out = Vec::with_capacity(sets.len());
     for (set, cubes) in sets.iter().zip(&tensors) {
         let mut sums = Vec::with_capacity(set.len());

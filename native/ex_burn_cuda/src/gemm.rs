@@ -71,6 +71,8 @@ pub fn threshold() -> usize {
 struct Blas {
     handle: blas::cublasHandle_t,
     context: drv_sys::CUcontext,
+    /// The (element type, compute type) pairs this handle has multiplied.
+    kinds: Vec<(blas::cudaDataType, blas::cublasComputeType_t)>,
 }
 
 // SAFETY: the handle and stream are only used under the mutex of `BLAS`, with the device's
@@ -156,7 +158,11 @@ impl Blas {
             unsafe { blas::cublasSetStream_v2(handle, stream as blas::cudaStream_t) },
             "stream setting",
         )?;
-        Ok(Blas { handle, context })
+        Ok(Blas {
+            handle,
+            context,
+            kinds: Vec::new(),
+        })
     }
 }
 
@@ -252,7 +258,7 @@ impl Gemm {
         let entry = table
             .entry((self.index, stream as usize))
             .or_insert_with(|| Blas::new(self.index, stream).ok());
-        let Some(h) = entry.as_ref() else {
+        let Some(h) = entry.as_mut() else {
             return Ok(None);
         };
         let (la, lb) = (self.a, self.b);
@@ -298,6 +304,14 @@ impl Gemm {
                 ),
                 "GEMM",
             )?;
+            // cuBLAS sets up a kind of product (its heuristics' tables) on first use and
+            // registers that state's exit handlers then: ExBurn's must be registered after
+            // them, so that an exit waits for queued products before that state is torn down
+            let kind = (self.data_type, self.compute);
+            if !h.kinds.contains(&kind) {
+                h.kinds.push(kind);
+                ex_burn_core::exit::after_load();
+            }
             queue::release(stream, &others)?;
             Ok(Some(!others.is_empty()))
         }

@@ -43,6 +43,8 @@ fn load(_env: rustler::Env, _info: rustler::Term) -> bool {
     let _ = ex_burn_core::guard(|| Ok(()));
     // CPU compute threads below the schedulers' priority, before any op can start the pool.
     ex_burn_core::threads::init();
+    // an exit with GPU work in flight waits for it before the GPU libraries shut down
+    ex_burn_core::exit::install();
     // ExBurn's CUDA kernels (cuBLAS, fused kernels, ...) behind the engine's device-kernel seam
     #[cfg(feature = "cuda")]
     ex_burn_cuda::install();
