@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Set by the first exit handler that runs (the others return at once).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 static DONE: AtomicBool = AtomicBool::new(false);
 
 /// Set by [`install`].
@@ -93,7 +94,8 @@ extern "C" fn at_exit(status: libc::c_int, _arg: *mut libc::c_void) {
 /// Keeps new GPU work from starting (for as long as the returned guard lives) and waits for
 /// every queue of `devices` to drain; `None` when GPU work still runs, or a queue has not
 /// drained or failed, at `deadline`.
-pub fn quiesce(devices: &[Device], deadline: Instant) -> Option<RwLockWriteGuard<'static, ()>> {
+#[cfg_attr(not(all(target_os = "linux", target_env = "gnu")), allow(dead_code))]
+fn quiesce(devices: &[Device], deadline: Instant) -> Option<RwLockWriteGuard<'static, ()>> {
     let stopped = crate::guard::stop_gpu_work(deadline)?;
     let (tx, rx) = std::sync::mpsc::channel();
     let list = devices.to_vec();

@@ -65,7 +65,10 @@ pub fn all_reduce(sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor
     // is held for the submissions, not for the transfers.
     static ORDER: Mutex<()> = Mutex::new(());
     let _order = ORDER.lock().unwrap_or_else(|p| p.into_inner());
-    // NCCL's exit handlers are registered on its first use: ExBurn's must run before them
+    // NCCL was loaded by `nccl_loads`, after ExBurn's exit handler was first registered:
+    // registered again now, it runs before any exit handler NCCL set up when it loaded (those
+    // its communicators may set up on the devices' threads during this first collective are
+    // not covered)
     static LOADED: std::sync::Once = std::sync::Once::new();
     LOADED.call_once(ex_burn_core::exit::after_load);
     let mut out = Vec::with_capacity(sets.len());
