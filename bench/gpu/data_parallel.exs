@@ -9,6 +9,7 @@
 #   Each configuration: one `fit` of EPOCHS (default 4) epochs of STEPS (default 20) batches
 #   (the other devices get their copy of the data once, before the first epoch); the step time
 #   is the median over the epochs after the first of the epoch's wall time over STEPS.
+#   COUNTS (default "1,2,all"): the numbers of devices to train on, the first ones of the host.
 #
 # Losses: the last epoch's mean loss on N GPUs against one GPU (same seed, same batches).
 #
@@ -34,6 +35,15 @@ row_sets = env.("ROWS", "8192,16384") |> String.split(",") |> Enum.map(&String.t
   end
 
 home = hd(devices)
+
+device_sets =
+  env.("COUNTS", "1,2,all")
+  |> String.split(",")
+  |> Enum.map(fn
+    "all" -> devices
+    k -> Enum.take(devices, String.to_integer(k))
+  end)
+  |> Enum.uniq()
 
 build = fn ->
   x = Layers.input("x", shape: {nil, 768})
@@ -63,7 +73,7 @@ results =
       |> BurnBridge.floor()
       |> BurnBridge.as_type(:s64)
 
-    for devs <- Enum.uniq([[home], Enum.take(devices, 2), devices]) do
+    for devs <- device_sets do
       opts = [
         epochs: epochs,
         batch_size: rows,
@@ -99,11 +109,12 @@ results =
   end
   |> List.flatten()
 
-IO.puts("\n| rows per step | devices | ms/step | against 1 device | loss |")
+first = length(hd(device_sets))
+IO.puts("\n| rows per step | devices | ms/step | against #{first} device(s) | loss |")
 IO.puts("| --- | --- | --- | --- | --- |")
 
 for rows <- row_sets do
-  [{_, 1, t1, _} | _] = runs = Enum.filter(results, &(elem(&1, 0) == rows))
+  [{_, _, t1, _} | _] = runs = Enum.filter(results, &(elem(&1, 0) == rows))
 
   for {_, n, t, loss} <- runs do
     IO.puts("| #{rows} | #{n} | #{Float.round(t, 2)} | #{Float.round(t / t1, 3)}x | #{loss} |")

@@ -92,18 +92,31 @@ thread_local! {
     /// Those of them that had an operand owned by another thread's stream; counted where the
     /// product runs (CubeCL's device thread), hence shared.
     static CROSS: Arc<AtomicU64> = Arc::new(AtomicU64::new(0));
-    /// Devices (bit per index below 64) on which this thread's first product went through:
-    /// later products are queued without waiting.
-    static READY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// The bit of device `index` in [`READY`] (devices from 63 on share the last bit's fate: they
-/// always take the waiting path).
-fn device_bit(index: usize) -> u64 {
-    if index < 63 {
-        1 << index
-    } else {
-        0
+/// The (device index, Burn stream) pairs whose first product went through (a cuBLAS handle
+/// exists for that device and stream): later products there are queued without waiting,
+/// from whichever thread issues them (data-parallel training issues each replica's work from
+/// a thread of its own, on the caller's stream).
+static READY: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+
+/// Whether products on device `index` from the current Burn stream go through (see [`READY`]).
+fn ready(index: usize) -> bool {
+    let stream = cubecl_common::stream_id::StreamId::current().value;
+    READY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains(&(index, stream))
+}
+
+/// Records that products on device `index` from the current Burn stream go through.
+fn set_ready(index: usize) {
+    let stream = cubecl_common::stream_id::StreamId::current().value;
+    let mut ready = READY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !ready.contains(&(index, stream)) {
+        ready.push((index, stream));
     }
 }
 
@@ -416,7 +429,7 @@ fn launch(
     };
     let client = ta.client.clone();
     let out_handle = client.empty(nb * m * n * elem);
-    if READY.with(|r| r.get() & device_bit(gemm.index) != 0) {
+    if ready(gemm.index) {
         // Queued on CubeCL's device thread, in order with the kernels queued before and after
         // it: this thread goes on at once.
         let (ba, bb, bc) = (
@@ -474,7 +487,7 @@ fn launch(
         };
         drop((ra, rb, rc));
         CROSS.with(|c| c.fetch_add(u64::from(cross), Ordering::Relaxed));
-        READY.with(|r| r.set(r.get() | device_bit(gemm.index)));
+        set_ready(gemm.index);
         ex_burn_core::profile::note("cublas[first]");
     }
     PRODUCTS.with(|c| c.set(c.get() + 1));

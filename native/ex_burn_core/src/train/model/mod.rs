@@ -25,11 +25,13 @@ mod finite;
 mod options;
 mod parallel;
 mod params;
+mod unshared;
 
 pub use data::collect_autodiff_garbage;
 use data::*;
 use finite::{Bad, Checks, Running};
 pub use options::{EpochOptions, EvalOptions, OnNonFinite, StepOptions};
+use unshared::Unshared;
 
 /// The place of the last applied update while its parameters are not checked yet
 /// (`Some(None)`: a step outside an epoch).
@@ -207,17 +209,6 @@ pub struct Model {
     /// A replica's gradients summed over the micro-batches of an accumulation, until its
     /// update.
     accumulated: Unshared<Option<burn::optim::GradientsAccumulator<Net<B>>>>,
-}
-
-/// Gradients on their way to an update (a split batch's, an accumulation's sum): a clone of
-/// the model starts without any.
-#[derive(Default)]
-struct Unshared<T: Default>(T);
-
-impl<T: Default> Clone for Unshared<T> {
-    fn clone(&self) -> Self {
-        Unshared::default()
-    }
 }
 
 fn ad_device(device: Device) -> Result<burn::DispatchDevice> {
@@ -495,8 +486,7 @@ impl Model {
             self.replica_grads = Unshared::default();
             return Ok(bad);
         }
-        self.apply(grads, lr)?;
-        self.apply_replicas(lr)?;
+        self.apply_everywhere(grads, lr)?;
         *unchecked = Some(at);
         Ok(bad)
     }

@@ -17,6 +17,14 @@ const MAX_DEVICES: usize = 64;
 /// gradients, on the model's device.
 pub(super) type BatchGrads = (BurnTensor<B, 1>, Option<Hits>, GradientsParams);
 
+/// One device's share of a split batch: its gradients, its slice's weighted loss and count
+/// of right predictions.
+struct Pass {
+    grads: GradientsParams,
+    loss: Tensor,
+    hits: Option<Tensor>,
+}
+
 /// An epoch's data (and shuffling order) on each device it trains on, the model's own first:
 /// the other devices get their copy once per epoch, so batches are cut where they train.
 pub(super) struct Sources<'a> {
@@ -180,40 +188,28 @@ impl Model {
     ) -> Result<BatchGrads> {
         let rows = hi - lo;
         let parts = self.replicas.len() + 1;
-        // Every device's forward pass is issued before any backward pass: issuing one device's
-        // passes takes the host milliseconds, and a device whose forward pass waited for the
-        // previous device's backward pass to be issued would start that much later (while it
-        // is issued, the previous device is still busy with its forward pass).
-        let mut forwards = Vec::with_capacity(parts);
-        let mut reserved = Vec::with_capacity(parts);
-        for k in 0..parts {
-            let (a, b) = (lo + k * rows / parts, lo + (k + 1) * rows / parts);
-            if a == b {
-                forwards.push(None);
-                continue;
-            }
-            let (model, (data, order)) = self.part(k, sources);
-            let slice = cut(data, a, b, order)?;
-            reserved.push(model.check_batch_memory(b - a, true)?);
-            let share = (b - a) as f64 / rows as f64;
-            forwards.push(Some((share, model.forward_loss(&slice, count)?)));
-        }
+        let range = |k: usize| (lo + k * rows / parts, lo + (k + 1) * rows / parts);
+        let passes = if self.on_distinct_gpus() {
+            self.passes_on_threads(sources, range, rows, count, accumulate)?
+        } else {
+            self.passes_in_turn(sources, range, rows, count, accumulate)?
+        };
         let mut grads = Vec::with_capacity(parts);
         let mut losses = Vec::with_capacity(parts);
         let mut hits = Vec::with_capacity(parts);
-        for (k, forward) in forwards.into_iter().enumerate() {
-            let Some((share, f)) = forward else {
-                grads.push(GradientsParams::new());
-                losses.push(None);
-                hits.push(None);
-                continue;
-            };
-            let (model, _) = self.part(k, sources);
-            grads.push(model.grads(f.loss.mul_scalar(share), accumulate)?);
-            let float =
-                |t: BurnTensor<B, 1>| Tensor::wrap(t.into_primitive().tensor(), Kind::Float);
-            losses.push(Some(float(f.inner.mul_scalar(share))));
-            hits.push(f.hits.map(|h| float(h.float().sum())));
+        for pass in passes {
+            match pass {
+                Some(p) => {
+                    grads.push(p.grads);
+                    losses.push(Some(p.loss));
+                    hits.push(p.hits);
+                }
+                None => {
+                    grads.push(GradientsParams::new());
+                    losses.push(None);
+                    hits.push(None);
+                }
+            }
         }
         let extra = if count {
             vec![losses, hits]
@@ -225,7 +221,7 @@ impl Model {
         let own = grads
             .next()
             .ok_or_else(|| Error::Execution("no gradients".into()))?;
-        self.replica_grads = Unshared(grads.collect());
+        self.replica_grads = Unshared::new(grads.collect());
         let burn = |t: Tensor| BurnTensor::<B, 1>::from_primitive(TensorPrimitive::Float(t.prim()));
         let loss = sums
             .next()
@@ -233,6 +229,107 @@ impl Model {
             .ok_or_else(|| Error::Argument("the batch has no samples".into()))?;
         let right = sums.next().map(|c| Hits::Count(burn(c).int()));
         Ok((loss, right, own))
+    }
+
+    /// Each device's forward and backward passes of its slice, issued from this thread: every
+    /// device's forward pass before any backward pass (issuing one device's passes takes the
+    /// host milliseconds, and a device whose forward pass waited for the previous device's
+    /// backward pass to be issued would start that much later). `None` for a device without
+    /// rows.
+    fn passes_in_turn(
+        &self,
+        sources: &Sources,
+        range: impl Fn(usize) -> (usize, usize),
+        rows: usize,
+        count: bool,
+        accumulate: usize,
+    ) -> Result<Vec<Option<Pass>>> {
+        let parts = self.replicas.len() + 1;
+        let mut forwards = Vec::with_capacity(parts);
+        let mut reserved = Vec::with_capacity(parts);
+        for k in 0..parts {
+            let (a, b) = range(k);
+            if a == b {
+                forwards.push(None);
+                continue;
+            }
+            let (model, (data, order)) = self.part(k, sources);
+            let slice = cut(data, a, b, order)?;
+            reserved.push(model.check_batch_memory(b - a, true)?);
+            let share = (b - a) as f64 / rows as f64;
+            forwards.push(Some((share, model.forward_loss(&slice, count)?)));
+        }
+        forwards
+            .into_iter()
+            .enumerate()
+            .map(|(k, forward)| {
+                forward
+                    .map(|(share, f)| self.part(k, sources).0.backward_pass(f, share, accumulate))
+                    .transpose()
+            })
+            .collect()
+    }
+
+    /// Each device's forward and backward passes of its slice, each device's issued from a
+    /// thread of its own (the model's from this one), so that the host time of issuing them
+    /// is spent side by side rather than once per device: with four GPUs, issuing every
+    /// device's passes from one thread took longer than the devices took to run them. Only
+    /// for distinct CUDA GPUs (each thread queues work for its own device). `None` for a device
+    /// without rows.
+    fn passes_on_threads(
+        &self,
+        sources: &Sources,
+        range: impl Fn(usize) -> (usize, usize) + Sync,
+        rows: usize,
+        count: bool,
+        accumulate: usize,
+    ) -> Result<Vec<Option<Pass>>> {
+        let parts = self.replicas.len() + 1;
+        let pass = |k: usize| -> Result<Option<Pass>> {
+            let (a, b) = range(k);
+            if a == b {
+                return Ok(None);
+            }
+            let (model, (data, order)) = self.part(k, sources);
+            let slice = cut(data, a, b, order)?;
+            // the reservation stays on the thread that made it, until the passes are issued
+            let _room = model.check_batch_memory(b - a, true)?;
+            let share = (b - a) as f64 / rows as f64;
+            let f = model.forward_loss(&slice, count)?;
+            model.backward_pass(f, share, accumulate).map(Some)
+        };
+        // Each thread issues its work on this thread's stream: the gradients are summed from
+        // here, and a collective reads and writes buffers of one stream.
+        let stream = burn::tensor::StreamId::current();
+        std::thread::scope(|s| {
+            let others: Vec<_> = (1..parts)
+                .map(|k| {
+                    let pass = &pass;
+                    std::thread::Builder::new()
+                        .name(format!("ex_burn-replica-{k}"))
+                        .spawn_scoped(s, move || {
+                            crate::guard::guard(|| stream.executes(|| pass(k)))
+                        })
+                })
+                .collect();
+            // the model's own passes on this thread, as the caller issues its work (its
+            // stream, its panic handling)
+            let mut out = vec![pass(0)];
+            out.extend(others.into_iter().map(joined));
+            out.into_iter().collect()
+        })
+    }
+
+    /// The backward pass of a slice's forward pass `f`, its loss weighted by `share` of the
+    /// batch's rows, and the slice's loss and count of right predictions (so weighted).
+    fn backward_pass(&self, f: Forward, share: f64, accumulate: usize) -> Result<Pass> {
+        let grads = self.grads(f.loss.mul_scalar(share), accumulate)?;
+        let float = |t: BurnTensor<B, 1>| Tensor::wrap(t.into_primitive().tensor(), Kind::Float);
+        Ok(Pass {
+            grads,
+            loss: float(f.inner.mul_scalar(share)),
+            hits: f.hits.map(|h| float(h.float().sum())),
+        })
     }
 
     /// Adds the gradients [`Model::split_grads`] kept for the replicas to each replica's sum
@@ -248,7 +345,7 @@ impl Model {
                 .as_ref()
                 .ok_or_else(|| Error::Execution("replica parameters are unavailable".into()))?;
             r.accumulated
-                .0
+                .get_mut()
                 .get_or_insert_with(burn::optim::GradientsAccumulator::new)
                 .accumulate::<B>(net, g);
         }
@@ -262,7 +359,7 @@ impl Model {
         let applied = self
             .replicas
             .iter_mut()
-            .try_for_each(|r| match r.accumulated.0.take() {
+            .try_for_each(|r| match r.accumulated.take() {
                 Some(mut sum) => r.apply(sum.grads(), lr),
                 None => Err(Error::Execution(
                     "a replica's accumulated gradients are missing for this step".into(),
@@ -357,10 +454,59 @@ impl Model {
         applied
     }
 
+    /// Applies `grads` to the model and the gradients [`Model::split_grads`] kept to the
+    /// replicas. On distinct CUDA GPUs each replica's update is issued from a thread of its own
+    /// while this thread issues the model's (so the last device does not wait for every other
+    /// device's update to be issued before its own and its next forward pass); elsewhere in
+    /// turn. On a replica's error the replicas are dropped (see [`Model::apply_replicas`]).
+    pub(super) fn apply_everywhere(&mut self, grads: GradientsParams, lr: f64) -> Result<()> {
+        if self.replicas.is_empty() || !self.on_distinct_gpus() {
+            self.apply(grads, lr)?;
+            return self.apply_replicas(lr);
+        }
+        let replica_grads = self.take_replica_grads("step")?;
+        let mut replicas = std::mem::take(&mut self.replicas);
+        let stream = burn::tensor::StreamId::current();
+        let (home, others) = std::thread::scope(|s| {
+            let threads: Vec<_> = replicas
+                .iter_mut()
+                .zip(replica_grads)
+                .enumerate()
+                .map(|(k, (r, g))| {
+                    std::thread::Builder::new()
+                        .name(format!("ex_burn-replica-{}", k + 1))
+                        .spawn_scoped(s, move || {
+                            crate::guard::guard(|| stream.executes(|| r.apply(g, lr)))
+                        })
+                })
+                .collect();
+            let home = self.apply(grads, lr);
+            // every thread joined, then the first error kept
+            let joins: Vec<Result<()>> = threads.into_iter().map(joined).collect();
+            let others: Result<()> = joins.into_iter().collect();
+            (home, others)
+        });
+        if others.is_ok() {
+            self.replicas = replicas;
+        }
+        home.and(others)
+    }
+
+    /// Whether the model and its replicas are on distinct CUDA GPUs (each can be given work
+    /// from a thread of its own; the only GPUs this was run on).
+    fn on_distinct_gpus(&self) -> bool {
+        let devices = self.devices();
+        devices.iter().all(|d| matches!(d, Device::Cuda(_)))
+            && devices
+                .iter()
+                .enumerate()
+                .all(|(i, d)| !devices[..i].contains(d))
+    }
+
     /// The gradients [`Model::split_grads`] kept, one set per replica (`what`, the step or
     /// micro-batch, names them in the error; the replicas are dropped when they are missing).
     fn take_replica_grads(&mut self, what: &str) -> Result<Vec<GradientsParams>> {
-        let grads = std::mem::take(&mut self.replica_grads).0;
+        let grads = self.replica_grads.take();
         if grads.len() != self.replicas.len() {
             self.replicas.clear();
             return Err(Error::Execution(format!(
@@ -403,6 +549,18 @@ fn zeros_like(like: &Tensor, device: Device) -> Result<Tensor> {
         like.dtype().float_dtype()?,
     );
     Ok(Tensor::wrap(prim, Kind::Float))
+}
+
+/// The result of a replica's thread, or the error of starting or joining it.
+fn joined<T>(t: std::io::Result<std::thread::ScopedJoinHandle<'_, Result<T>>>) -> Result<T> {
+    match t {
+        Ok(handle) => handle
+            .join()
+            .unwrap_or_else(|_| Err(Error::Execution("a replica's thread panicked".into()))),
+        Err(e) => Err(Error::Execution(format!(
+            "could not start a thread for a replica: {e}"
+        ))),
+    }
 }
 
 /// Checks that `copy` holds tensors of `data`'s shapes and types on `device`.
