@@ -253,11 +253,10 @@ impl Model {
                 forwards.push(None);
                 continue;
             }
-            let (model, (data, order)) = self.part(k, sources);
-            let slice = cut(data, a, b, order)?;
-            reserved.push(model.check_batch_memory(b - a, true)?);
-            let share = (b - a) as f64 / rows as f64;
-            forwards.push(Some((share, model.forward_loss(&slice, count)?)));
+            let (model, source) = self.part(k, sources);
+            let (share, f, room) = model.slice_forward(source, (a, b), rows, count)?;
+            reserved.push(room);
+            forwards.push(Some((share, f)));
         }
         forwards
             .into_iter()
@@ -290,26 +289,18 @@ impl Model {
             if a == b {
                 return Ok(None);
             }
-            let (model, (data, order)) = self.part(k, sources);
-            let slice = cut(data, a, b, order)?;
+            let (model, source) = self.part(k, sources);
             // the reservation stays on the thread that made it, until the passes are issued
-            let _room = model.check_batch_memory(b - a, true)?;
-            let share = (b - a) as f64 / rows as f64;
-            let f = model.forward_loss(&slice, count)?;
+            let (share, f, _room) = model.slice_forward(source, (a, b), rows, count)?;
             model.backward_pass(f, share, accumulate).map(Some)
         };
-        // Each thread issues its work on this thread's stream: the gradients are summed from
-        // here, and a collective reads and writes buffers of one stream.
+        // the gradients are summed from here, on this thread's stream
         let stream = burn::tensor::StreamId::current();
         std::thread::scope(|s| {
             let others: Vec<_> = (1..parts)
                 .map(|k| {
                     let pass = &pass;
-                    std::thread::Builder::new()
-                        .name(format!("ex_burn-replica-{k}"))
-                        .spawn_scoped(s, move || {
-                            crate::guard::guard(|| stream.executes(|| pass(k)))
-                        })
+                    on_replica_thread(s, k, stream, move || pass(k))
                 })
                 .collect();
             // the model's own passes on this thread, as the caller issues its work (its
@@ -318,6 +309,22 @@ impl Model {
             out.extend(others.into_iter().map(joined));
             out.into_iter().collect()
         })
+    }
+
+    /// The forward pass of rows `a..b` (of the shuffled order) of this model's copy of the
+    /// data, with the memory its activations need reserved (on the calling thread), and the
+    /// slice's share of the batch's `rows`.
+    fn slice_forward(
+        &self,
+        (data, order): (&Data, Option<&Tensor>),
+        (a, b): (usize, usize),
+        rows: usize,
+        count: bool,
+    ) -> Result<(f64, Forward, crate::memory::Reservation)> {
+        let slice = cut(data, a, b, order)?;
+        let room = self.check_batch_memory(b - a, true)?;
+        let share = (b - a) as f64 / rows as f64;
+        Ok((share, self.forward_loss(&slice, count)?, room))
     }
 
     /// The backward pass of a slice's forward pass `f`, its loss weighted by `share` of the
@@ -472,13 +479,7 @@ impl Model {
                 .iter_mut()
                 .zip(replica_grads)
                 .enumerate()
-                .map(|(k, (r, g))| {
-                    std::thread::Builder::new()
-                        .name(format!("ex_burn-replica-{}", k + 1))
-                        .spawn_scoped(s, move || {
-                            crate::guard::guard(|| stream.executes(|| r.apply(g, lr)))
-                        })
-                })
+                .map(|(k, (r, g))| on_replica_thread(s, k + 1, stream, move || r.apply(g, lr)))
                 .collect();
             let home = self.apply(grads, lr);
             // every thread joined, then the first error kept
@@ -553,6 +554,19 @@ fn zeros_like(like: &Tensor, device: Device) -> Result<Tensor> {
         like.dtype().float_dtype()?,
     );
     Ok(Tensor::wrap(prim, Kind::Float))
+}
+
+/// Runs `f` for replica `k` on a thread of `scope`, on `stream` (the caller's: a collective
+/// reads and writes buffers of one stream) and with its panics made errors.
+fn on_replica_thread<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    k: usize,
+    stream: burn::tensor::StreamId,
+    f: impl FnOnce() -> Result<T> + Send + 'scope,
+) -> std::io::Result<std::thread::ScopedJoinHandle<'scope, Result<T>>> {
+    std::thread::Builder::new()
+        .name(format!("ex_burn-replica-{k}"))
+        .spawn_scoped(scope, move || crate::guard::guard(|| stream.executes(f)))
 }
 
 /// The result of a replica's thread, or the error of starting or joining it.
