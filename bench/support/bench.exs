@@ -245,9 +245,23 @@ defmodule Bench do
       ]
       |> Enum.join("\n")
 
-    body = "# #{title}\n\n#{intro}\n\n#{table}\n"
+    run = "#{intro}\n\n#{table}\n"
     File.mkdir_p!(Path.dirname(path))
-    File.write!(path, body)
-    IO.puts(body)
+    File.write!(path, with_earlier_runs(path, title, run))
+    IO.puts("# #{title}\n\n" <> run)
+  end
+
+  # The file's title, this run as its first section, then the runs and notes already recorded
+  # there (a results file keeps its history; a run never erases it).
+  defp with_earlier_runs(path, title, run) do
+    section = "## #{Date.utc_today()}, `#{Path.basename(path, ".md")}` run\n\n#{run}"
+
+    earlier =
+      case File.read(path) do
+        {:ok, text} -> text |> String.replace(~r/\A# [^\n]*\n+/, "") |> String.trim()
+        {:error, _} -> ""
+      end
+
+    Enum.join(["# #{title}", section | List.wrap(if earlier != "", do: earlier)], "\n\n") <> "\n"
   end
 end

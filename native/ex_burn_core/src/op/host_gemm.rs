@@ -11,23 +11,65 @@ use super::view::View;
 use crate::{DType, Device, Result, Tensor};
 use rayon::prelude::*;
 
-/// Products of at least this many multiply-adds per matrix let the GEMM use every compute
-/// thread (burn-flex's threshold).
-const PARALLEL_FROM: usize = 192 * 192 * 192;
+/// Products of at least this many multiply-adds per matrix are split over the compute threads
+/// ([`split_product`]): four blocks of [`MIN_CELL_WORK`]. (burn-flex splits from 192^3; the
+/// 512 x 1024 x 10 logits of an MLP, under that, took 0.36 ms on one of 16 cores.)
+const PARALLEL_FROM: usize = 4 * MIN_CELL_WORK;
 /// Batches of smaller matrices are spread over the threads, one matrix each, from this much
 /// work in all (burn-flex's threshold).
 const BATCH_PARALLEL_FROM: usize = 128 * 128 * 128;
 
-/// Products of fewer multiply-adds than this (and at least [`PARALLEL_FROM`]) are split into
-/// one block of columns (or rows) per compute thread, each multiplied on its thread; larger
-/// ones let the gemm crate spread its own blocks (which share the packed operands).
-const SPLIT_BELOW: usize = 1 << 31;
+/// Result blocks per compute thread in a split product: several, so that a thread that
+/// finishes early (or was preempted) takes another and the threads finish together.
+const CELLS_PER_THREAD: usize = 4;
 
-/// Column (or row) blocks are multiples of this many elements.
+/// A block of a split product does at least this many multiply-adds (fewer blocks than
+/// [`CELLS_PER_THREAD`] per thread for smaller products).
+const MIN_CELL_WORK: usize = 1 << 18;
+
+/// Block rows and columns are multiples of this many elements.
 const SPLIT_ALIGN: usize = 16;
 
-/// `dst` (`[m, n]`, row-major) = `a` (`[m, k]`) times `b` (`[k, n]`), the larger of `m` and
-/// `n` split into one block per compute thread, each block's product on one thread.
+/// The grid a split product's `[m, n]` result is cut into for `threads` compute threads:
+/// `(row blocks, column blocks)`, their product a number of cells of at least
+/// [`MIN_CELL_WORK`] each, at most [`CELLS_PER_THREAD`] per thread and a whole number per
+/// thread where there are more cells than threads, blocks as near square as that allows (rows
+/// over columns as `m` over `n`; between two equally near, the one of fewer row blocks).
+///
+/// Measured with the gemm crate alone (`bench/results/cpu_peers.md`): on a 16-core Xeon a
+/// 2048^3 product took 18.3 ms in the crate's own split, 14.0 ms in 16 column blocks, 10.9
+/// ms in 8 x 8 blocks (XLA 14.5 ms); 512 x 1024 x 1024 1.04 / 0.91 / 0.72 ms in 4 x 16 (XLA
+/// 1.11). One block per thread left threads idle whenever one of them lagged.
+fn grid((m, n, k): (usize, usize, usize), threads: usize) -> (usize, usize) {
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let cells = (work / MIN_CELL_WORK).clamp(1, threads * CELLS_PER_THREAD);
+    let mut cells = if cells >= threads {
+        cells / threads * threads
+    } else {
+        cells
+    };
+    let (max_rows, max_cols) = (m.div_ceil(SPLIT_ALIGN), n.div_ceil(SPLIT_ALIGN));
+    loop {
+        // row blocks r, column blocks cells / r: square blocks when r / (cells / r) = m / n
+        let want = ((cells as f64) * (m as f64) / (n as f64)).sqrt().ln();
+        let best = (1..=cells.min(max_rows))
+            .filter(|r| cells % r == 0 && cells / r <= max_cols)
+            .min_by_key(|&r| {
+                // (distances in millionths, so that exact ties go to fewer row blocks)
+                let d = (((r as f64).ln() - want).abs() * 1e6).round() as u64;
+                (d, r)
+            });
+        match best {
+            Some(r) => return (r, cells / r),
+            // too few rows or columns for this many blocks
+            None if cells > 1 => cells = cells.div_ceil(2),
+            None => return (1, 1),
+        }
+    }
+}
+
+/// `dst` (`[m, n]`, row-major) = `a` (`[m, k]`) times `b` (`[k, n]`), cut into the blocks of
+/// [`grid`], each block's product on one compute thread.
 ///
 /// # Safety
 /// As [`gemm_into`], with `dst` of `m * n` elements of row stride `n`.
@@ -38,47 +80,36 @@ unsafe fn split_product(
     (b, b_rc): (*const f32, (isize, isize)),
 ) {
     let threads = rayon::current_num_threads().max(1);
-    let by_columns = n >= m;
-    let along = if by_columns { n } else { m };
-    let block = along.div_ceil(threads).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
+    let (rows, cols) = grid((m, n, k), threads);
+    let block = |len: usize, parts: usize| len.div_ceil(parts).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
+    let (rb, cb) = (block(m, rows), block(n, cols));
+    let (rows, cols) = (m.div_ceil(rb), n.div_ceil(cb));
     // the blocks write disjoint parts of `dst` and only read `a` and `b`
     let shared = (
         SharedPtr(dst),
         SharedPtr(a.cast_mut()),
         SharedPtr(b.cast_mut()),
     );
-    (0..along.div_ceil(block)).into_par_iter().for_each(|i| {
+    (0..rows * cols).into_par_iter().for_each(|cell| {
         let (dst, a, b) = (
             shared.0.get(),
             shared.1.get().cast_const(),
             shared.2.get().cast_const(),
         );
-        let start = i * block;
-        let len = block.min(along - start);
-        // SAFETY: block `i` covers columns (rows) `start..start + len`, inside the matrices;
-        // its part of `dst` is written by this block only.
+        let (r0, c0) = ((cell / cols) * rb, (cell % cols) * cb);
+        let (rl, cl) = (rb.min(m - r0), cb.min(n - c0));
+        // SAFETY: the block covers rows `r0..r0 + rl` and columns `c0..c0 + cl`, inside the
+        // matrices; its part of `dst` is written by this block only.
         unsafe {
-            if by_columns {
-                gemm_into(
-                    (m, len, k),
-                    (dst.add(start), n as isize),
-                    a,
-                    a_rc,
-                    b.offset(start as isize * b_rc.1),
-                    b_rc,
-                    gemm::Parallelism::None,
-                )
-            } else {
-                gemm_into(
-                    (len, n, k),
-                    (dst.add(start * n), n as isize),
-                    a.offset(start as isize * a_rc.0),
-                    a_rc,
-                    b,
-                    b_rc,
-                    gemm::Parallelism::None,
-                )
-            }
+            gemm_into(
+                (rl, cl, k),
+                (dst.add(r0 * n + c0), n as isize),
+                a.offset(r0 as isize * a_rc.0),
+                a_rc,
+                b.offset(c0 as isize * b_rc.1),
+                b_rc,
+                gemm::Parallelism::None,
+            )
         }
     });
 }
@@ -167,7 +198,7 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     }
     let per_matrix = m.saturating_mul(n).saturating_mul(k);
     let mut out: Vec<f32> = Vec::with_capacity(len);
-    let one = |bi: usize, dst: *mut f32, parallelism: gemm::Parallelism| {
+    let one = |bi: usize, dst: *mut f32| {
         // SAFETY: every element of matrix `bi` of both views lies inside its storage (checked
         // above), and `dst` points at that matrix's m * n elements of `out`'s capacity.
         unsafe {
@@ -178,7 +209,7 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
                 a_rc,
                 bv.data.as_ptr().offset(bv.base(bi, batch)),
                 b_rc,
-                parallelism,
+                gemm::Parallelism::None,
             )
         }
     };
@@ -188,8 +219,8 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
         spare
             .par_chunks_mut(m * n)
             .enumerate()
-            .for_each(|(bi, c)| one(bi, c.as_mut_ptr().cast(), gemm::Parallelism::None));
-    } else if (PARALLEL_FROM..SPLIT_BELOW).contains(&per_matrix) {
+            .for_each(|(bi, c)| one(bi, c.as_mut_ptr().cast()));
+    } else if per_matrix >= PARALLEL_FROM {
         for (bi, c) in spare.chunks_mut(m * n).enumerate() {
             let base = (av.base(bi, batch), bv.base(bi, batch));
             // SAFETY: as for `one`: every element of both matrices lies inside its storage and
@@ -204,17 +235,90 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
             };
         }
     } else {
-        let parallelism = if per_matrix >= PARALLEL_FROM {
-            gemm::Parallelism::Rayon(0)
-        } else {
-            gemm::Parallelism::None
-        };
         for (bi, c) in spare.chunks_mut(m * n).enumerate() {
-            one(bi, c.as_mut_ptr().cast(), parallelism);
+            one(bi, c.as_mut_ptr().cast());
         }
     }
     // SAFETY: the products above wrote all `len` elements.
     unsafe { out.set_len(len) };
     let data = burn::tensor::TensorData::new(out, crate::tensor::prim_shape(&shape));
     Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_cover_the_result_in_near_square_blocks() {
+        // as measured best on 16 threads (module docs)
+        assert_eq!(grid((2048, 2048, 2048), 16), (8, 8));
+        assert_eq!(grid((512, 1024, 1024), 16), (4, 16));
+        assert_eq!(grid((4096, 1024, 1024), 16), (16, 4));
+        assert_eq!(grid((128, 1024, 1024), 16), (2, 32));
+        assert_eq!(grid((2048, 2048, 2048), 2), (2, 4));
+        assert_eq!(grid((512, 10, 1024), 16), (16, 1));
+        assert_eq!(grid((64, 64, 64), 16), (1, 1));
+        for (m, n, k) in [
+            (17, 5000, 300),
+            (5000, 17, 300),
+            (192, 192, 192),
+            (784, 1024, 512),
+        ] {
+            for threads in [1, 2, 3, 12, 16, 64] {
+                let (r, c) = grid((m, n, k), threads);
+                assert!(r * c <= threads * CELLS_PER_THREAD, "{m} {n} {threads}");
+                assert!(
+                    r <= m.div_ceil(16) && c <= n.div_ceil(16),
+                    "{m} {n} {threads}"
+                );
+                assert!(
+                    r * c == 1 || m * n * k / (r * c) >= MIN_CELL_WORK,
+                    "{m} {n} {threads}"
+                );
+            }
+        }
+        // a whole number of blocks per thread where there is room and work for them
+        assert_eq!(grid((784, 1024, 512), 12), (6, 8));
+        assert_eq!(grid((784, 1024, 512), 3), (3, 4));
+    }
+
+    #[test]
+    fn split_products_equal_one_product() {
+        for (m, n, k, a_col_major) in [
+            (200, 300, 150, false),
+            (200, 300, 150, true),
+            (33, 1000, 257, false),
+            (1000, 33, 257, true),
+        ] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 53) % 97) as f32 - 48.0).collect();
+            let a_rc = if a_col_major {
+                (1, m as isize)
+            } else {
+                (k as isize, 1)
+            };
+            let (mut split, mut whole) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+            // SAFETY: both operands and results hold exactly these matrices.
+            unsafe {
+                split_product(
+                    (m, n, k),
+                    split.as_mut_ptr(),
+                    (a.as_ptr(), a_rc),
+                    (b.as_ptr(), (n as isize, 1)),
+                );
+                gemm_into(
+                    (m, n, k),
+                    (whole.as_mut_ptr(), n as isize),
+                    a.as_ptr(),
+                    a_rc,
+                    b.as_ptr(),
+                    (n as isize, 1),
+                    gemm::Parallelism::None,
+                );
+            }
+            // integer values: every product and sum is exact, in any order
+            assert_eq!(split, whole, "{m} x {n} x {k}");
+        }
+    }
 }
