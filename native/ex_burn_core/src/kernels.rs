@@ -145,6 +145,7 @@ pub enum Exact {
     Sin,
     Cos,
     Tanh,
+    Exp,
 }
 
 /// The per-element function of a fused step, on f32 operands.
@@ -186,8 +187,8 @@ pub enum Map {
     Cos,
     /// Hyperbolic tangent.
     Tanh,
-    /// `sin`/`cos`/`tanh` by the correctly rounded kernels, as the op table computes them
-    /// on CPUs that have them (the same function as [`Map::Sin`] elsewhere).
+    /// `sin`/`cos`/`tanh`/`exp` by the correctly rounded kernels, as the op table computes
+    /// them on CPUs that have them (the same function as [`Map::Sin`] elsewhere).
     Exact(Exact),
 }
 

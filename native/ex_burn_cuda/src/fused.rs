@@ -268,7 +268,7 @@ fn unary(m: Map, a: &str) -> Option<String> {
         Map::Rsqrt => return Some(format!("1.0f / sqrtf({a})")),
         Map::Abs => "fabsf",
         Map::Sqrt => "sqrtf",
-        Map::Exp => return Some(elementwise::rounded_call("exp", a)),
+        Map::Exp | Map::Exact(Exact::Exp) => return Some(elementwise::rounded_call("exp", a)),
         Map::Log => return Some(elementwise::rounded_call("log", a)),
         Map::Sin | Map::Exact(Exact::Sin) => "sinf",
         Map::Cos | Map::Exact(Exact::Cos) => "cosf",

@@ -1,12 +1,12 @@
-//! Correctly rounded f32 `sin`, `cos` and `tanh` for the CPU, four lanes at a time with AVX2
-//! and FMA.
+//! Correctly rounded f32 `sin`, `cos`, `tanh` and `exp` for the CPU, four lanes at a time with
+//! AVX2 and FMA.
 //!
 //! Each value is computed in f64 (Cody-Waite reduction by pi/2 and fdlibm's minimax
 //! polynomials of `__kernel_sin`/`__kernel_cos`, error below 2^-58, for the trigonometric
-//! functions; `expm1` by reduction by ln 2 and a Taylor polynomial for `tanh`), with an error
+//! functions; `expm1` by reduction by ln 2 and a Taylor polynomial for `tanh` and `exp`), with an error
 //! far below half an f32 ulp, then rounded once to f32: the result is the f32 nearest to the
 //! exact value (the tests compare with f64 libm rounded to f32, as Nx's `BinaryBackend`
-//! computes). That is what the Nx doctests expect, and faster than glibc's `sinf`/`tanhf`
+//! computes). That is what the Nx doctests expect, and faster than glibc's `sinf`/`tanhf`/`expf`
 //! (the eager op and the fused chunk loops both use these, so they stay bit-identical).
 //! Without AVX2 and FMA (other CPUs, other architectures) the op table keeps the platform's
 //! libm. `|x| > 823549` (a reduction this one does not cover) goes through f64 libm per element.
@@ -30,6 +30,10 @@ const LN2_LO: f64 = -4.200_915_072_681_084_6e-11;
 const INV_LN2: f64 = std::f64::consts::LOG2_E;
 /// `tanh(x)` rounds to +-1 in f32 beyond 9.01; 9.5 leaves room.
 const TANH_SAT: f64 = 9.5;
+/// `exp(x)` rounds to 0 in f32 below `ln 2^-150` (-103.97) and overflows above 88.73: inputs
+/// are clamped to this range, whose ends give those results.
+const EXP_MIN: f64 = -104.0;
+const EXP_MAX: f64 = 89.0;
 
 /// `1/n!` for n = 0..=13 (`expm1` on `|r| <= ln2 / 2` to `r^13 / 13!`: error below 2^-56).
 const F: [f64; 14] = [
@@ -81,15 +85,18 @@ pub(crate) enum Fun {
     Cos,
     /// Hyperbolic tangent.
     Tanh,
+    /// Exponential.
+    Exp,
 }
 
 impl Fun {
-    /// The function of `op` (`Sin`, `Cos`, `Tanh`).
+    /// The function of `op` (`Sin`, `Cos`, `Tanh`, `Exp`).
     pub(crate) fn of(op: crate::op::Unary) -> Option<Fun> {
         match op {
             crate::op::Unary::Sin => Some(Fun::Sin),
             crate::op::Unary::Cos => Some(Fun::Cos),
             crate::op::Unary::Tanh => Some(Fun::Tanh),
+            crate::op::Unary::Exp => Some(Fun::Exp),
             _ => None,
         }
     }
@@ -135,6 +142,7 @@ pub(crate) fn reference(fun: Fun, x: f32) -> f32 {
         Fun::Sin => x.sin(),
         Fun::Cos => x.cos(),
         Fun::Tanh => x.tanh(),
+        Fun::Exp => x.exp(),
     }) as f32
 }
 
@@ -231,6 +239,30 @@ mod avx2 {
         _mm256_cvtpd_ps(th)
     }
 
+    /// exp of four lanes: `2^k (1 + expm1(r))`, `x = k ln2 + r`, `|r| <= ln2 / 2`, the f64
+    /// result rounded once to f32 (to 0 or infinity out of range, NaN kept).
+    #[inline(always)]
+    unsafe fn exp4(x: __m128) -> __m128 {
+        let xd = _mm256_cvtps_pd(x);
+        let y = _mm256_min_pd(_mm256_max_pd(xd, c(EXP_MIN)), c(EXP_MAX));
+        let v = _mm256_fmadd_pd(y, c(INV_LN2), c(MAGIC));
+        let k = _mm256_sub_pd(v, c(MAGIC));
+        let kbits = _mm256_sub_epi64(_mm256_castpd_si256(v), _mm256_castpd_si256(c(MAGIC)));
+        // |k| <= 150: k * LN2_HI is exact
+        let r = _mm256_fnmadd_pd(k, c(LN2_HI), y);
+        let r = _mm256_fnmadd_pd(k, c(LN2_LO), r);
+        // 1 + expm1(r) = 1 + r (1 + r/2! + ... + r^12/13!)
+        let e = _mm256_fmadd_pd(r, horner(r, &F[1..14]), c(1.0));
+        // 2^k, a normal f64 for every k here
+        let scale = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_add_epi64(
+            kbits,
+            _mm256_set1_epi64x(1023),
+        )));
+        let ex = _mm256_mul_pd(e, scale);
+        let ex = _mm256_blendv_pd(ex, xd, _mm256_cmp_pd::<_CMP_UNORD_Q>(xd, xd));
+        _mm256_cvtpd_ps(ex)
+    }
+
     /// Four lanes of `kernel` at `src[i..i + 4]`, out-of-range lanes fixed by the reference.
     #[inline(always)]
     unsafe fn lanes(
@@ -283,6 +315,7 @@ mod avx2 {
             Fun::Sin => each(fun, |x| trig4(x, 0), src, dst),
             Fun::Cos => each(fun, |x| trig4(x, 1), src, dst),
             Fun::Tanh => each(fun, |x| (tanh4(x), 0), src, dst),
+            Fun::Exp => each(fun, |x| (exp4(x), 0), src, dst),
         }
     }
 }
@@ -326,6 +359,16 @@ mod tests {
             823_550.0,
             9.0,
             9.01,
+            88.72,
+            88.722_83,
+            88.722_84,
+            89.0,
+            -87.33,
+            -103.97,
+            -103.972_08,
+            -103.98,
+            -104.0,
+            -150.0,
             9.5,
             9.6,
             0.55,
@@ -341,7 +384,7 @@ mod tests {
     fn kernels_are_correctly_rounded() {
         let xs = inputs();
         let mut out = vec![0f32; xs.len()];
-        for fun in [Fun::Sin, Fun::Cos, Fun::Tanh] {
+        for fun in [Fun::Sin, Fun::Cos, Fun::Tanh, Fun::Exp] {
             apply(fun, &xs, &mut out);
             let bad: Vec<(f32, f32, f32)> = xs
                 .iter()
@@ -378,6 +421,7 @@ mod tests {
             (Fun::Sin, f32::sin as fn(f32) -> f32),
             (Fun::Cos, f32::cos),
             (Fun::Tanh, f32::tanh),
+            (Fun::Exp, f32::exp),
         ] {
             let ours = ns(&mut |o| apply(fun, &xs, o));
             let theirs = ns(&mut |o| o.iter_mut().zip(&xs).for_each(|(d, &x)| *d = libm(x)));
@@ -388,11 +432,13 @@ mod tests {
     #[test]
     fn any_length_and_offset() {
         let xs: Vec<f32> = (0..23).map(|i| i as f32 * 0.37 - 4.0).collect();
-        for len in 0..xs.len() {
-            let mut out = vec![7f32; len];
-            apply(Fun::Tanh, &xs[..len], &mut out);
-            for (x, y) in xs.iter().zip(&out) {
-                assert_eq!(y.to_bits(), reference(Fun::Tanh, *x).to_bits());
+        for fun in [Fun::Tanh, Fun::Exp] {
+            for len in 0..xs.len() {
+                let mut out = vec![7f32; len];
+                apply(fun, &xs[..len], &mut out);
+                for (x, y) in xs.iter().zip(&out) {
+                    assert_eq!(y.to_bits(), reference(fun, *x).to_bits());
+                }
             }
         }
     }

@@ -49,6 +49,7 @@ fn pick<I: Isa>(m: Map, a: Read, b: Option<Read>) -> Option<BlockFn> {
             Exact::Sin => exact::<{ Fun::Sin as u8 }> as BlockFn,
             Exact::Cos => exact::<{ Fun::Cos as u8 }> as BlockFn,
             Exact::Tanh => exact::<{ Fun::Tanh as u8 }> as BlockFn,
+            Exact::Exp => exact::<{ Fun::Exp as u8 }> as BlockFn,
         });
     }
     let arity_fits = m.binary() == b.is_some();
@@ -202,7 +203,7 @@ isa!(Avx2, "avx2");
 /// The correctly rounded kernel `F` (a [`Fun`] as `u8`) on `n` elements (not rounded up:
 /// the kernel runs on slices).
 unsafe fn exact<const F: u8>(base: *mut f32, a: usize, _: usize, out: usize, n: usize) {
-    let fun = [Fun::Sin, Fun::Cos, Fun::Tanh][F as usize];
+    let fun = [Fun::Sin, Fun::Cos, Fun::Tanh, Fun::Exp][F as usize];
     // SAFETY: the contract of `BlockFn`: both ranges lie in the buffer and do not overlap.
     let (x, o) = unsafe {
         (
@@ -257,6 +258,7 @@ mod tests {
             Map::Tanh,
             Map::Exact(Exact::Sin),
             Map::Exact(Exact::Tanh),
+            Map::Exact(Exact::Exp),
         ];
         for n in [1usize, 5, 16, 33] {
             let x: Vec<f32> = (0..n).map(|k| special[k % special.len()]).collect();

@@ -1,13 +1,23 @@
 //! The op table's f32 element functions as maps over slices: the very function the op table
 //! applies for each element-wise op on f32 (IEEE `+ - * /` and comparisons, `max`/`min` as its
-//! `min_max`, libm `expf`, ..., the correctly rounded kernels of `op::exact32` for
-//! `sin`/`cos`/`tanh` where the op table uses them), so that code running them on buffers
+//! `min_max`, libm `logf`, ..., the correctly rounded kernels of `op::exact32` for
+//! `sin`/`cos`/`tanh`/`exp` where the op table uses them), so that code running them on buffers
 //! (fused chunk loops, the small-loop interpreter) gives the op table's results bit for bit.
 
 use super::exact32::{self, Fun};
 use super::{Arith, Compare, Op, Unary};
 use crate::kernels::{Comparison, Exact, Map};
 use crate::DType;
+
+/// The op table's f32 `exp` of every element of `buf`, in place (for code that computes an
+/// `exp` of the program inside a kernel of its own, as the CPU attention's softmax).
+pub(crate) fn exp_in_place(buf: &mut [f32]) {
+    if exact32::available() {
+        exact32::apply_in_place(Fun::Exp, buf);
+    } else {
+        buf.iter_mut().for_each(|x| *x = x.exp());
+    }
+}
 
 /// The map of `op` when its operands are f32 (`None`: not handled here).
 pub(crate) fn map_of(op: &Op) -> Option<Map> {
@@ -18,6 +28,7 @@ pub(crate) fn map_of(op: &Op) -> Option<Map> {
                 Fun::Sin => Exact::Sin,
                 Fun::Cos => Exact::Cos,
                 Fun::Tanh => Exact::Tanh,
+                Fun::Exp => Exact::Exp,
             }));
         }
     }
@@ -138,6 +149,7 @@ fn exact_fun(e: Exact) -> Fun {
         Exact::Sin => Fun::Sin,
         Exact::Cos => Fun::Cos,
         Exact::Tanh => Fun::Tanh,
+        Exact::Exp => Fun::Exp,
     }
 }
 

@@ -57,6 +57,7 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
             Some(r) => Ok(r),
             None => super::wide::in_f64(&[x], |w| eval(op, &w[0])),
         },
+        Exp if exact32_applies(x) => exact32(op, x),
         Exp => float(x, B::float_exp),
         Log => float(x, B::float_log),
         // f32 keeps Burn's vectorised kernel (softplus is log1p(exp(x))); f64 on the CPU is
@@ -155,7 +156,7 @@ fn rounded_kernel(op: Unary, x: &Tensor) -> Result<Option<Tensor>> {
         .map(|p| Tensor::from_kernel(p, x.shape().to_vec())))
 }
 
-/// f32 `sin`, `cos` and `tanh` on a CPU with AVX2 run the correctly rounded kernels of
+/// f32 `sin`, `cos`, `tanh` and `exp` on a CPU with AVX2 run the correctly rounded kernels of
 /// [`super::exact32`] (the fused chunk loops use the same ones).
 fn exact32_applies(x: &Tensor) -> bool {
     x.dtype() == DType::F32

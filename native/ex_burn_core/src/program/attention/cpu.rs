@@ -171,11 +171,9 @@ fn softmax_row(row: &mut [f32]) {
             x
         }
     });
-    let mut sum = 0f64;
-    for x in row.iter_mut() {
-        *x = (*x - max).exp();
-        sum += *x as f64;
-    }
+    row.iter_mut().for_each(|x| *x -= max);
+    crate::op::f32_map::exp_in_place(row);
+    let sum: f64 = row.iter().map(|&x| x as f64).sum();
     let sum = sum as f32;
     row.iter_mut().for_each(|x| *x /= sum);
 }
