@@ -255,8 +255,11 @@ impl Pooling {
             ..
         } = self;
         let span = (kh - 1) * w + (ow - 1) * sw + kw;
-        let mut out = vec![0f32; self.planes * oh * ow];
-        out.par_chunks_mut(ow)
+        // written once, by the kernel (no zeroing pass first)
+        let len = self.planes * oh * ow;
+        let mut out: Vec<f32> = Vec::with_capacity(len);
+        out.spare_capacity_mut()[..len]
+            .par_chunks_mut(ow)
             .with_min_len(MIN_PER_TASK.div_ceil(ow))
             .enumerate()
             .for_each(|(row, dst)| {
@@ -271,7 +274,8 @@ impl Pooling {
                     // ow) reads `window[i * w + j + (x0 + k) * sw]`, below
                     // `(kh - 1) * w + kw + (ow - 1) * sw = span`, and writes `dst[x0 + k]`.
                     unsafe {
-                        pooling::eight(window.as_ptr(), (w, kh, kw, sw), x0, max, dst.as_mut_ptr())
+                        let dst = dst.as_mut_ptr().cast::<f32>();
+                        pooling::eight(window.as_ptr(), (w, kh, kw, sw), x0, max, dst)
                     };
                     if x0 + pooling::LANES >= ow {
                         break;
@@ -279,6 +283,8 @@ impl Pooling {
                     x += pooling::LANES;
                 }
             });
+        // SAFETY: every row's outputs `0..ow` were written (the last eight overlap).
+        unsafe { out.set_len(len) };
         out
     }
 }

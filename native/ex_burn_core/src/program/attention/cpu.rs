@@ -64,35 +64,44 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     let _out = crate::memory::reserve(Device::Cpu, (nbatch * sq * dv * 4) as u128, &|| {
         "attention result".into()
     })?;
-    let mut out = vec![0f32; nbatch * sq * dv];
+    // written once, by each batch matrix's product (no zeroing pass on this thread first)
+    let len = nbatch * sq * dv;
+    let mut out: Vec<f32> = Vec::with_capacity(len);
     let failed = std::sync::atomic::AtomicBool::new(false);
-    out.par_chunks_mut(sq * dv).enumerate().for_each(|(bi, o)| {
-        let mut s = vec![0f32; sq * sk];
-        let ok = matrix(
-            bi,
-            batch,
-            (sq, d, sk, dv),
-            (&qv, &kv, &vv),
-            &steps,
-            &mut s,
-            o,
-        );
-        if !ok {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
+    out.spare_capacity_mut()[..len]
+        .par_chunks_mut(sq * dv)
+        .enumerate()
+        .for_each(|(bi, o)| {
+            let mut s = vec![0f32; sq * sk];
+            let o = o.as_mut_ptr().cast::<f32>();
+            let ok = matrix(
+                bi,
+                batch,
+                (sq, d, sk, dv),
+                (&qv, &kv, &vv),
+                &steps,
+                &mut s,
+                o,
+            );
+            if !ok {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
     if failed.into_inner() {
         return Err(crate::Error::Execution(
             "attention: an operand view lies outside its storage".into(),
         ));
     }
+    // SAFETY: every batch matrix returned true, having written its `sq x dv` outputs.
+    unsafe { out.set_len(len) };
     let shape: Vec<usize> = [batch, &[sq, dv]].concat();
     let data = burn::tensor::TensorData::new(out, crate::tensor::prim_shape(&shape));
     Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
 }
 
-/// One batch matrix: scores into `s` (`[sq, sk]`), then the result into `o` (`[sq, dv]`).
-/// `false` when a view would read outside its storage.
+/// One batch matrix: scores into `s` (`[sq, sk]`), then the result into `o` (`[sq, dv]`,
+/// writable, written whole when the result is `true`). `false` when a view would read outside
+/// its storage (nothing written to `o` then).
 #[allow(clippy::too_many_arguments)]
 fn matrix(
     bi: usize,
@@ -101,7 +110,7 @@ fn matrix(
     (q, k, v): (&View<f32>, &View<f32>, &View<f32>),
     steps: &[(Scale, Option<&View<u8>>, f32)],
     s: &mut [f32],
-    o: &mut [f32],
+    o: *mut f32,
 ) -> bool {
     let nb = batch.len();
     let (qb, kb, vb) = (q.base(bi, batch), k.base(bi, batch), v.base(bi, batch));
@@ -113,7 +122,8 @@ fn matrix(
         return false;
     }
     // SAFETY (both products): every element of the three views lies inside its storage
-    // (`View::spans` above), `s` holds sq x sk and `o` sq x dv elements.
+    // (`View::spans` above), `s` holds sq x sk elements and `o` has room for sq x dv (the
+    // products write their destinations without reading them).
     unsafe {
         gemm_into(
             (sq, sk, d),
@@ -149,7 +159,7 @@ fn matrix(
     unsafe {
         gemm_into(
             (sq, dv, sk),
-            (o.as_mut_ptr(), dv as isize),
+            (o, dv as isize),
             s.as_ptr(),
             (sk as isize, 1),
             v.data.as_ptr().offset(vb),
