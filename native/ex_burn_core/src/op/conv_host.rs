@@ -89,7 +89,6 @@ pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2d) -> Result<Option<Te
                     (depth as isize, 1),
                     cols.as_ptr(),
                     (len as isize, 1),
-                    gemm::Parallelism::None,
                 );
             }
         },

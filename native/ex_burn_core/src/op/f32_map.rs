@@ -12,10 +12,9 @@ use crate::DType;
 /// The op table's f32 `exp` of every element of `buf`, in place (for code that computes an
 /// `exp` of the program inside a kernel of its own, as the CPU attention's softmax).
 pub(crate) fn exp_in_place(buf: &mut [f32]) {
-    if exact32::available() {
-        exact32::apply_in_place(Fun::Exp, buf);
-    } else {
-        buf.iter_mut().for_each(|x| *x = x.exp());
+    match map_of(&Op::Unary(Unary::Exp)) {
+        Some(Map::Exact(e)) => exact32::apply_in_place(exact_fun(e), buf),
+        _ => buf.iter_mut().for_each(|x| *x = <Exp as Elem1>::f(*x)),
     }
 }
 

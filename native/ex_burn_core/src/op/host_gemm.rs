@@ -108,19 +108,17 @@ unsafe fn split_product(
                 a_rc,
                 b.offset(c0 as isize * b_rc.1),
                 b_rc,
-                gemm::Parallelism::None,
             )
         }
     });
 }
 
 /// `dst` (`[m, n]`, unit column stride, row stride `dst_rs`) = `lhs` (`[m, k]`, strides `(row, column)`) times `rhs`
-/// (`[k, n]`, strides `(row, column)`); `dst` is written, never read.
+/// (`[k, n]`, strides `(row, column)`), on the calling thread; `dst` is written, never read.
 ///
 /// # Safety
 /// Every element the strides reach from `lhs` and `rhs` must be readable, and every element
 /// of `dst`'s `[m, n]` matrix must be valid for writing.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_into(
     (m, n, k): (usize, usize, usize),
     (dst, dst_rs): (*mut f32, isize),
@@ -128,7 +126,6 @@ pub(crate) unsafe fn gemm_into(
     (lhs_rs, lhs_cs): (isize, isize),
     rhs: *const f32,
     (rhs_rs, rhs_cs): (isize, isize),
-    parallelism: gemm::Parallelism,
 ) {
     // SAFETY: the caller's guarantees are gemm's; with `read_dst` false gemm only writes dst.
     unsafe {
@@ -151,7 +148,7 @@ pub(crate) unsafe fn gemm_into(
             false,
             false,
             false,
-            parallelism,
+            gemm::Parallelism::None,
         );
     }
 }
@@ -209,7 +206,6 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
                 a_rc,
                 bv.data.as_ptr().offset(bv.base(bi, batch)),
                 b_rc,
-                gemm::Parallelism::None,
             )
         }
     };
@@ -314,7 +310,6 @@ mod tests {
                     a_rc,
                     b.as_ptr(),
                     (n as isize, 1),
-                    gemm::Parallelism::None,
                 );
             }
             // integer values: every product and sum is exact, in any order

@@ -57,7 +57,7 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
             Some(r) => Ok(r),
             None => super::wide::in_f64(&[x], |w| eval(op, &w[0])),
         },
-        Exp if exact32_applies(x) => exact32(op, x),
+        Sin | Cos | Tanh | Exp if exact32_applies(x) => exact32(op, x),
         Exp => float(x, B::float_exp),
         Log => float(x, B::float_log),
         // f32 keeps Burn's vectorised kernel (softplus is log1p(exp(x))); f64 on the CPU is
@@ -68,7 +68,6 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         Log1p => float(x, B::float_log1p),
         Sqrt => float(x, B::float_sqrt),
         Rsqrt => float(x, |p| B::float_recip(B::float_sqrt(p))),
-        Sin | Cos | Tanh if exact32_applies(x) => exact32(op, x),
         _ if super::hostmath::applies(op, x) => super::hostmath::apply(op, x),
         // (on the device in f64: `library` is Burn's kernel for each of these ops)
         _ if wide_applies(op, x) => super::wide::in_f64(&[x], |w| with_library(op, &w[0])),

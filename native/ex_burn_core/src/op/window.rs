@@ -267,9 +267,8 @@ impl Pooling {
                 let base = plane * h * w + y * sh * w;
                 let window = &data[base..base + span];
                 // eight outputs at a time; the last eight overlap the previous ones
-                let mut x = 0;
-                loop {
-                    let x0 = x.min(ow - pooling::LANES);
+                for x0 in (0..ow).step_by(pooling::LANES) {
+                    let x0 = x0.min(ow - pooling::LANES);
                     // SAFETY: AVX2 was detected (`of`); output `x0 + k` (k < 8, x0 + 8 <=
                     // ow) reads `window[i * w + j + (x0 + k) * sw]`, below
                     // `(kh - 1) * w + kw + (ow - 1) * sw = span`, and writes `dst[x0 + k]`.
@@ -277,10 +276,6 @@ impl Pooling {
                         let dst = dst.as_mut_ptr().cast::<f32>();
                         pooling::eight(window.as_ptr(), (w, kh, kw, sw), x0, max, dst)
                     };
-                    if x0 + pooling::LANES >= ow {
-                        break;
-                    }
-                    x += pooling::LANES;
                 }
             });
         // SAFETY: every row's outputs `0..ow` were written (the last eight overlap).

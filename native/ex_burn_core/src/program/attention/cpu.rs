@@ -132,7 +132,6 @@ fn matrix(
             (q.strides[nb], q.strides[nb + 1]),
             k.data.as_ptr().offset(kb),
             (k.strides[nb + 1], k.strides[nb]),
-            gemm::Parallelism::None,
         );
     }
     for (i, row) in s.chunks_mut(sk).enumerate() {
@@ -164,7 +163,6 @@ fn matrix(
             (sk as isize, 1),
             v.data.as_ptr().offset(vb),
             (v.strides[nb], v.strides[nb + 1]),
-            gemm::Parallelism::None,
         );
     }
     true
