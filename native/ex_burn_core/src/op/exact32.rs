@@ -155,14 +155,33 @@ mod avx2 {
         _mm256_set1_pd(v)
     }
 
-    /// `k[0] + z * (k[1] + z * (... + z * k[last]))`, by fused multiply-adds.
+    /// `t[0] + z t[1] + z^2 t[2] + ...` by Estrin's scheme (pairs `t[2i] + z t[2i+1]`, then
+    /// pairs of those with `z^2`, `z^4`, ...): a dependency chain of `log2(N)` fused
+    /// multiply-adds instead of Horner's `N - 1`, the loop's kernels being latency-bound.
     #[inline(always)]
-    unsafe fn horner(z: __m256d, k: &[f64]) -> __m256d {
-        let mut acc = c(k[k.len() - 1]);
-        for &ki in k[..k.len() - 1].iter().rev() {
-            acc = _mm256_fmadd_pd(z, acc, c(ki));
+    unsafe fn estrin<const N: usize>(z: __m256d, mut t: [__m256d; N]) -> __m256d {
+        let (mut n, mut p) = (N, z);
+        while n > 1 {
+            for i in 0..n / 2 {
+                t[i] = _mm256_fmadd_pd(p, t[2 * i + 1], t[2 * i]);
+            }
+            if n % 2 == 1 {
+                t[n / 2] = t[n - 1];
+            }
+            n = n.div_ceil(2);
+            p = _mm256_mul_pd(p, p);
         }
-        acc
+        t[0]
+    }
+
+    /// The coefficients `k` as vectors.
+    #[inline(always)]
+    unsafe fn splat<const N: usize>(k: &[f64]) -> [__m256d; N] {
+        let mut t = [_mm256_setzero_pd(); N];
+        for i in 0..N {
+            t[i] = c(k[i]);
+        }
+        t
     }
 
     /// sin (`shift` 0) or cos (`shift` 1) of four lanes; the mask has a bit per lane out of
@@ -187,10 +206,11 @@ mod avx2 {
         // Odd quadrants take cos r, even ones sin r: one polynomial with per-lane coefficients.
         let one = _mm256_set1_epi64x(1);
         let odd = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(quadrant, one), one));
-        let mut p = _mm256_blendv_pd(c(SIN[5]), c(COS[5]), odd);
-        for i in (0..5).rev() {
-            p = _mm256_fmadd_pd(z, p, _mm256_blendv_pd(c(SIN[i]), c(COS[i]), odd));
+        let mut k = [_mm256_setzero_pd(); 6];
+        for i in 0..6 {
+            k[i] = _mm256_blendv_pd(c(SIN[i]), c(COS[i]), odd);
         }
+        let p = estrin(z, k);
         // sin r = r + (r z) p, cos r = (1 - z/2) + (z z) p
         let m = _mm256_fmadd_pd(
             _mm256_mul_pd(_mm256_blendv_pd(r, z, odd), z),
@@ -225,7 +245,7 @@ mod avx2 {
         let r = _mm256_fnmadd_pd(k, c(LN2_HI), y);
         let r = _mm256_fnmadd_pd(k, c(LN2_LO), r);
         // expm1(r) = r (1 + r/2! + ... + r^12/13!)
-        let em = _mm256_mul_pd(r, horner(r, &F[1..14]));
+        let em = _mm256_mul_pd(r, estrin::<13>(r, splat(&F[1..14])));
         let scale = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_add_epi64(
             kbits,
             _mm256_set1_epi64x(1023),
@@ -252,7 +272,7 @@ mod avx2 {
         let r = _mm256_fnmadd_pd(k, c(LN2_HI), y);
         let r = _mm256_fnmadd_pd(k, c(LN2_LO), r);
         // 1 + expm1(r) = 1 + r (1 + r/2! + ... + r^12/13!)
-        let e = _mm256_fmadd_pd(r, horner(r, &F[1..14]), c(1.0));
+        let e = _mm256_fmadd_pd(r, estrin::<13>(r, splat(&F[1..14])), c(1.0));
         // 2^k, a normal f64 for every k here
         let scale = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_add_epi64(
             kbits,
@@ -283,8 +303,9 @@ mod avx2 {
         }
     }
 
-    /// The whole slice through `kernel`, eight lanes per iteration (two independent
-    /// dependency chains); the tail goes through padded blocks of four.
+    /// The whole slice through `kernel`, sixteen lanes per iteration (four independent
+    /// dependency chains, stored together and checked once); the tail goes through padded
+    /// blocks of four.
     #[inline(always)]
     unsafe fn each(
         fun: Fun,
@@ -292,12 +313,25 @@ mod avx2 {
         src: &[f32],
         dst: &mut [f32],
     ) {
-        let eights = src.len() / 8 * 8;
-        for i in (0..eights).step_by(8) {
-            lanes(fun, kernel, src, dst, i);
-            lanes(fun, kernel, src, dst, i + 4);
+        let whole = src.len() / 16 * 16;
+        for i in (0..whole).step_by(16) {
+            let mut y = [_mm_setzero_ps(); 4];
+            let mut bad = [0; 4];
+            for q in 0..4 {
+                (y[q], bad[q]) = kernel(_mm_loadu_ps(src[i + 4 * q..][..4].as_ptr()));
+            }
+            for q in 0..4 {
+                _mm_storeu_ps(dst[i + 4 * q..][..4].as_mut_ptr(), y[q]);
+            }
+            if bad != [0; 4] {
+                for j in 0..16 {
+                    if bad[j / 4] & (1 << (j % 4)) != 0 {
+                        dst[i + j] = reference(fun, src[i + j]);
+                    }
+                }
+            }
         }
-        let mut i = eights;
+        let mut i = whole;
         while i < src.len() {
             let rest = (src.len() - i).min(4);
             let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
@@ -430,6 +464,57 @@ mod tests {
                 Fun::Exp => each(&xs, o, f32::exp),
             });
             println!("{fun:?}: {ours:.2} ns/element, f32 libm {theirs:.2} ns/element");
+        }
+        // 16 elements a call, as a small loop's body calls them
+        for fun in [Fun::Sin, Fun::Exp] {
+            let small = ns(&mut |o| {
+                for (d, s) in o.chunks_mut(16).zip(xs.chunks(16)) {
+                    apply(fun, s, d)
+                }
+            });
+            println!("{fun:?}, 16 a call: {small:.2} ns/element");
+            // each call's input the previous call's result (latency, as in a loop's body)
+            let mut best = f64::MAX;
+            for _ in 0..15 {
+                let (mut a, mut b) = ([0.5f32; 16], [0f32; 16]);
+                let t = std::time::Instant::now();
+                for _ in 0..100_000 {
+                    apply(fun, &a, &mut b);
+                    a = std::hint::black_box(b);
+                }
+                best = best.min(t.elapsed().as_secs_f64() * 1e9 / 100_000.0);
+            }
+            println!("{fun:?}, 16 a call, chained: {best:.1} ns/call");
+        }
+    }
+
+    /// Every f32 (all 2^32 bit patterns) through each kernel against f64 libm rounded
+    /// (`cargo test --release -p ex_burn_core exact32 -- --ignored`; minutes on two cores).
+    #[test]
+    #[ignore]
+    fn every_f32_is_correctly_rounded() {
+        use rayon::prelude::*;
+        for fun in [Fun::Sin, Fun::Cos, Fun::Tanh, Fun::Exp] {
+            let bad: Vec<u32> = (0u32..1 << 16)
+                .into_par_iter()
+                .flat_map_iter(|hi| {
+                    let xs: Vec<f32> = (0..1u32 << 16)
+                        .map(|lo| f32::from_bits(hi << 16 | lo))
+                        .collect();
+                    let mut out = vec![0f32; xs.len()];
+                    apply(fun, &xs, &mut out);
+                    xs.iter()
+                        .zip(&out)
+                        .filter(|(&x, got)| {
+                            let want = reference(fun, x);
+                            !(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()))
+                        })
+                        .map(|(x, _)| x.to_bits())
+                        .take(3)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            assert!(bad.is_empty(), "{fun:?}: {:?}", &bad[..bad.len().min(10)]);
         }
     }
 

@@ -14,6 +14,7 @@
 
 mod code;
 mod compile;
+mod native;
 
 use crate::op::Op;
 use crate::{Device, Result, Tensor};
@@ -38,6 +39,11 @@ pub const MAX_SLOTS: usize = 1 << 22;
 /// Iterations between checks that the caller still waits (`cancel::check`).
 const CHECK_EVERY: u64 = 256;
 
+/// Iterations interpreted before the loop's runs of simple maps are compiled to machine code
+/// (`native`): compiling costs a few microseconds (mapping memory), which a loop of fewer
+/// iterations would not win back.
+const NATIVE_AFTER: u64 = 64;
+
 /// Runs the `while` loop of condition `cond` and body `body` on `inputs` (its `state` values,
 /// then its invariants) with the interpreter when the loop qualifies: `Ok(None)` when it does
 /// not (the caller runs it op by op).
@@ -58,6 +64,9 @@ pub fn run(
     while m.test() {
         if n.is_multiple_of(CHECK_EVERY) {
             crate::cancel::check()?;
+        }
+        if n == NATIVE_AFTER {
+            m.compile_native();
         }
         m.step();
         n += 1;

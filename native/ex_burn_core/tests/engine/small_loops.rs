@@ -165,6 +165,53 @@ fn nan_and_infinity_flow_through_the_loop_as_through_the_ops() {
     same(&looped, &by_hand);
 }
 
+/// Past its first iterations the CPU runs the loop's runs of simple maps as machine code:
+/// still the bits of the body run op by op, NaN and infinities included, on values of 8, 12
+/// and 16 elements.
+#[test]
+fn long_loops_give_the_bits_of_their_body_run_op_by_op() {
+    for (shape, x) in [
+        (
+            vec![16],
+            (0..16).map(|k| k as f64 / 16.0 - 0.4).collect::<Vec<f64>>(),
+        ),
+        (
+            vec![2, 4],
+            vec![
+                f64::NAN,
+                f64::INFINITY,
+                -0.0,
+                1e30,
+                -1e-30,
+                2.5,
+                f64::NEG_INFINITY,
+                0.0,
+            ],
+        ),
+        (
+            vec![3, 4],
+            (0..12).map(|k| (k as f64 * 0.7).sin() * 3.0).collect(),
+        ),
+    ] {
+        let n: usize = shape.iter().product();
+        let mut body = bench_body();
+        if let Step::Op(Op::Full { value, .. }) = &mut body.instrs[26].op {
+            *value = ex_burn_core::Scalar::I(n as i64);
+        }
+        let inputs = vec![
+            t(&[0.], &[], DType::S32),
+            f(&x, &shape),
+            f(
+                &(0..n).map(|k| k as f64 / 50.0 - 0.1).collect::<Vec<_>>(),
+                &shape,
+            ),
+            t(&[300.], &[], DType::S32),
+        ];
+        let [looped, by_hand] = both(&counter_cond(4), &body, 2, &inputs);
+        same(&looped, &by_hand);
+    }
+}
+
 /// State (i: s32, a: u8[2,3], b: s64[2,3], m: f32[2,3]); invariants (k: s16[3], n: s32).
 fn integer_body() -> Program {
     let s32 = Some(DType::S32);

@@ -5,6 +5,7 @@
 //! ones non-negative). An instruction reads slots defined before it and writes its own, so
 //! the slots it reads never overlap the one it writes.
 
+use super::native::Native;
 use crate::kernels::Map;
 use crate::op::f32_blocks::{self, BlockFn, Read, BLOCK};
 use crate::op::f32_map::{run_step_any, Arg};
@@ -127,6 +128,8 @@ pub enum Ins {
     /// what [`Ins::map`] makes of a map that has one.
     Block {
         k: BlockFn,
+        /// The map the kernel computes.
+        m: Map,
         a: Slot,
         b: Option<Slot>,
         out: Slot,
@@ -195,6 +198,9 @@ pub enum Ins {
     Copy { a: Src, out: Src },
     /// A value broadcast to a larger shape: element `k` of `out` is `a[index[k]]`.
     Expand { a: Src, out: Src, index: Vec<u32> },
+    /// Consecutive instructions compiled to machine code (`native`): the arena as they
+    /// would leave it.
+    Native(Native),
 }
 
 /// `v` wrapped to integer type `to` (two's complement, as Nx's integer arithmetic).
@@ -260,7 +266,7 @@ impl Ins {
             }
         };
         match f32_blocks::kernel(m, read(a), b.map(read)) {
-            Some(k) => Ins::Block { k, a, b, out },
+            Some(k) => Ins::Block { k, m, a, b, out },
             None => Ins::Map { m, a, b, out },
         }
     }
@@ -282,7 +288,11 @@ pub fn run(code: &[Ins], regs: &mut Regs) {
 #[inline(always)]
 fn drive(code: &[Ins], regs: &mut Regs, other: unsafe fn(&Ins, &mut Regs)) {
     for ins in code {
-        if let Ins::Block { k, a, b, out } = ins {
+        if let Ins::Native(n) = ins {
+            // SAFETY: the compiled instructions' own contract (each `Ins::Block`'s, below):
+            // whole blocks within the slots' room, results above what they read.
+            unsafe { (n.f)(regs.f.as_mut_ptr()) };
+        } else if let Ins::Block { k, a, b, out, .. } = ins {
             // SAFETY: the slots lie in the f32 arena with room for whole blocks ([`SPACING`],
             // [`Regs::alloc`]), and `out` lies above the slots read (`reads_below`, which the
             // compiler checks of all code), so the blocks written are not read.
@@ -338,6 +348,10 @@ impl Ins {
             | Ins::ReduceI { out, .. }
             | Ins::Truth { out, .. } => Src::I(*out),
             Ins::Copy { out, .. } | Ins::Expand { out, .. } => *out,
+            Ins::Native(n) => n
+                .parts
+                .last()
+                .map_or(Src::F(Slot { off: 0, len: 0 }), Ins::out),
         }
     }
 
@@ -358,6 +372,7 @@ impl Ins {
             Ins::CmpF { a, b, .. } => vec![Src::F(*a), Src::F(*b)],
             Ins::Logical { a, b, .. } => vec![*a, *b],
             Ins::Truth { a, .. } | Ins::Copy { a, .. } | Ins::Expand { a, .. } => vec![*a],
+            Ins::Native(n) => n.parts.iter().flat_map(Ins::reads).collect(),
         }
     }
 
@@ -441,8 +456,8 @@ fn floats(ins: &Ins, r: &View, o: &mut [f32]) {
         Ins::Map { m, a, b, .. } => {
             run_step_any(*m, arg(r.f(*a), n), b.map(|b| arg(r.f(b), n)), o);
         }
-        // run by `run_any` itself
-        Ins::Block { .. } => {}
+        // run by `drive` itself
+        Ins::Block { .. } | Ins::Native(_) => {}
         Ins::Select { p, t, f, .. } => select(r, *p, r.f(*t), r.f(*f), o),
         Ins::ToF32 { a, .. } => {
             let a = r.i(*a);

@@ -154,6 +154,12 @@ impl Machine {
         }))
     }
 
+    /// Compiles the condition's and body's runs of simple maps to machine code, where this
+    /// CPU and system allow (`native`); the results stay the same.
+    pub fn compile_native(&mut self) {
+        super::native::compile(&mut [&mut self.cond, &mut self.body]);
+    }
+
     /// Runs the condition on the current state: whether to run the body again.
     pub fn test(&mut self) -> bool {
         code::run(&self.cond, &mut self.regs);
