@@ -175,7 +175,7 @@ pub enum Map {
     Abs,
     /// Square root.
     Sqrt,
-    /// `1 / sqrt(x)`, each rounded (the op table's `recip(sqrt(x))`).
+    /// `1 / sqrt(x)` in f64, rounded once to f32 (the op table's).
     Rsqrt,
     /// `exp`, in f64 rounded once to f32 off the CPU.
     Exp,

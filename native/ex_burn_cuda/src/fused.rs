@@ -265,7 +265,7 @@ fn constant(c: f32) -> String {
 fn unary(m: Map, a: &str) -> Option<String> {
     let f = match m {
         Map::Neg => return Some(format!("-{a}")),
-        Map::Rsqrt => return Some(format!("1.0f / sqrtf({a})")),
+        Map::Rsqrt => return Some(format!("(float)(1.0 / sqrt((double){a}))")),
         Map::Abs => "fabsf",
         Map::Sqrt => "sqrtf",
         Map::Exp | Map::Exact(Exact::Exp) => return Some(elementwise::rounded_call("exp", a)),

@@ -243,8 +243,8 @@ elem1! {
     Abs = |x| x.abs();
     /// Square root.
     Sqrt = |x| x.sqrt();
-    /// `1 / sqrt(x)`, each rounded.
-    Rsqrt = |x| 1.0 / x.sqrt();
+    /// `1 / sqrt(x)` in f64, rounded once (as Nx.BinaryBackend computes it).
+    Rsqrt = |x| (1.0 / (x as f64).sqrt()) as f32;
     /// libm `expf`.
     Exp = |x| x.exp();
     /// libm `logf`.

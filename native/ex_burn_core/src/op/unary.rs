@@ -67,6 +67,13 @@ pub(super) fn eval(op: Unary, x: &Tensor) -> Result<Tensor> {
         }
         Log1p => float(x, B::float_log1p),
         Sqrt => float(x, B::float_sqrt),
+        // f32: `1 / sqrt(x)` in f64, rounded once, as Nx.BinaryBackend computes it (in f32 the
+        // two roundings missed its value for a quarter of inputs); the fused maps' function
+        Rsqrt if on_host_f32(x) => host_f32(x, |v| {
+            use super::f32_map::{Elem1, Rsqrt};
+            v.iter_mut().for_each(|e| *e = Rsqrt::f(*e))
+        }),
+        Rsqrt if super::wide::gpu_f32(x) => super::wide::in_f64(&[x], |w| eval(op, &w[0])),
         Rsqrt => float(x, |p| B::float_recip(B::float_sqrt(p))),
         _ if super::hostmath::applies(op, x) => super::hostmath::apply(op, x),
         // (on the device in f64: `library` is Burn's kernel for each of these ops)
@@ -155,20 +162,27 @@ fn rounded_kernel(op: Unary, x: &Tensor) -> Result<Option<Tensor>> {
         .map(|p| Tensor::from_kernel(p, x.shape().to_vec())))
 }
 
+/// Whether `x` is a non-empty f32 tensor on the host.
+fn on_host_f32(x: &Tensor) -> bool {
+    x.dtype() == DType::F32 && x.device() == crate::Device::Cpu && x.numel() > 0
+}
+
 /// f32 `sin`, `cos`, `tanh` and `exp` on a CPU with AVX2 run the correctly rounded kernels of
 /// [`super::exact32`] (the fused chunk loops use the same ones).
 fn exact32_applies(x: &Tensor) -> bool {
-    x.dtype() == DType::F32
-        && x.device() == crate::Device::Cpu
-        && x.numel() > 0
-        && super::exact32::available()
+    on_host_f32(x) && super::exact32::available()
 }
 
 fn exact32(op: Unary, x: &Tensor) -> Result<Tensor> {
     use super::exact32::{apply_in_place, Fun};
     let fun = Fun::of(op).ok_or_else(|| Error::Execution(format!("{op:?} has no exact kernel")))?;
+    host_f32(x, |v| apply_in_place(fun, v))
+}
+
+/// The values of the f32 host tensor `x`, changed in place by `f`, as a new tensor.
+fn host_f32(x: &Tensor, f: impl FnOnce(&mut [f32])) -> Result<Tensor> {
     let mut values = x.to_f32_vec()?;
-    apply_in_place(fun, &mut values);
+    f(&mut values);
     let shape = x.shape().to_vec();
     let data = burn::tensor::TensorData::new(values, crate::tensor::prim_shape(&shape));
     Tensor::from_data(data, DType::F32, shape, crate::Device::Cpu)

@@ -4,7 +4,7 @@
 //! arena and writing its result back: a loop body that is one chain of dependent element-wise
 //! steps on a 16-element value then costs a call and a store-to-load round trip per step.
 //! Here consecutive instructions of the simplest maps on values of at most 16 elements (IEEE
-//! `+ - * /`, square root, `1/sqrt`, negation, absolute value, Nx's `max`/`min`,
+//! `+ - * /`, square root, negation, absolute value, Nx's `max`/`min`,
 //! comparisons giving 1.0 or 0.0) become one function that keeps values in vector registers
 //! (a value is two 8-lane registers; up to seven values cached, least recently used evicted)
 //! and still writes every result to its slot, so the rest of the code reads the arena as
@@ -131,7 +131,6 @@ enum Kind {
     Neg,
     Abs,
     Sqrt,
-    Rsqrt,
 }
 
 /// The operation of instruction `ins`, where it is one compiled here.
@@ -160,7 +159,6 @@ fn kind(ins: &Ins) -> Option<(Kind, Slot, Option<Slot>, Slot)> {
         Map::Neg => Kind::Neg,
         Map::Abs => Kind::Abs,
         Map::Sqrt => Kind::Sqrt,
-        Map::Rsqrt => Kind::Rsqrt,
         _ => return None,
     };
     Some((k, *a, *b, *out))
@@ -390,11 +388,6 @@ impl Asm {
                         self.ps(0x54, d, x, S0); // vandps
                     }
                     Kind::Sqrt => self.ps(0x51, d, 0, x),
-                    Kind::Rsqrt => {
-                        self.ps(0x51, S0, 0, x);
-                        self.constant(S1, 25, 2);
-                        self.ps(0x5e, d, S1, S0); // 1.0 / sqrt(x)
-                    }
                 }
                 self.store(d, disp(out.off, 32 * h));
             }
@@ -453,7 +446,7 @@ mod tests {
         }
     }
 
-    const MAPS: [Map; 15] = [
+    const MAPS: [Map; 14] = [
         Map::Add,
         Map::Sub,
         Map::Mul,
@@ -463,7 +456,6 @@ mod tests {
         Map::Neg,
         Map::Abs,
         Map::Sqrt,
-        Map::Rsqrt,
         Map::Cmp(Comparison::Equal),
         Map::Cmp(Comparison::NotEqual),
         Map::Cmp(Comparison::Less),
