@@ -1,5 +1,6 @@
 //! Correctly rounded f32 `sin`, `cos`, `tanh` and `exp` for the CPU, four lanes at a time with
-//! AVX2 and FMA.
+//! AVX2 and FMA, and the logistic sigmoid as Nx.BinaryBackend computes it (`1 / (1 + exp(-x))`
+//! in f64, rounded once).
 //!
 //! Each value is computed in f64 (Cody-Waite reduction by pi/2 and fdlibm's minimax
 //! polynomials of `__kernel_sin`/`__kernel_cos`, error below 2^-58, for the trigonometric
@@ -87,6 +88,8 @@ pub(crate) enum Fun {
     Tanh,
     /// Exponential.
     Exp,
+    /// `1 / (1 + exp(-x))` in f64, rounded once (the eager op only: not a fused map).
+    Sigmoid,
 }
 
 impl Fun {
@@ -97,6 +100,7 @@ impl Fun {
             crate::op::Unary::Cos => Some(Fun::Cos),
             crate::op::Unary::Tanh => Some(Fun::Tanh),
             crate::op::Unary::Exp => Some(Fun::Exp),
+            crate::op::Unary::Sigmoid => Some(Fun::Sigmoid),
             _ => None,
         }
     }
@@ -143,6 +147,7 @@ pub(crate) fn reference(fun: Fun, x: f32) -> f32 {
         Fun::Cos => x.cos(),
         Fun::Tanh => x.tanh(),
         Fun::Exp => x.exp(),
+        Fun::Sigmoid => 1.0 / (1.0 + (-x).exp()),
     }) as f32
 }
 
@@ -259,12 +264,10 @@ mod avx2 {
         _mm256_cvtpd_ps(th)
     }
 
-    /// exp of four lanes: `2^k (1 + expm1(r))`, `x = k ln2 + r`, `|r| <= ln2 / 2`, the f64
-    /// result rounded once to f32 (to 0 or infinity out of range, NaN kept).
+    /// `exp(y)` of four f64 lanes with `-104 <= y <= 150 ln 2`: `2^k (1 + expm1(r))`, `y = k ln2
+    /// + r`, `|r| <= ln2 / 2`, relative error below 2^-56.
     #[inline(always)]
-    unsafe fn exp4(x: __m128) -> __m128 {
-        let xd = _mm256_cvtps_pd(x);
-        let y = _mm256_min_pd(_mm256_max_pd(xd, c(EXP_MIN)), c(EXP_MAX));
+    unsafe fn exp_f64(y: __m256d) -> __m256d {
         let v = _mm256_fmadd_pd(y, c(INV_LN2), c(MAGIC));
         let k = _mm256_sub_pd(v, c(MAGIC));
         let kbits = _mm256_sub_epi64(_mm256_castpd_si256(v), _mm256_castpd_si256(c(MAGIC)));
@@ -278,9 +281,32 @@ mod avx2 {
             kbits,
             _mm256_set1_epi64x(1023),
         )));
-        let ex = _mm256_mul_pd(e, scale);
+        _mm256_mul_pd(e, scale)
+    }
+
+    /// exp of four lanes, the f64 result rounded once to f32 (to 0 or infinity out of range,
+    /// NaN kept).
+    #[inline(always)]
+    unsafe fn exp4(x: __m128) -> __m128 {
+        let xd = _mm256_cvtps_pd(x);
+        let ex = exp_f64(_mm256_min_pd(_mm256_max_pd(xd, c(EXP_MIN)), c(EXP_MAX)));
         let ex = _mm256_blendv_pd(ex, xd, _mm256_cmp_pd::<_CMP_UNORD_Q>(xd, xd));
         _mm256_cvtpd_ps(ex)
+    }
+
+    /// `1 / (1 + exp(-x))` of four lanes in f64, rounded once. `-x` is clamped to
+    /// `[-104, 104]`: beyond, the result rounds to 1 (below) or to 0 (above: under 2^-150) in
+    /// f32 either way. NaN kept.
+    #[inline(always)]
+    unsafe fn sigmoid4(x: __m128) -> __m128 {
+        let xd = _mm256_cvtps_pd(x);
+        let y = _mm256_min_pd(
+            _mm256_max_pd(_mm256_sub_pd(c(0.0), xd), c(-104.0)),
+            c(104.0),
+        );
+        let s = _mm256_div_pd(c(1.0), _mm256_add_pd(c(1.0), exp_f64(y)));
+        let s = _mm256_blendv_pd(s, xd, _mm256_cmp_pd::<_CMP_UNORD_Q>(xd, xd));
+        _mm256_cvtpd_ps(s)
     }
 
     /// Four lanes of `kernel` at `src[i..i + 4]`, out-of-range lanes fixed by the reference.
@@ -350,6 +376,7 @@ mod avx2 {
             Fun::Cos => each(fun, |x| trig4(x, 1), src, dst),
             Fun::Tanh => each(fun, |x| (tanh4(x), 0), src, dst),
             Fun::Exp => each(fun, |x| (exp4(x), 0), src, dst),
+            Fun::Sigmoid => each(fun, |x| (sigmoid4(x), 0), src, dst),
         }
     }
 }
@@ -418,7 +445,7 @@ mod tests {
     fn kernels_are_correctly_rounded() {
         let xs = inputs();
         let mut out = vec![0f32; xs.len()];
-        for fun in [Fun::Sin, Fun::Cos, Fun::Tanh, Fun::Exp] {
+        for fun in [Fun::Sin, Fun::Cos, Fun::Tanh, Fun::Exp, Fun::Sigmoid] {
             apply(fun, &xs, &mut out);
             let bad: Vec<(f32, f32, f32)> = xs
                 .iter()
@@ -455,13 +482,14 @@ mod tests {
         fn each(xs: &[f32], o: &mut [f32], f: impl Fn(f32) -> f32) {
             o.iter_mut().zip(xs).for_each(|(d, &x)| *d = f(x));
         }
-        for fun in [Fun::Sin, Fun::Cos, Fun::Tanh, Fun::Exp] {
+        for fun in [Fun::Sin, Fun::Cos, Fun::Tanh, Fun::Exp, Fun::Sigmoid] {
             let ours = ns(&mut |o| apply(fun, &xs, o));
             let theirs = ns(&mut |o| match fun {
                 Fun::Sin => each(&xs, o, f32::sin),
                 Fun::Cos => each(&xs, o, f32::cos),
                 Fun::Tanh => each(&xs, o, f32::tanh),
                 Fun::Exp => each(&xs, o, f32::exp),
+                Fun::Sigmoid => each(&xs, o, |x| 1.0 / (1.0 + (-x).exp())),
             });
             println!("{fun:?}: {ours:.2} ns/element, f32 libm {theirs:.2} ns/element");
         }
@@ -494,7 +522,7 @@ mod tests {
     #[ignore]
     fn every_f32_is_correctly_rounded() {
         use rayon::prelude::*;
-        for fun in [Fun::Sin, Fun::Cos, Fun::Tanh, Fun::Exp] {
+        for fun in [Fun::Sin, Fun::Cos, Fun::Tanh, Fun::Exp, Fun::Sigmoid] {
             let bad: Vec<u32> = (0u32..1 << 16)
                 .into_par_iter()
                 .flat_map_iter(|hi| {
@@ -521,7 +549,7 @@ mod tests {
     #[test]
     fn any_length_and_offset() {
         let xs: Vec<f32> = (0..23).map(|i| i as f32 * 0.37 - 4.0).collect();
-        for fun in [Fun::Tanh, Fun::Exp] {
+        for fun in [Fun::Tanh, Fun::Exp, Fun::Sigmoid] {
             for len in 0..xs.len() {
                 let mut out = vec![7f32; len];
                 apply(fun, &xs[..len], &mut out);

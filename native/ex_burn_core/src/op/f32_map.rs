@@ -1,6 +1,6 @@
 //! The op table's f32 element functions as maps over slices: the very function the op table
 //! applies for each element-wise op on f32 (IEEE `+ - * /` and comparisons, `max`/`min` as its
-//! `min_max`, libm `logf`, ..., the correctly rounded kernels of `op::exact32` for
+//! `min_max`, `ln` in f64 rounded once, ..., the correctly rounded kernels of `op::exact32` for
 //! `sin`/`cos`/`tanh`/`exp` where the op table uses them), so that code running them on buffers
 //! (fused chunk loops, the small-loop interpreter) gives the op table's results bit for bit.
 
@@ -28,6 +28,8 @@ pub(crate) fn map_of(op: &Op) -> Option<Map> {
                 Fun::Cos => Exact::Cos,
                 Fun::Tanh => Exact::Tanh,
                 Fun::Exp => Exact::Exp,
+                // (not a fused map)
+                Fun::Sigmoid => return None,
             }));
         }
     }
@@ -247,8 +249,9 @@ elem1! {
     Rsqrt = |x| (1.0 / (x as f64).sqrt()) as f32;
     /// libm `expf`.
     Exp = |x| x.exp();
-    /// libm `logf`.
-    Log = |x| x.ln();
+    /// `ln` in f64, rounded once (as Nx.BinaryBackend computes it; libm's `logf` missed it
+    /// by an ulp for some inputs).
+    Log = |x| (x as f64).ln() as f32;
     /// libm `sinf`.
     Sin = |x| x.sin();
     /// libm `cosf`.

@@ -264,7 +264,7 @@ fn unary_cost(u: Unary, x: &Tensor, device: Device) -> u128 {
         ErfInv => 48,
         Exp | Log | Cbrt if f32_cuda => cast_in + in_f64,
         _ if f32_cuda && super::unary::library(u).is_some() => cast_in + in_f64,
-        Sin | Cos | Tanh | Exp | Rsqrt | Sigmoid => cast_in + 2 * f,
+        Sin | Cos | Tanh | Exp | Log | Log1p | Rsqrt | Sigmoid => cast_in + 2 * f,
         Expm1 => cast_in + 4 * f + b,
         Cbrt => cast_in + 3 * f,
         Erfc => cast_in + 6 * f + 2 * b,
