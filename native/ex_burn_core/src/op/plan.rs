@@ -286,9 +286,10 @@ fn arith_cost(f: Arith, o: DType, scalar_rhs: bool, device: Device) -> u128 {
         Arith::Remainder if int => 3 * w + 2 * b,
         Arith::Remainder => 4 * w + 5 * b,
         Arith::Min | Arith::Max => w + 3 * b,
-        Arith::Atan2 if o == DType::F32 => 16 + 8 + cast_cost(DType::F64, o),
         // a cube of f32 by a scalar: in f64, rounded once
         Arith::Pow if o == DType::F32 && scalar_rhs => 8 * 3 + cast_cost(DType::F64, o),
+        // f32 operands in f64, rounded once
+        Arith::Atan2 | Arith::Pow if o == DType::F32 => 16 + 8 + cast_cost(DType::F64, o),
         _ => w,
     }
 }

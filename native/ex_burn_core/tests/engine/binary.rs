@@ -917,3 +917,34 @@ fn integer_shifts_in_chunked_programs_match_op_by_op() {
         assert_eq!(int_values(g), int_values(o));
     }
 }
+
+/// Float remainders are `fmod`, exact (the remainder of two floats is a float of their type),
+/// with the dividend's sign, as Nx.BinaryBackend computes them: f32 and f64.
+#[test]
+fn float_remainders_are_exact() {
+    let mut seed = 0x853c_49e6_748f_ea9bu64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f64 / (1u64 << 53) as f64 * 20.0 - 10.0
+    };
+    let (a, b): (Vec<f64>, Vec<f64>) = (0..4000).map(|_| (next(), next())).unzip();
+    let rem = Op::Binary {
+        op: Arith::Remainder,
+        out: None,
+    };
+    let (a32, b32): (Vec<f32>, Vec<f32>) = (
+        a.iter().map(|&x| x as f32).collect(),
+        b.iter().map(|&x| x as f32).collect(),
+    );
+    let want32: Vec<f64> = a32.iter().zip(&b32).map(|(p, q)| (p % q) as f64).collect();
+    let got32 = v(&ev(rem.clone(), &[&f(&a, &[4000]), &f(&b, &[4000])]));
+    assert_eq!(got32, want32);
+    let want64: Vec<f64> = a.iter().zip(&b).map(|(p, q)| p % q).collect();
+    let got64 = v(&ev(
+        rem,
+        &[&t(&a, &[4000], DType::F64), &t(&b, &[4000], DType::F64)],
+    ));
+    assert_eq!(got64, want64);
+}

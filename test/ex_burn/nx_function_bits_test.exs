@@ -1,9 +1,9 @@
 # Compiled only when Nx is loadable (the Nx-free build has no Nx modules to refer to).
 if Code.ensure_loaded?(Nx) do
-  defmodule ExBurn.NxUnaryBitsTest do
+  defmodule ExBurn.NxFunctionBitsTest do
     @moduledoc """
-    f32 element-wise functions on the CPU give `Nx.BinaryBackend`'s bits (the function in f64,
-    rounded once to f32) over their domains, eager and compiled alike. (Not subnormal inputs
+    f32 element-wise functions, remainders and powers on the CPU give `Nx.BinaryBackend`'s bits
+    (the function in f64, rounded once to f32) over their domains, eager and compiled alike. (Not subnormal inputs
     or results out of f32's range: `Nx.BinaryBackend` writes subnormal results as zero and
     raises on some overflows.)
     """
@@ -66,6 +66,30 @@ if Code.ensure_loaded?(Nx) do
         |> Nx.logical_and(Nx.logical_not(Nx.logical_and(Nx.is_nan(a), Nx.is_nan(b))))
 
       Nx.to_number(Nx.sum(differ))
+    end
+
+    for op <- [:remainder, :pow, :atan2] do
+      test "#{op}", %{domains: domains} do
+        op = unquote(op)
+        # (no zero divisors, no zero to a negative power: Nx.BinaryBackend raises on those)
+        x = domains.plain
+        y = if op == :pow, do: Nx.divide(Nx.reverse(x), 7), else: Nx.reverse(x)
+        x = if op == :pow, do: Nx.add(Nx.abs(x), 0.01), else: x
+        want = apply(Nx, op, [x, y])
+        burn = &Nx.backend_copy(&1, ExBurn.Backend)
+        eager = apply(Nx, op, [burn.(x), burn.(y)]) |> binary()
+
+        compiled =
+          Nx.Defn.jit_apply(&apply(Nx, op, [Nx.multiply(&1, 1.0), &2]), [burn.(x), burn.(y)],
+            compiler: ExBurn.Compiler
+          )
+          |> binary()
+
+        assert ulps_apart(eager, want) == 0, "#{op} eager: #{ulps_apart(eager, want)} elements differ"
+
+        assert ulps_apart(compiled, want) == 0,
+               "#{op} compiled: #{ulps_apart(compiled, want)} elements differ"
+      end
     end
 
     for {op, domain} <- @ops do
