@@ -285,7 +285,7 @@ fn binary(m: Map, a: &str, b: &str) -> Option<String> {
         Map::Sub => format!("{a} - {b}"),
         Map::Mul => format!("{a} * {b}"),
         Map::Div => format!("{a} / {b}"),
-        Map::Pow => format!("(float)pow((double){a}, (double){b})"),
+        Map::Pow => format!("powf({a}, {b})"),
         Map::Max => format!("({a} > {b} || isnan({a})) ? {a} : {b}"),
         Map::Min => format!("({a} < {b} || isnan({a})) ? {a} : {b}"),
         Map::Cmp(c) => cmp(match c {

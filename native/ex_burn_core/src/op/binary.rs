@@ -244,10 +244,10 @@ pub(crate) fn same(f: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         (Kind::Float, Arith::Subtract) => B::float_sub(x, y),
         (Kind::Float, Arith::Multiply) => B::float_mul(x, y),
         (Kind::Float, Arith::Divide) => B::float_div(x, y),
-        // f32 pow in f64, rounded once, as Nx.BinaryBackend (f32 `powf` was an ulp off for
-        // some inputs), where the device computes f64
+        // f32 pow on the host in f64, rounded once, as Nx.BinaryBackend (f32 `powf` was an
+        // ulp off for some inputs; GPUs keep their f32 `powf`, which their fused kernels share)
         (Kind::Float, Arith::Pow)
-            if a.dtype() == DType::F32 && super::wide::rounds_from_f64(a.device()) =>
+            if a.dtype() == DType::F32 && a.device() == crate::Device::Cpu =>
         {
             return super::wide::in_f64(&[a, b], |w| same(f, &w[0], &w[1]))
         }
@@ -320,8 +320,8 @@ pub(super) fn nonzero_divisor(b: &Tensor) -> Result<()> {
 
 /// Remainder with the dividend's sign (C `fmod` / Rust `%`). Integers: `a - b * (a / b)` with
 /// the truncating quotient (Burn's integer remainder does not compile for s64 on CUDA);
-/// f32 and f64 on the host: `fmod` itself, exact (as Nx.BinaryBackend); other floats: from
-/// Burn's divisor-signed remainder.
+/// f32 and f64: `fmod` itself, exact (as Nx.BinaryBackend), on the host (operands on a device
+/// go there and back); other floats: from Burn's divisor-signed remainder.
 fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if a.kind() != Kind::Float {
         let q = same(Arith::Quotient, a, b)?;
@@ -329,6 +329,10 @@ fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     if let Some(r) = host_fmod(a, b)? {
         return Ok(r);
+    }
+    if matches!(a.dtype(), DType::F32 | DType::F64) && a.device() != crate::Device::Cpu {
+        // the device's kernels compute it from a rounded quotient: exact on the host instead
+        return util::on_host(&[a, b], |h| remainder(&h[0], &h[1]));
     }
     let r = Tensor::from_prim(
         B::float_remainder(a.prim(), b.prim()),
