@@ -249,7 +249,10 @@ pub(crate) fn same(f: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         (Kind::Float, Arith::Pow)
             if a.dtype() == DType::F32 && a.device() == crate::Device::Cpu =>
         {
-            return super::wide::in_f64(&[a, b], |w| same(f, &w[0], &w[1]))
+            if let Some(r) = host_f32_pair(a, b, super::f32_map::pow)? {
+                return Ok(r);
+            }
+            return super::wide::in_f64(&[a, b], |w| same(f, &w[0], &w[1]));
         }
         (Kind::Float, Arith::Pow) => B::float_powf(x, y),
         // f32 atan2 in f64, rounded once, on the host and CUDA (Burn's f32 kernels are ulps
@@ -359,13 +362,11 @@ fn host_fmod(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     if !on_host(a) || !on_host(b) || a.shape() != b.shape() || a.dtype() != b.dtype() {
         return Ok(None);
     }
+    if a.dtype() == DType::F32 {
+        return host_f32_pair(a, b, |p, q| p % q);
+    }
     let shape = a.shape().to_vec();
     let data = match a.dtype() {
-        DType::F32 => {
-            let (x, y) = (a.to_f32_vec()?, b.to_f32_vec()?);
-            let r: Vec<f32> = x.iter().zip(&y).map(|(p, q)| p % q).collect();
-            burn::tensor::TensorData::new(r, crate::tensor::prim_shape(&shape))
-        }
         DType::F64 => {
             let f64s = |t: &Tensor| -> Result<Vec<f64>> {
                 Ok(t.to_bytes(None)?
@@ -380,6 +381,27 @@ fn host_fmod(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
         _ => return Ok(None),
     };
     Tensor::from_data(data, a.dtype(), shape, crate::Device::Cpu).map(Some)
+}
+
+/// `f` of the elements of two f32 host tensors of one shape, in pieces of [`util::HOST_PIECE`] over
+/// the compute threads; `None` where they are not that.
+fn host_f32_pair(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) -> Result<Option<Tensor>> {
+    use rayon::prelude::*;
+    let on_host = |t: &Tensor| t.device() == crate::Device::Cpu && t.dtype() == DType::F32;
+    if !on_host(a) || !on_host(b) || a.shape() != b.shape() {
+        return Ok(None);
+    }
+    let (mut x, y) = (a.to_f32_vec()?, b.to_f32_vec()?);
+    x.par_chunks_mut(util::HOST_PIECE)
+        .zip(y.par_chunks(util::HOST_PIECE))
+        .for_each(|(xs, ys)| xs.iter_mut().zip(ys).for_each(|(p, &q)| *p = f(*p, q)));
+    let shape = a.shape().to_vec();
+    let data = burn::tensor::TensorData::new(x, crate::tensor::prim_shape(&shape));
+    Tensor::from_data(data, DType::F32, shape, crate::Device::Cpu).map(Some)
 }
 
 /// NaN-propagating element-wise min/max.

@@ -68,6 +68,12 @@ pub(crate) fn map_of(op: &Op) -> Option<Map> {
     })
 }
 
+/// f32 `x ** y` in f64, rounded once (the eager op's on the host, and Nx.BinaryBackend's).
+#[inline(always)]
+pub(crate) fn pow(x: f32, y: f32) -> f32 {
+    (x as f64).powf(y as f64) as f32
+}
+
 /// An operand of a map: one value per element, or one value for all.
 #[derive(Clone, Copy)]
 pub(crate) enum Arg<'a> {
@@ -137,8 +143,7 @@ fn binary(m: Map, a: Arg, b: Arg, out: &mut [f32]) {
                 let w = x as f64;
                 (w * w * w) as f32
             }),
-            // in f64, rounded once (the eager op's and Nx.BinaryBackend's)
-            _ => map2(a, b, out, |x, y| (x as f64).powf(y as f64) as f32),
+            _ => map2(a, b, out, pow),
         }
         return;
     }

@@ -191,16 +191,13 @@ fn exact32(op: Unary, x: &Tensor) -> Result<Tensor> {
     host_f32(x, |v| apply_in_place(fun, v))
 }
 
-/// Elements per piece of [`host_f32`]'s work.
-const HOST_PIECE: usize = 1 << 15;
-
-/// The values of the f32 host tensor `x`, changed in place by `f` (pieces of [`HOST_PIECE`]
+/// The values of the f32 host tensor `x`, changed in place by `f` (pieces of [`util::HOST_PIECE`]
 /// elements over the compute threads), as a new tensor.
 fn host_f32(x: &Tensor, f: impl Fn(&mut [f32]) + Sync) -> Result<Tensor> {
     use rayon::prelude::*;
     let mut values = x.to_f32_vec()?;
-    if values.len() > HOST_PIECE {
-        values.par_chunks_mut(HOST_PIECE).for_each(&f);
+    if values.len() > util::HOST_PIECE {
+        values.par_chunks_mut(util::HOST_PIECE).for_each(&f);
     } else {
         f(&mut values);
     }

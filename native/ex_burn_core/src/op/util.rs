@@ -7,6 +7,9 @@ use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn::DispatchDevice;
 
+/// Elements per piece of element-wise host work handed to a compute thread.
+pub(crate) const HOST_PIECE: usize = 1 << 15;
+
 /// SIMD features of this CPU that the hand-vectorised loops use (all false off x86-64).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Simd {
