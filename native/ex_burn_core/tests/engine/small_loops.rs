@@ -138,21 +138,23 @@ fn the_benchmark_loop_gives_the_bits_of_its_body_run_op_by_op() {
     assert_eq!(ran, dev().is_host(), "the CPU interprets the loop");
 }
 
+/// Special values of a [2, 4] state: NaN, infinities, signed zeros, extremes.
+const SPECIAL: [f64; 8] = [
+    f64::NAN,
+    f64::INFINITY,
+    -0.0,
+    1e30,
+    -1e-30,
+    2.5,
+    f64::NEG_INFINITY,
+    0.0,
+];
+
 #[test]
 fn nan_and_infinity_flow_through_the_loop_as_through_the_ops() {
-    let x = [
-        f64::NAN,
-        f64::INFINITY,
-        -0.0,
-        1e30,
-        -1e-30,
-        2.5,
-        f64::NEG_INFINITY,
-        0.0,
-    ];
     let inputs = vec![
         t(&[0.], &[], DType::S32),
-        f(&x, &[2, 4]),
+        f(&SPECIAL, &[2, 4]),
         f(&[0.5; 8], &[2, 4]),
         t(&[3.], &[], DType::S32),
     ];
@@ -175,19 +177,7 @@ fn long_loops_give_the_bits_of_their_body_run_op_by_op() {
             vec![16],
             (0..16).map(|k| k as f64 / 16.0 - 0.4).collect::<Vec<f64>>(),
         ),
-        (
-            vec![2, 4],
-            vec![
-                f64::NAN,
-                f64::INFINITY,
-                -0.0,
-                1e30,
-                -1e-30,
-                2.5,
-                f64::NEG_INFINITY,
-                0.0,
-            ],
-        ),
+        (vec![2, 4], SPECIAL.to_vec()),
         (
             vec![3, 4],
             (0..12).map(|k| (k as f64 * 0.7).sin() * 3.0).collect(),
