@@ -130,8 +130,9 @@ defmodule ExBurn.PackageTest do
     # Burn's sources, 2026-11-25), 2.20 MB with the CUDA attention kernel, 2.35 MB with bounded
     # formatting, size checks and cancellation (2026-11-27), 2.55 MB with the small-loop
     # interpreter, host convolutions, the generated op table and the engine's configuration
-    # (2026-11-28); a budget, not a hex limit
-    assert total < 2_750_000, "package #{total} bytes"
+    # (2026-11-28), 2.75 MB with the small loops' machine code and the host's f64-rounded
+    # functions (2026-11-29); a budget, not a hex limit
+    assert total < 2_850_000, "package #{total} bytes"
   end
 
   test "nothing built, no maintainers' tools" do
