@@ -241,6 +241,12 @@ impl Tensor {
         }
     }
 
+    /// An f32 host tensor of `shape` holding `values` (row-major).
+    pub(crate) fn from_host_f32(values: Vec<f32>, shape: Vec<usize>) -> Result<Tensor> {
+        let data = TensorData::new(values, prim_shape(&shape));
+        Tensor::from_data(data, DType::F32, shape, Device::Cpu)
+    }
+
     /// Reads an f32 tensor back as values in row-major order.
     pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
         if self.dtype() != DType::F32 {

@@ -249,10 +249,7 @@ pub(crate) fn same(f: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         (Kind::Float, Arith::Pow)
             if a.dtype() == DType::F32 && a.device() == crate::Device::Cpu =>
         {
-            if let Some(r) = host_f32_pair(a, b, super::f32_map::pow)? {
-                return Ok(r);
-            }
-            return super::wide::in_f64(&[a, b], |w| same(f, &w[0], &w[1]));
+            return host_f32_pair(a, b, super::f32_map::pow);
         }
         (Kind::Float, Arith::Pow) => B::float_powf(x, y),
         // f32 atan2 in f64, rounded once, on the host and CUDA (Burn's f32 kernels are ulps
@@ -330,12 +327,12 @@ fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let q = same(Arith::Quotient, a, b)?;
         return same(Arith::Subtract, a, &same(Arith::Multiply, b, &q)?);
     }
-    if let Some(r) = host_fmod(a, b)? {
-        return Ok(r);
-    }
-    if matches!(a.dtype(), DType::F32 | DType::F64) && a.device() != crate::Device::Cpu {
+    match (a.dtype(), a.device()) {
+        (DType::F32, crate::Device::Cpu) => return host_f32_pair(a, b, |p, q| p % q),
+        (DType::F64, crate::Device::Cpu) => return host_f64_fmod(a, b),
         // the device's kernels compute it from a rounded quotient: exact on the host instead
-        return util::on_host(&[a, b], |h| remainder(&h[0], &h[1]));
+        (DType::F32 | DType::F64, _) => return util::on_host(&[a, b], |h| remainder(&h[0], &h[1])),
+        _ => {}
     }
     let r = Tensor::from_prim(
         B::float_remainder(a.prim(), b.prim()),
@@ -353,55 +350,39 @@ fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(util::select(&fix, &shifted, &r))
 }
 
-/// `fmod` of f32 or f64 host tensors of one shape, element by element: exact (the remainder
-/// of two floats is a float of their type). Burn's `a - b * floor(a / b)` rounds the quotient
-/// and the product: a quarter of f32 remainders of values up to 10 were an ulp or more off.
-/// `None`: another type or device (Burn's path).
-fn host_fmod(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
-    let on_host = |t: &Tensor| t.device() == crate::Device::Cpu;
-    if !on_host(a) || !on_host(b) || a.shape() != b.shape() || a.dtype() != b.dtype() {
-        return Ok(None);
-    }
-    if a.dtype() == DType::F32 {
-        return host_f32_pair(a, b, |p, q| p % q);
-    }
-    let shape = a.shape().to_vec();
-    let data = match a.dtype() {
-        DType::F64 => {
-            let f64s = |t: &Tensor| -> Result<Vec<f64>> {
-                Ok(t.to_bytes(None)?
-                    .chunks_exact(8)
-                    .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-                    .collect())
-            };
-            let (x, y) = (f64s(a)?, f64s(b)?);
-            let r: Vec<f64> = x.iter().zip(&y).map(|(p, q)| p % q).collect();
-            burn::tensor::TensorData::new(r, crate::tensor::prim_shape(&shape))
-        }
-        _ => return Ok(None),
+/// `fmod` of two f64 host tensors of one shape, element by element: exact (the remainder of
+/// two floats is a float of their type). Burn's `a - b * floor(a / b)` rounds the quotient and
+/// the product: a quarter of f32 remainders of values up to 10 were an ulp or more off.
+fn host_f64_fmod(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let f64s = |t: &Tensor| -> Result<Vec<f64>> {
+        Ok(t.to_bytes(None)?
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
     };
-    Tensor::from_data(data, a.dtype(), shape, crate::Device::Cpu).map(Some)
+    let (x, y) = (f64s(a)?, f64s(b)?);
+    let r: Vec<f64> = x.iter().zip(&y).map(|(p, q)| p % q).collect();
+    let shape = a.shape().to_vec();
+    let data = burn::tensor::TensorData::new(r, crate::tensor::prim_shape(&shape));
+    Tensor::from_data(data, DType::F64, shape, crate::Device::Cpu)
 }
 
-/// `f` of the elements of two f32 host tensors of one shape, in pieces of [`util::HOST_PIECE`] over
-/// the compute threads; `None` where they are not that.
-fn host_f32_pair(
-    a: &Tensor,
-    b: &Tensor,
-    f: impl Fn(f32, f32) -> f32 + Sync,
-) -> Result<Option<Tensor>> {
+/// `f` of the elements of two f32 host tensors of one shape (as [`same`] receives them), in
+/// pieces of [`util::HOST_PIECE`] over the compute threads.
+fn host_f32_pair(a: &Tensor, b: &Tensor, f: impl Fn(f32, f32) -> f32 + Sync) -> Result<Tensor> {
     use rayon::prelude::*;
-    let on_host = |t: &Tensor| t.device() == crate::Device::Cpu && t.dtype() == DType::F32;
-    if !on_host(a) || !on_host(b) || a.shape() != b.shape() {
-        return Ok(None);
-    }
     let (mut x, y) = (a.to_f32_vec()?, b.to_f32_vec()?);
+    if x.len() != y.len() {
+        return Err(Error::Execution(format!(
+            "operands of {:?} and {:?} elements",
+            a.shape(),
+            b.shape()
+        )));
+    }
     x.par_chunks_mut(util::HOST_PIECE)
         .zip(y.par_chunks(util::HOST_PIECE))
         .for_each(|(xs, ys)| xs.iter_mut().zip(ys).for_each(|(p, &q)| *p = f(*p, q)));
-    let shape = a.shape().to_vec();
-    let data = burn::tensor::TensorData::new(x, crate::tensor::prim_shape(&shape));
-    Tensor::from_data(data, DType::F32, shape, crate::Device::Cpu).map(Some)
+    Tensor::from_host_f32(x, a.shape().to_vec())
 }
 
 /// NaN-propagating element-wise min/max.

@@ -96,9 +96,7 @@ pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2d) -> Result<Option<Te
     // SAFETY: the items cover every image's `o x positions` block (all tiles of all images),
     // each element written by its tile's product.
     unsafe { out.set_len(len) };
-    let shape = vec![n, o, oh, ow];
-    let data = burn::tensor::TensorData::new(out, shape.clone());
-    Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
+    Tensor::from_host_f32(out, vec![n, o, oh, ow]).map(Some)
 }
 
 /// What unfolding an image needs.

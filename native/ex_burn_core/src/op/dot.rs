@@ -204,8 +204,7 @@ fn row_major_rhs(b: &Tensor, m: usize) -> Result<Option<Tensor>> {
     transpose_into(src, n, k, &mut out.spare_capacity_mut()[..k * n]);
     // SAFETY: `transpose_into` writes every element of its destination.
     unsafe { out.set_len(k * n) };
-    let data = burn::tensor::TensorData::new(out, crate::tensor::prim_shape(&[k, n]));
-    Tensor::from_data(data, DType::F32, vec![k, n], crate::Device::Cpu).map(Some)
+    Tensor::from_host_f32(out, vec![k, n]).map(Some)
 }
 
 /// Writes the transpose of the row-major `[rows, cols]` matrix `src` into `dst` (`[cols,
@@ -278,8 +277,7 @@ fn small_f32(a3: &Tensor, b3: &Tensor) -> Result<Tensor> {
         }
     }
     let shape = vec![nb, m, n];
-    let data = burn::tensor::TensorData::new(out, crate::tensor::prim_shape(&shape));
-    Tensor::from_data(data, DType::F32, shape, crate::Device::Cpu)
+    Tensor::from_host_f32(out, shape)
 }
 
 /// [nb, m, k] x [nb, k, n] as sum_k of [nb, m, k, 1] * [nb, 1, k, n].

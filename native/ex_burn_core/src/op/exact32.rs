@@ -100,7 +100,6 @@ impl Fun {
             crate::op::Unary::Cos => Some(Fun::Cos),
             crate::op::Unary::Tanh => Some(Fun::Tanh),
             crate::op::Unary::Exp => Some(Fun::Exp),
-            crate::op::Unary::Sigmoid => Some(Fun::Sigmoid),
             _ => None,
         }
     }
@@ -309,29 +308,35 @@ mod avx2 {
         _mm256_cvtpd_ps(s)
     }
 
-    /// Four lanes of `kernel` at `src[i..i + 4]`, out-of-range lanes fixed by the reference.
+    /// `Q` blocks of four lanes of `kernel` from `src[i..i + 4 Q]` (`Q` independent dependency
+    /// chains), stored together, out-of-range lanes then fixed by the reference.
     #[inline(always)]
-    unsafe fn lanes(
+    unsafe fn lanes<const Q: usize>(
         fun: Fun,
         kernel: impl Fn(__m128) -> (__m128, i32),
         src: &[f32],
         dst: &mut [f32],
         i: usize,
     ) {
-        let (y, bad) = kernel(_mm_loadu_ps(src[i..i + 4].as_ptr()));
-        _mm_storeu_ps(dst[i..i + 4].as_mut_ptr(), y);
-        if bad != 0 {
-            for j in 0..4 {
-                if bad & (1 << j) != 0 {
+        let mut y = [_mm_setzero_ps(); Q];
+        let mut bad = [0; Q];
+        for q in 0..Q {
+            (y[q], bad[q]) = kernel(_mm_loadu_ps(src[i + 4 * q..][..4].as_ptr()));
+        }
+        for q in 0..Q {
+            _mm_storeu_ps(dst[i + 4 * q..][..4].as_mut_ptr(), y[q]);
+        }
+        if bad != [0; Q] {
+            for j in 0..4 * Q {
+                if bad[j / 4] & (1 << (j % 4)) != 0 {
                     dst[i + j] = reference(fun, src[i + j]);
                 }
             }
         }
     }
 
-    /// The whole slice through `kernel`, sixteen lanes per iteration (four independent
-    /// dependency chains, stored together and checked once); the tail goes through padded
-    /// blocks of four.
+    /// The whole slice through `kernel`, sixteen lanes per iteration; the tail goes through
+    /// padded blocks of four.
     #[inline(always)]
     unsafe fn each(
         fun: Fun,
@@ -341,28 +346,14 @@ mod avx2 {
     ) {
         let whole = src.len() / 16 * 16;
         for i in (0..whole).step_by(16) {
-            let mut y = [_mm_setzero_ps(); 4];
-            let mut bad = [0; 4];
-            for q in 0..4 {
-                (y[q], bad[q]) = kernel(_mm_loadu_ps(src[i + 4 * q..][..4].as_ptr()));
-            }
-            for q in 0..4 {
-                _mm_storeu_ps(dst[i + 4 * q..][..4].as_mut_ptr(), y[q]);
-            }
-            if bad != [0; 4] {
-                for j in 0..16 {
-                    if bad[j / 4] & (1 << (j % 4)) != 0 {
-                        dst[i + j] = reference(fun, src[i + j]);
-                    }
-                }
-            }
+            lanes::<4>(fun, kernel, src, dst, i);
         }
         let mut i = whole;
         while i < src.len() {
             let rest = (src.len() - i).min(4);
             let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
             a[..rest].copy_from_slice(&src[i..i + rest]);
-            lanes(fun, kernel, &a, &mut b, 0);
+            lanes::<1>(fun, kernel, &a, &mut b, 0);
             dst[i..i + rest].copy_from_slice(&b[..rest]);
             i += rest;
         }

@@ -28,7 +28,7 @@ pub(crate) fn map_of(op: &Op) -> Option<Map> {
                 Fun::Cos => Exact::Cos,
                 Fun::Tanh => Exact::Tanh,
                 Fun::Exp => Exact::Exp,
-                // (not a fused map)
+                // (`Fun::of` gives no sigmoid: it is not a fused map)
                 Fun::Sigmoid => return None,
             }));
         }

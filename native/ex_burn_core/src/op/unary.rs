@@ -201,9 +201,7 @@ fn host_f32(x: &Tensor, f: impl Fn(&mut [f32]) + Sync) -> Result<Tensor> {
     } else {
         f(&mut values);
     }
-    let shape = x.shape().to_vec();
-    let data = burn::tensor::TensorData::new(values, crate::tensor::prim_shape(&shape));
-    Tensor::from_data(data, DType::F32, shape, crate::Device::Cpu)
+    Tensor::from_host_f32(values, x.shape().to_vec())
 }
 
 /// Whether `op` of f32 `x` on a GPU is computed in f64 here: the functions the CPU evaluates

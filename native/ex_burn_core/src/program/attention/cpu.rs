@@ -95,8 +95,7 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     // SAFETY: every batch matrix returned true, having written its `sq x dv` outputs.
     unsafe { out.set_len(len) };
     let shape: Vec<usize> = [batch, &[sq, dv]].concat();
-    let data = burn::tensor::TensorData::new(out, crate::tensor::prim_shape(&shape));
-    Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
+    Tensor::from_host_f32(out, shape).map(Some)
 }
 
 /// One batch matrix: scores into `s` (`[sq, sk]`), then the result into `o` (`[sq, dv]`,
