@@ -29,6 +29,11 @@ defmodule ExBurn.EngineConfig do
       doc:
         "matrix products on CUDA by cuBLAS where it loads; `false` keeps Burn's kernels (env `EX_BURN_CUBLAS=0`; default `true`)"
     ],
+    cudnn: [
+      type: :boolean,
+      doc:
+        "2-D convolutions on CUDA by cuDNN where it loads; `false` keeps Burn's kernels (env `EX_BURN_CUDNN=0`; default `true`)"
+    ],
     cuda_fusion: [
       type: :boolean,
       doc:

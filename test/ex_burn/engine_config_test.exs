@@ -12,13 +12,21 @@ defmodule ExBurn.EngineConfigTest do
   end
 
   test "configure!/1 sets the given switches and keeps the others", %{before: before} do
-    settings = ExBurn.configure!(cuda_fusion: not before.cuda_fusion, cache_dir: "/tmp/ex_burn_kernels")
+    settings =
+      ExBurn.configure!(
+        cuda_fusion: not before.cuda_fusion,
+        cudnn: not before.cudnn,
+        cache_dir: "/tmp/ex_burn_kernels"
+      )
+
     assert settings.cuda_fusion == not before.cuda_fusion
+    assert settings.cudnn == not before.cudnn
     assert settings.default_device == :cpu
 
     assert ExBurn.engine_config() == %{
              before
              | cuda_fusion: not before.cuda_fusion,
+               cudnn: not before.cudnn,
                cache_dir: "/tmp/ex_burn_kernels"
            }
 
@@ -28,7 +36,9 @@ defmodule ExBurn.EngineConfigTest do
   end
 
   test "bad values are refused before they reach the engine", %{before: before} do
-    for {key, value} <- [profile: :loud, cuda_memory: :huge, autotune: true, cache_dir: 3, cublas: :yes] do
+    bad = [profile: :loud, cuda_memory: :huge, autotune: true, cache_dir: 3, cublas: :yes, cudnn: 1]
+
+    for {key, value} <- bad do
       err = assert_raise ExBurn.Error, fn -> ExBurn.configure!([{key, value}]) end
       assert err.kind == :argument
       assert err.message =~ inspect(key)

@@ -286,7 +286,8 @@ defmodule ExBurn.Defn.Lower do
     keys = ~w(strides padding input_dilation kernel_dilation feature_group_size batch_group_size
               input_permutation kernel_permutation output_permutation)a
 
-    one([t, k], {:conv, Keyword.take(opts, keys) ++ [out: out.type], [0, 1]})
+    attrs = Keyword.take(opts, keys) ++ [out: out.type, precision: ExBurn.dot_precision()]
+    one([t, k], {:conv, attrs, [0, 1]})
   end
 
   defp do_lower(:triangular_solve, out, [a, b, opts]) do

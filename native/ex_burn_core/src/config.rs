@@ -92,6 +92,8 @@ pub struct Config {
     pub attention: bool,
     /// Matrix products on CUDA go to cuBLAS when it loads (default: on).
     pub cublas: bool,
+    /// 2-D convolutions on CUDA go to cuDNN when it loads (default: on).
+    pub cudnn: bool,
     /// Fused element-wise kernels and row regions on CUDA (default: on).
     pub cuda_fusion: bool,
     /// How CubeCL pools CUDA memory (before the first CUDA device starts).
@@ -108,6 +110,7 @@ impl Default for Config {
             profile: Profile::Off,
             attention: true,
             cublas: true,
+            cudnn: true,
             cuda_fusion: true,
             cuda_memory: CudaMemory::Driver,
             autotune: Autotune::SkipSmall,
@@ -118,8 +121,8 @@ impl Default for Config {
 
 impl Config {
     /// The configuration the `EX_BURN_*` environment variables give (unset ones: the
-    /// default): `EX_BURN_PROFILE` (`1`, `sync`, `gpu`), `EX_BURN_ATTENTION`, `EX_BURN_CUBLAS`
-    /// and `EX_BURN_CUDA_FUSION` (`0` turns each off), `EX_BURN_CUDA_MEMORY` (`driver`,
+    /// default): `EX_BURN_PROFILE` (`1`, `sync`, `gpu`), `EX_BURN_ATTENTION`, `EX_BURN_CUBLAS`,
+    /// `EX_BURN_CUDNN` and `EX_BURN_CUDA_FUSION` (`0` turns each off), `EX_BURN_CUDA_MEMORY` (`driver`,
     /// `exclusive`, `pooled`), `EX_BURN_AUTOTUNE` (`all`), `EX_BURN_CACHE_DIR` (a directory,
     /// or `off`). The only place the engine reads them.
     pub fn from_env() -> Result<Config> {
@@ -151,6 +154,7 @@ impl Config {
         }
         c.attention = switch("EX_BURN_ATTENTION")?.unwrap_or(c.attention);
         c.cublas = switch("EX_BURN_CUBLAS")?.unwrap_or(c.cublas);
+        c.cudnn = switch("EX_BURN_CUDNN")?.unwrap_or(c.cudnn);
         c.cuda_fusion = switch("EX_BURN_CUDA_FUSION")?.unwrap_or(c.cuda_fusion);
         if let Some(v) = var("EX_BURN_CUDA_MEMORY").filter(|v| !v.is_empty()) {
             c.cuda_memory = match v.as_str() {
@@ -205,6 +209,7 @@ struct Flags {
     profile: AtomicU8,
     attention: AtomicBool,
     cublas: AtomicBool,
+    cudnn: AtomicBool,
     cuda_fusion: AtomicBool,
 }
 
@@ -224,6 +229,7 @@ fn shared() -> &'static Shared {
             profile: AtomicU8::new(0),
             attention: AtomicBool::new(true),
             cublas: AtomicBool::new(true),
+            cudnn: AtomicBool::new(true),
             cuda_fusion: AtomicBool::new(true),
         };
         publish(&flags, &config);
@@ -242,6 +248,7 @@ fn publish(flags: &Flags, c: &Config) {
     flags.profile.store(c.profile as u8, Ordering::Relaxed);
     flags.attention.store(c.attention, Ordering::Relaxed);
     flags.cublas.store(c.cublas, Ordering::Relaxed);
+    flags.cudnn.store(c.cudnn, Ordering::Relaxed);
     flags.cuda_fusion.store(c.cuda_fusion, Ordering::Relaxed);
 }
 
@@ -325,6 +332,11 @@ pub fn cublas() -> bool {
     shared().flags.cublas.load(Ordering::Relaxed)
 }
 
+/// Whether 2-D convolutions on CUDA may go to cuDNN.
+pub fn cudnn() -> bool {
+    shared().flags.cudnn.load(Ordering::Relaxed)
+}
+
 /// Whether fused element-wise kernels and row regions may run on CUDA.
 pub fn cuda_fusion() -> bool {
     shared().flags.cuda_fusion.load(Ordering::Relaxed)
@@ -353,6 +365,7 @@ mod tests {
         let c = env(&[
             ("EX_BURN_PROFILE", "sync"),
             ("EX_BURN_CUBLAS", "0"),
+            ("EX_BURN_CUDNN", "0"),
             ("EX_BURN_CUDA_FUSION", "0"),
             ("EX_BURN_ATTENTION", "0"),
             ("EX_BURN_CUDA_MEMORY", "pooled"),
@@ -366,6 +379,7 @@ mod tests {
                 profile: Profile::Sync,
                 attention: false,
                 cublas: false,
+                cudnn: false,
                 cuda_fusion: false,
                 cuda_memory: CudaMemory::Pooled,
                 autotune: Autotune::All,
@@ -401,8 +415,12 @@ mod tests {
         let mut c = before.clone();
         c.cuda_fusion = !before.cuda_fusion;
         c.cublas = !before.cublas;
+        c.cudnn = !before.cudnn;
         set(c.clone()).unwrap();
-        assert_eq!((cuda_fusion(), cublas()), (c.cuda_fusion, c.cublas));
+        assert_eq!(
+            (cuda_fusion(), cublas(), cudnn()),
+            (c.cuda_fusion, c.cublas, c.cudnn)
+        );
         assert_eq!(get().unwrap(), c);
 
         let taken = device_settings().unwrap();

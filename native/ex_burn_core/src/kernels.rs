@@ -418,6 +418,32 @@ pub struct Counts {
     pub fused_launches: u64,
     /// Kernel results written over an operand's buffer instead of a new one.
     pub reused_buffers: u64,
+    /// 2-D convolutions the vendor library computed.
+    pub library_convolutions: u64,
+}
+
+/// A 2-D convolution for [`DeviceKernels::conv2d`]: `input` `[n, c, h, w]` and `kernel`
+/// `[o, c / groups, kh, kw]` of one float type, cross-correlation as Nx's `conv` computes it,
+/// result `[n, o, oh, ow]` (contiguous) of that type.
+#[derive(Clone, Copy, Debug)]
+pub struct ConvCall<'a> {
+    /// The input: its logical shape `[n, c, h, w]` over a primitive holding its elements
+    /// packed in one row.
+    pub input: Operand<'a>,
+    /// The kernel: its logical shape `[o, c / groups, kh, kw]` over a primitive holding its
+    /// elements packed in one row.
+    pub kernel: Operand<'a>,
+    /// Window strides (height, width).
+    pub strides: [usize; 2],
+    /// Zero padding on both sides (height, width).
+    pub padding: [usize; 2],
+    /// Kernel dilations (height, width).
+    pub dilations: [usize; 2],
+    /// Feature groups (`c` and `o` multiples of it).
+    pub groups: usize,
+    /// How f32 convolutions may round: `Default` allows TF32 tensor cores where the
+    /// convolution is large (as products do), `Highest` computes in full f32.
+    pub precision: Precision,
 }
 
 /// The kernels of an accelerator, installed with [`install`]. Device indices are those of
@@ -493,6 +519,12 @@ pub trait DeviceKernels: Send + Sync {
         precision: Precision,
     ) -> Result<Option<DispatchTensor>> {
         let _ = (a, b, precision);
+        Ok(None)
+    }
+
+    /// A 2-D convolution ([`ConvCall`]) by a vendor library, `[n, o, oh, ow]`.
+    fn conv2d(&self, call: &ConvCall) -> Result<Option<DispatchTensor>> {
+        let _ = call;
         Ok(None)
     }
 

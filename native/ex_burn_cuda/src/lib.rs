@@ -12,6 +12,7 @@
 //! | [`memory`]    | how CubeCL pools CUDA memory (the configuration's `cuda_memory`)       |
 //! | [`queue`]     | work of ours queued in order with CubeCL's kernels; failures          |
 //! | [`gemm`]      | matrix products by cuBLAS (also Burn's own, through `burn-cubecl`)     |
+//! | [`conv`]      | 2-D convolutions by cuDNN (loaded at run time)                         |
 //! | [`elementwise`] | element-wise kernels compiled with NVRTC, and their launches         |
 //! | [`views`]     | strided reshapes, `slice`, `put_slice`, row sums and scatter-adds      |
 //! | [`fused`]     | fused element-wise runs and row regions as CUDA C                      |
@@ -32,6 +33,7 @@
 pub mod attention;
 pub mod cache;
 pub mod collective;
+pub mod conv;
 pub mod device;
 pub mod elementwise;
 pub(crate) mod events;
@@ -43,8 +45,8 @@ pub mod views;
 
 use burn::DispatchTensor;
 use ex_burn_core::kernels::{
-    self, AttentionCall, Counts, DeviceKernels, MapRun, Mark, Operand, Precision, Rounded,
-    RowRegion, Start,
+    self, AttentionCall, ConvCall, Counts, DeviceKernels, MapRun, Mark, Operand, Precision,
+    Rounded, RowRegion, Start,
 };
 use ex_burn_core::Result;
 use std::time::Duration;
@@ -114,6 +116,10 @@ impl DeviceKernels for Cuda {
         precision: Precision,
     ) -> Result<Option<DispatchTensor>> {
         gemm::batched_matmul(a, b, precision)
+    }
+
+    fn conv2d(&self, call: &ConvCall) -> Result<Option<DispatchTensor>> {
+        conv::forward(call)
     }
 
     fn reshape(&self, t: Operand, shape: &[usize]) -> Result<Option<DispatchTensor>> {
@@ -203,6 +209,7 @@ impl DeviceKernels for Cuda {
             cross_stream_products,
             fused_launches: elementwise::launches(),
             reused_buffers: elementwise::reused_buffers(),
+            library_convolutions: conv::convolutions(),
         }
     }
 }

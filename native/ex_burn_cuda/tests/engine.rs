@@ -24,6 +24,11 @@ pub mod device_kernels {
         ex_burn_cuda::gemm::available()
     }
 
+    /// Whether 2-D convolutions may go to cuDNN.
+    pub fn conv_library_available() -> bool {
+        ex_burn_cuda::conv::available()
+    }
+
     /// Where compiled kernels are cached on disk.
     pub fn cache_directory() -> Option<std::path::PathBuf> {
         let settings = ex_burn_core::config::device_settings().ok()?;

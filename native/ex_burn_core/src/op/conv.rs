@@ -20,6 +20,7 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
         kernel_permutation,
         output_permutation,
         out,
+        precision,
     } = op
     else {
         return Err(Error::Unsupported(format!("{} is not conv", op.name())));
@@ -154,6 +155,16 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
             return in_output_order(&res, perm);
         }
     }
+    if sp == 2 && !x.device().is_host() {
+        let g = Windows {
+            strides: [strides[0], strides[1]],
+            padding: [burn_pad[0], burn_pad[1]],
+            dilations: [k_dil[0], k_dil[1]],
+        };
+        if let Some(res) = by_library(&x, &k, &g, groups, *precision)? {
+            return in_output_order(&res, perm);
+        }
+    }
     let (xp, kp): (Prim, Prim) = (x.prim(), k.prim());
     let prim = match sp {
         1 => B::conv1d(
@@ -194,6 +205,54 @@ const WINDOWS_MAX_POSITIONS: usize = 64;
 const WINDOWS_MIN_TAPS: usize = 64;
 /// Elements of the windows copied side by side, at most (1 GiB of f32).
 const WINDOWS_MAX_ELEMENTS: usize = 1 << 28;
+
+/// A 2-D convolution (`x` `[n, c, h, w]`, `k` `[o, c / groups, kh, kw]`) by the vendor
+/// library of the device's kernels (cuDNN on NVIDIA GPUs), `None` where there is none or it
+/// declines. Input and kernel go to it packed, as one row of their elements each (copied
+/// first where they were not: padded rows, permuted views).
+fn by_library(
+    x: &Tensor,
+    k: &Tensor,
+    g: &Windows,
+    groups: usize,
+    precision: super::Precision,
+) -> Result<Option<Tensor>> {
+    let Some(kernels) = x.kernels() else {
+        return Ok(None);
+    };
+    let (xs, ks) = (x.shape(), k.shape());
+    let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
+    if !float(x.dtype()) || x.dtype() != k.dtype() || x.numel() == 0 || k.numel() == 0 {
+        return Ok(None);
+    }
+    let span = |i: usize| (ks[2 + i] - 1) * g.dilations[i] + 1;
+    let (oh, ow) = (
+        (xs[2] + 2 * g.padding[0] - span(0)) / g.strides[0] + 1,
+        (xs[3] + 2 * g.padding[1] - span(1)) / g.strides[1] + 1,
+    );
+    // each as one row: packed whatever its layout (GPU backends pad short rows, and the
+    // library's fast kernels want packed tensors; a permuted kernel or a channels-last input
+    // is strided), a copy only where it was not packed
+    let (flat_x, flat_k) = (x.reshape(vec![x.numel()])?, k.reshape(vec![k.numel()])?);
+    let call = crate::kernels::ConvCall {
+        input: crate::kernels::Operand {
+            prim: flat_x.operand().prim,
+            shape: xs,
+        },
+        kernel: crate::kernels::Operand {
+            prim: flat_k.operand().prim,
+            shape: ks,
+        },
+        strides: g.strides,
+        padding: g.padding,
+        dilations: g.dilations,
+        groups,
+        precision,
+    };
+    Ok(kernels
+        .conv2d(&call)?
+        .map(|prim| Tensor::from_kernel(prim, vec![xs[0], ks[0], oh, ow])))
+}
 
 /// `x` padded with zeros as Nx's `pad` does (`(low, high, interior)` per axis).
 fn pad_zeros(x: &Tensor, config: &[(i64, i64, i64)]) -> Result<Tensor> {

@@ -540,6 +540,9 @@ pub enum Op {
         output_permutation: Option<Vec<usize>>,
         #[serde(default)]
         out: Option<DType>,
+        /// How f32 convolutions on GPUs may round (TF32 by default where large, as products).
+        #[serde(default)]
+        precision: Precision,
     },
     Softmax {
         axis: usize,

@@ -212,6 +212,7 @@ fn gpu_agrees_with_cpu_on_every_family() {
                 kernel_permutation: None,
                 output_permutation: None,
                 out: None,
+                precision: Default::default(),
             },
             vec![img.clone(), ker.clone()],
             1e-2,

@@ -188,6 +188,7 @@ pub fn conv() -> Op {
         kernel_permutation: None,
         output_permutation: None,
         out: None,
+        precision: Default::default(),
     }
 }
 

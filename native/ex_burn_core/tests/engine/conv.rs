@@ -273,3 +273,210 @@ fn conv2d_matches_a_naive_convolution_over_strides_padding_dilations_and_tiles()
         }
     }
 }
+
+/// [`naive_conv2d`] with `groups` feature groups: each group's channels by its own features.
+#[allow(clippy::too_many_arguments)]
+fn naive_grouped(
+    x: &[f64],
+    [n, c, h, w]: [usize; 4],
+    k: &[f64],
+    [o, kh, kw]: [usize; 3],
+    (s, p, d): (usize, usize, usize),
+    groups: usize,
+) -> (Vec<f64>, [usize; 4]) {
+    let (cg, og) = (c / groups, o / groups);
+    let mut parts = Vec::new();
+    for g in 0..groups {
+        let xg: Vec<f64> = (0..n)
+            .flat_map(|b| {
+                let start = (b * c + g * cg) * h * w;
+                x[start..start + cg * h * w].to_vec()
+            })
+            .collect();
+        let kg = &k[g * og * cg * kh * kw..(g + 1) * og * cg * kh * kw];
+        parts.push(naive_conv2d(&xg, [n, cg, h, w], kg, [og, kh, kw], s, p, d));
+    }
+    let [_, _, oh, ow] = parts[0].1;
+    let mut out = vec![0.0; n * o * oh * ow];
+    for (g, (part, _)) in parts.iter().enumerate() {
+        for b in 0..n {
+            let (from, to) = ((b * og) * oh * ow, (b * o + g * og) * oh * ow);
+            out[to..to + og * oh * ow].copy_from_slice(&part[from..from + og * oh * ow]);
+        }
+    }
+    (out, [n, o, oh, ow])
+}
+
+/// Convolutions large enough for a GPU vendor library (cuDNN in CUDA builds), against an f64
+/// reference of the operands' values as stored: f32 by TF32 tensor cores by default where
+/// large, in full f32 with `Precision::Highest` and where small, f16 and bf16 accumulating in
+/// f32; channels-last inputs (a strided view), feature groups, strides and dilations. On a
+/// GPU with the library each runs there (counted).
+#[test]
+fn library_convolutions_match_f64_in_every_precision() {
+    use ex_burn_core::op::Precision;
+    // input [n, c, h, w], [features, kh, kw], (stride, padding, dilation), groups,
+    // channels-last input, type, precision, tolerance relative to the largest result
+    type Case = (
+        [usize; 4],
+        [usize; 3],
+        (usize, usize, usize),
+        usize,
+        bool,
+        DType,
+        Precision,
+        f64,
+    );
+    let big = [8, 64, 32, 32];
+    let cases: &[Case] = &[
+        (
+            big,
+            [64, 3, 3],
+            (1, 1, 1),
+            1,
+            false,
+            DType::F32,
+            Precision::Default,
+            3e-3,
+        ),
+        (
+            big,
+            [64, 3, 3],
+            (1, 1, 1),
+            1,
+            false,
+            DType::F32,
+            Precision::Highest,
+            1e-5,
+        ),
+        (
+            big,
+            [64, 3, 3],
+            (1, 1, 1),
+            1,
+            true,
+            DType::F32,
+            Precision::Highest,
+            1e-5,
+        ),
+        (
+            big,
+            [64, 3, 3],
+            (1, 1, 1),
+            1,
+            false,
+            DType::F16,
+            Precision::Default,
+            5e-3,
+        ),
+        (
+            big,
+            [64, 3, 3],
+            (1, 1, 1),
+            1,
+            false,
+            DType::BF16,
+            Precision::Default,
+            3e-2,
+        ),
+        (
+            big,
+            [128, 1, 1],
+            (2, 0, 1),
+            1,
+            true,
+            DType::F32,
+            Precision::Default,
+            3e-3,
+        ),
+        (
+            [4, 32, 20, 18],
+            [48, 3, 3],
+            (2, 2, 2),
+            4,
+            false,
+            DType::F32,
+            Precision::Default,
+            1e-5,
+        ),
+        (
+            [2, 12, 9, 11],
+            [6, 2, 3],
+            (1, 1, 1),
+            3,
+            true,
+            DType::F32,
+            Precision::Highest,
+            1e-5,
+        ),
+    ];
+    for (i, &(xs, [o, kh, kw], (s, p, d), groups, last, dtype, precision, tol)) in
+        cases.iter().enumerate()
+    {
+        let [n, c, h, w] = xs;
+        let kshape = [o, c / groups, kh, kw];
+        let kv = spread(kshape.iter().product(), 7 + i as u64, 3, -3);
+        let k = t(&kv, &kshape, dtype);
+        let xv = spread(n * c * h * w, 3 + i as u64, 3, -2);
+        // channels last: the tensor [n, h, w, c], read through the input permutation
+        let (x, perm) = if last {
+            (t(&xv, &[n, h, w, c], dtype), Some(vec![0, 3, 1, 2]))
+        } else {
+            (t(&xv, &xs, dtype), None)
+        };
+        // the reference reads the values as stored, in [n, c, h, w] order
+        let stored = v(&x);
+        let xr: Vec<f64> = if last {
+            (0..n * c * h * w)
+                .map(|at| {
+                    let (b, ch, y, xx) = (at / (c * h * w), at / (h * w) % c, at / w % h, at % w);
+                    stored[((b * h + y) * w + xx) * c + ch]
+                })
+                .collect()
+        } else {
+            stored
+        };
+        let (want, shape) = naive_grouped(&xr, xs, &v(&k), [o, kh, kw], (s, p, d), groups);
+        let op = with(|op| {
+            if let Op::Conv {
+                strides,
+                padding,
+                kernel_dilation,
+                feature_group_size,
+                input_permutation,
+                precision: pr,
+                ..
+            } = op
+            {
+                *strides = Some(vec![s, s]);
+                *padding = Some(vec![(p as i64, p as i64); 2]);
+                *kernel_dilation = Some(vec![d, d]);
+                *feature_group_size = groups;
+                *input_permutation = perm.clone();
+                *pr = precision;
+            }
+        });
+        let before = ex_burn_core::kernels::counts().library_convolutions;
+        let got = ev(op, &[&x, &k]);
+        if dev() != ex_burn_core::Device::Cpu && crate::device_kernels::conv_library_available() {
+            assert_eq!(
+                ex_burn_core::kernels::counts().library_convolutions,
+                before + 1,
+                "case {i} did not run on the library"
+            );
+        }
+        assert_eq!(got.shape(), shape, "case {i}");
+        assert_eq!(got.dtype(), dtype, "case {i}");
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        let err = v(&got)
+            .iter()
+            .zip(&want)
+            .fold(0f64, |e, (g, w)| e.max((g - w).abs()))
+            / scale;
+        println!(
+            "convolution {i} {dtype:?} {precision:?} on {:?}: relative error {err:.2e}",
+            dev()
+        );
+        assert!(err < tol, "case {i}: relative error {err:.2e}");
+    }
+}

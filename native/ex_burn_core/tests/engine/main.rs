@@ -23,6 +23,11 @@ pub mod device_kernels {
         false
     }
 
+    /// Whether 2-D convolutions may go to the GPU vendor's library.
+    pub fn conv_library_available() -> bool {
+        false
+    }
+
     /// Where compiled kernels are cached on disk.
     pub fn cache_directory() -> Option<std::path::PathBuf> {
         None

@@ -323,6 +323,7 @@ fn case(name: &str, n: usize) -> (Op, Vec<Tensor>) {
                     kernel_permutation,
                     output_permutation,
                     out,
+                    precision,
                     ..
                 } => Op::Conv {
                     strides,
@@ -335,6 +336,7 @@ fn case(name: &str, n: usize) -> (Op, Vec<Tensor>) {
                     kernel_permutation,
                     output_permutation,
                     out,
+                    precision,
                 },
                 other => other,
             };

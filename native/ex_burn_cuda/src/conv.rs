@@ -1,0 +1,572 @@
+//! 2-D convolutions on NVIDIA GPUs by cuDNN, on the buffers of Burn's CUDA tensors.
+//!
+//! Burn 0.21's CUDA convolutions (implicit GEMM) reached ~15 TFLOP/s in a ResNet-50 training
+//! step on an H200 (`bench/results/resnet50_cuda.md`), where cuDNN's kernels reach several
+//! times that. When `libcudnn` loads (cuDNN 9, as CUDA installations and PyTorch ship it), a
+//! convolution of f32, f16 or bf16 `[n, c, h, w]` by `[o, c / groups, kh, kw]` with strides,
+//! symmetric padding, kernel dilation and feature groups runs as one
+//! `cudnnConvolutionForward` on the operands' device memory (both packed: cuDNN's fast kernels
+//! want packed tensors, and the engine copies padded or permuted ones first), into a new
+//! contiguous result. f32 convolutions of at least
+//! [`crate::gemm::MIN_WORK`] multiply-adds may use TF32 tensor cores (`Precision::Default`,
+//! as products do and as PyTorch's and XLA's defaults), smaller ones and `Precision::Highest`
+//! compute in full f32 (`CUDNN_FMA_MATH`); f16 and bf16 accumulate in f32. Anything else
+//! returns `None` and Burn's kernels compute it: no cuDNN on the machine (or `cudnn: false`),
+//! another layout, sizes beyond cuDNN's `int`.
+//!
+//! The algorithm is cuDNN's first heuristic choice whose workspace fits [`MAX_WORKSPACE`],
+//! looked up once per shape (the descriptors and heuristics need no GPU work) on the calling
+//! thread; the workspace is a buffer of CubeCL's pool like the result. The convolution is
+//! queued on CubeCL's device thread (`queue::submit`) in order with the kernels around it, on
+//! the stream of its result, through a cuDNN handle bound to that stream, with operands of
+//! other streams ordered by events as `gemm` does. A convolution that fails there sets its
+//! result to NaN and reports the error at the next read.
+use crate::queue::{self, driver, GpuResource, Nan, Output};
+use cudarc::cudnn::sys as dnn;
+use cudarc::driver::{result as drv, sys as drv_sys};
+use ex_burn_core::kernels::{ConvCall, Precision};
+use ex_burn_core::{DType, Error, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// The largest workspace a convolution's algorithm may ask for (bytes).
+pub const MAX_WORKSPACE: usize = 512 << 20;
+
+/// Convolutions cuDNN computed in this process.
+static CONVOLUTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Set when cuDNN could not be set up on the calling thread (no handle, no heuristics): later
+/// convolutions go to Burn's kernels.
+static BROKEN: AtomicBool = AtomicBool::new(false);
+
+/// How many convolutions cuDNN computed (tests tell them from Burn's with it).
+pub fn convolutions() -> u64 {
+    CONVOLUTIONS.load(Ordering::Relaxed)
+}
+
+/// Whether convolutions may go to cuDNN: the configuration allows it (`cudnn: false` keeps
+/// Burn's kernels), the library loads (checked once), it was set up so far and no queued work
+/// has failed.
+pub fn available() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    ex_burn_core::config::cudnn()
+        && !BROKEN.load(Ordering::Relaxed)
+        // SAFETY: only tries to open the shared library.
+        && *PRESENT.get_or_init(|| unsafe { dnn::is_culib_present() })
+        && queue::enabled()
+}
+
+fn check(status: dnn::cudnnStatus_t, what: &str) -> Result<()> {
+    if status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Execution(format!("cuDNN {what} failed: {status:?}")))
+    }
+}
+
+/// One convolution as cuDNN runs it: sizes, the input's strides, type and math.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Shape {
+    index: usize,
+    /// `[n, c, h, w]`.
+    x: [i32; 4],
+    /// `[o, c / groups, kh, kw]`.
+    k: [i32; 4],
+    /// `[n, o, oh, ow]`.
+    y: [i32; 4],
+    pad: [i32; 2],
+    stride: [i32; 2],
+    dilation: [i32; 2],
+    groups: i32,
+    data: dnn::cudnnDataType_t,
+    math: dnn::cudnnMathType_t,
+}
+
+/// The descriptors of a [`Shape`], destroyed with it.
+struct Descriptors {
+    x: dnn::cudnnTensorDescriptor_t,
+    y: dnn::cudnnTensorDescriptor_t,
+    k: dnn::cudnnFilterDescriptor_t,
+    conv: dnn::cudnnConvolutionDescriptor_t,
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // SAFETY: each was created by `Descriptors::of` (or is null, which cuDNN ignores) and
+        // is destroyed once.
+        unsafe {
+            let _ = dnn::cudnnDestroyTensorDescriptor(self.x);
+            let _ = dnn::cudnnDestroyTensorDescriptor(self.y);
+            let _ = dnn::cudnnDestroyFilterDescriptor(self.k);
+            let _ = dnn::cudnnDestroyConvolutionDescriptor(self.conv);
+        }
+    }
+}
+
+impl Descriptors {
+    /// The descriptors of `s` (host objects: no GPU work, any thread).
+    fn of(s: &Shape) -> Result<Descriptors> {
+        let mut d = Descriptors {
+            x: std::ptr::null_mut(),
+            y: std::ptr::null_mut(),
+            k: std::ptr::null_mut(),
+            conv: std::ptr::null_mut(),
+        };
+        let [n, c, h, w] = s.x;
+        let [o, kc, kh, kw] = s.k;
+        let [yn, yo, yh, yw] = s.y;
+        // accumulation in f32 for every element type
+        let compute = dnn::cudnnDataType_t::CUDNN_DATA_FLOAT;
+        // SAFETY: out-pointers to descriptors owned by `d` (dropped on error), then setters on
+        // them with sizes checked to fit `int`.
+        unsafe {
+            check(dnn::cudnnCreateTensorDescriptor(&mut d.x), "descriptor")?;
+            check(dnn::cudnnCreateTensorDescriptor(&mut d.y), "descriptor")?;
+            check(dnn::cudnnCreateFilterDescriptor(&mut d.k), "descriptor")?;
+            check(
+                dnn::cudnnCreateConvolutionDescriptor(&mut d.conv),
+                "descriptor",
+            )?;
+            check(
+                dnn::cudnnSetTensor4dDescriptor(
+                    d.x,
+                    dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                    s.data,
+                    n,
+                    c,
+                    h,
+                    w,
+                ),
+                "input descriptor",
+            )?;
+            check(
+                dnn::cudnnSetTensor4dDescriptor(
+                    d.y,
+                    dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                    s.data,
+                    yn,
+                    yo,
+                    yh,
+                    yw,
+                ),
+                "output descriptor",
+            )?;
+            check(
+                dnn::cudnnSetFilter4dDescriptor(
+                    d.k,
+                    s.data,
+                    dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                    o,
+                    kc,
+                    kh,
+                    kw,
+                ),
+                "kernel descriptor",
+            )?;
+            check(
+                dnn::cudnnSetConvolution2dDescriptor(
+                    d.conv,
+                    s.pad[0],
+                    s.pad[1],
+                    s.stride[0],
+                    s.stride[1],
+                    s.dilation[0],
+                    s.dilation[1],
+                    dnn::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                    compute,
+                ),
+                "convolution descriptor",
+            )?;
+            check(
+                dnn::cudnnSetConvolutionGroupCount(d.conv, s.groups),
+                "group count",
+            )?;
+            check(
+                dnn::cudnnSetConvolutionMathType(d.conv, s.math),
+                "math type",
+            )?;
+            let (mut on, mut oo, mut oh, mut ow) = (0, 0, 0, 0);
+            check(
+                dnn::cudnnGetConvolution2dForwardOutputDim(
+                    d.conv, d.x, d.k, &mut on, &mut oo, &mut oh, &mut ow,
+                ),
+                "output size",
+            )?;
+            if [on, oo, oh, ow] != s.y {
+                return Err(Error::Execution(format!(
+                    "cuDNN's output size {:?} is not the convolution's {:?}",
+                    [on, oo, oh, ow],
+                    s.y
+                )));
+            }
+        }
+        Ok(d)
+    }
+}
+
+/// The algorithm of a [`Shape`] and its workspace in bytes.
+#[derive(Clone, Copy, Debug)]
+struct Algorithm {
+    algo: dnn::cudnnConvolutionFwdAlgo_t,
+    workspace: usize,
+}
+
+/// A cuDNN handle in the primary context of one device.
+struct Handle {
+    handle: dnn::cudnnHandle_t,
+    context: drv_sys::CUcontext,
+}
+
+// SAFETY: a handle is only used under the mutex of its table, with its context made current
+// on the calling thread first.
+unsafe impl Send for Handle {}
+
+impl Handle {
+    /// A handle for device `index`, bound to `stream` when one is given.
+    fn new(index: usize, stream: Option<drv_sys::CUstream>) -> Result<Handle> {
+        let device = driver(drv::device::get(index as i32), "device lookup")?;
+        // SAFETY: `device` is a valid device; CubeCL uses the same primary context.
+        let context = driver(unsafe { drv::primary_ctx::retain(device) }, "context")?;
+        // SAFETY: a valid context.
+        driver(unsafe { drv::ctx::set_current(context) }, "context")?;
+        let mut handle: dnn::cudnnHandle_t = std::ptr::null_mut();
+        // SAFETY: out-pointer to a handle; the context is current.
+        check(unsafe { dnn::cudnnCreate(&mut handle) }, "handle creation")?;
+        if let Some(stream) = stream {
+            // SAFETY: a live handle and a stream of the current context.
+            check(
+                unsafe { dnn::cudnnSetStream(handle, stream as dnn::cudaStream_t) },
+                "stream setting",
+            )?;
+        }
+        Ok(Handle { handle, context })
+    }
+}
+
+/// Handles by (device index, stream address; 0 for the heuristics' handle of each device).
+/// `None`: creating it failed, do not retry.
+static HANDLES: OnceLock<Mutex<Handles>> = OnceLock::new();
+
+/// Handles by (device index, stream address).
+type Handles = HashMap<(usize, usize), Option<Handle>>;
+
+/// Runs `f` with the handle of device `index` and `stream` (made and kept on first use), its
+/// context current; `None` when no handle could be made.
+fn with_handle<T>(
+    index: usize,
+    stream: Option<drv_sys::CUstream>,
+    f: impl FnOnce(dnn::cudnnHandle_t) -> Result<T>,
+) -> Result<Option<T>> {
+    let table = HANDLES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut table = table
+        .lock()
+        .map_err(|_| Error::Execution("the cuDNN handle table is poisoned".into()))?;
+    let key = (index, stream.map_or(0, |s| s as usize));
+    let entry = table
+        .entry(key)
+        .or_insert_with(|| Handle::new(index, stream).ok());
+    let Some(h) = entry.as_ref() else {
+        return Ok(None);
+    };
+    // SAFETY: the handle's context, valid while the handle lives.
+    driver(unsafe { drv::ctx::set_current(h.context) }, "context")?;
+    f(h.handle).map(Some)
+}
+
+/// Algorithms by shape (`None`: cuDNN has none within [`MAX_WORKSPACE`]).
+static ALGORITHMS: OnceLock<Mutex<HashMap<Shape, Option<Algorithm>>>> = OnceLock::new();
+
+/// The algorithm of `s`: cuDNN's heuristics' first choice that succeeds within
+/// [`MAX_WORKSPACE`], looked up once per shape.
+fn algorithm(s: &Shape) -> Result<Option<Algorithm>> {
+    let table = ALGORITHMS.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(known) = table.lock().ok().and_then(|t| t.get(s).copied()) {
+        return Ok(known);
+    }
+    let remember = |found: Option<Algorithm>| {
+        if let Ok(mut t) = table.lock() {
+            t.insert(*s, found);
+        }
+        found
+    };
+    // a shape cuDNN does not describe (a type this GPU lacks, say) goes to Burn's kernels
+    let Ok(d) = Descriptors::of(s) else {
+        return Ok(remember(None));
+    };
+    let found = with_handle(s.index, None, |handle| {
+        const WANTED: usize = 8;
+        // SAFETY: a plain C struct of enums and numbers, all-zero valid before cuDNN fills it
+        let mut perf: [dnn::cudnnConvolutionFwdAlgoPerf_t; WANTED] = unsafe { std::mem::zeroed() };
+        let mut returned = 0;
+        // SAFETY: live handle and descriptors; `perf` holds `WANTED` results.
+        check(
+            unsafe {
+                dnn::cudnnGetConvolutionForwardAlgorithm_v7(
+                    handle,
+                    d.x,
+                    d.k,
+                    d.conv,
+                    d.y,
+                    WANTED as i32,
+                    &mut returned,
+                    perf.as_mut_ptr(),
+                )
+            },
+            "algorithm heuristics",
+        )?;
+        Ok(perf
+            .iter()
+            .take(returned.clamp(0, WANTED as i32) as usize)
+            .find(|p| {
+                p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE
+            })
+            .map(|p| Algorithm {
+                algo: p.algo,
+                workspace: p.memory,
+            }))
+    });
+    match found {
+        Ok(Some(found)) => Ok(remember(found)),
+        Ok(None) => {
+            // no handle on this device: cuDNN is not usable here
+            BROKEN.store(true, Ordering::Relaxed);
+            Ok(None)
+        }
+        Err(_) => Ok(remember(None)),
+    }
+}
+
+/// The cuDNN element type of a float type it convolves.
+fn dnn_type(dtype: DType) -> Option<dnn::cudnnDataType_t> {
+    match dtype {
+        DType::F32 => Some(dnn::cudnnDataType_t::CUDNN_DATA_FLOAT),
+        DType::F16 => Some(dnn::cudnnDataType_t::CUDNN_DATA_HALF),
+        DType::BF16 => Some(dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16),
+        _ => None,
+    }
+}
+
+/// How cuDNN may round: f32 on TF32 tensor cores for `Precision::Default` from the products'
+/// [`crate::gemm::MIN_WORK`] multiply-adds on (not the threshold tests move for products),
+/// full f32 otherwise; tensor cores for f16 and bf16.
+fn math(dtype: DType, precision: Precision, work: usize) -> dnn::cudnnMathType_t {
+    match dtype {
+        DType::F32 if precision == Precision::Default && work >= crate::gemm::MIN_WORK => {
+            dnn::cudnnMathType_t::CUDNN_DEFAULT_MATH
+        }
+        DType::F32 => dnn::cudnnMathType_t::CUDNN_FMA_MATH,
+        _ => dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
+    }
+}
+
+/// Sizes as cuDNN's `int`s, `None` when one does not fit.
+fn ints<const N: usize>(v: [usize; N]) -> Option<[i32; N]> {
+    let mut out = [0; N];
+    for (o, x) in out.iter_mut().zip(v) {
+        *o = i32::try_from(x).ok()?;
+    }
+    Some(out)
+}
+
+/// The convolution `call` by cuDNN, `[n, o, oh, ow]`, or `None` when it does not apply (see
+/// the module documentation).
+pub fn forward(call: &ConvCall) -> Result<Option<burn::DispatchTensor>> {
+    let (Some(tx), Some(tk)) = (queue::cube(call.input.prim), queue::cube(call.kernel.prim)) else {
+        return Ok(None);
+    };
+    if tx.dtype != tk.dtype || tx.device != tk.device || !available() {
+        return Ok(None);
+    }
+    let Ok(dtype) = DType::from_burn(tx.dtype) else {
+        return Ok(None);
+    };
+    let Some(data) = dnn_type(dtype) else {
+        return Ok(None);
+    };
+    let (xs, ks) = (call.input.shape, call.kernel.shape);
+    let (&[n, c, h, w], &[o, kc, kh, kw]) = (xs, ks) else {
+        return Ok(None);
+    };
+    let (xst, kst) = (tx.meta.strides(), tk.meta.strides());
+    let g = call.groups;
+    // input and kernel packed in one row each (see `ConvCall`)
+    if tx.meta.shape()[..] != [n * c * h * w]
+        || xst[..] != [1]
+        || tk.meta.shape()[..] != [o * kc * kh * kw]
+        || kst[..] != [1]
+        || g == 0
+        || c != kc * g
+        || o % g != 0
+    {
+        return Ok(None);
+    }
+    let span = |i: usize, k: usize| (k - 1) * call.dilations[i] + 1;
+    let padded = |i: usize, d: usize| d + 2 * call.padding[i];
+    if padded(0, h) < span(0, kh) || padded(1, w) < span(1, kw) {
+        return Ok(None);
+    }
+    let oh = (padded(0, h) - span(0, kh)) / call.strides[0] + 1;
+    let ow = (padded(1, w) - span(1, kw)) / call.strides[1] + 1;
+    let count = n * o * oh * ow;
+    let work = count.saturating_mul(kc * kh * kw);
+    let shape = match (
+        ints([n, c, h, w]),
+        ints([o, kc, kh, kw]),
+        ints([n, o, oh, ow, count]),
+        ints(call.padding),
+        ints(call.strides),
+        ints(call.dilations),
+        i32::try_from(g),
+    ) {
+        (
+            Some(x),
+            Some(k),
+            Some([yn, yo, yh, yw, _]),
+            Some(pad),
+            Some(stride),
+            Some(dilation),
+            Ok(groups),
+        ) => Shape {
+            index: tx.device.index,
+            x,
+            k,
+            y: [yn, yo, yh, yw],
+            pad,
+            stride,
+            dilation,
+            groups,
+            data,
+            math: math(dtype, call.precision, work),
+        },
+        _ => return Ok(None),
+    };
+    let Some(algo) = algorithm(&shape)? else {
+        return Ok(None);
+    };
+    let client = tx.client.clone();
+    let out = client.empty(count * dtype.size());
+    // cuDNN may be handed a null workspace of size 0; CubeCL's buffers are never empty
+    let space = client.empty(algo.workspace.max(4));
+    let bindings = vec![
+        out.clone().binding(),
+        tx.handle.clone().binding(),
+        tk.handle.clone().binding(),
+        space.binding(),
+    ];
+    let output = Output {
+        binding: 0,
+        count,
+        nan: Nan::of(dtype),
+    };
+    queue::submit(
+        tx,
+        bindings,
+        vec![output],
+        "a cuDNN convolution",
+        move |bufs, stream| {
+            // SAFETY: the buffers are live and of the sizes `shape` describes, held until the
+            // call returns; the convolution is queued on `stream` after the work queued on
+            // the operands' streams (events), which wait for it afterwards.
+            unsafe { run(&shape, algo, bufs, stream) }
+        },
+    );
+    CONVOLUTIONS.fetch_add(1, Ordering::Relaxed);
+    ex_burn_core::profile::note("cudnn conv");
+    ex_burn_core::profile::note_detail(|| {
+        format!(
+            "cudnn conv {:?} by {:?} stride {:?} pad {:?} dilation {:?} groups {g} {:?}",
+            shape.x, shape.k, shape.stride, shape.pad, shape.dilation, algo.algo
+        )
+    });
+    Ok(Some(queue::output(
+        tx,
+        out,
+        &[n, o, oh, ow],
+        dtype,
+        call.input.prim.checkpointing,
+    )))
+}
+
+/// Queues the convolution of `s` with `algo` on `stream`: `bufs` are the result, the input,
+/// the kernel and the workspace.
+///
+/// # Safety
+/// The buffers are live device buffers of the sizes `s` and `algo` describe, kept alive until
+/// this returns; the work queued on their streams afterwards is what may reuse them.
+unsafe fn run(
+    s: &Shape,
+    algo: Algorithm,
+    bufs: &[&GpuResource],
+    stream: drv_sys::CUstream,
+) -> Result<()> {
+    let &[y, x, k, space] = bufs else {
+        return Err(Error::Execution("a convolution needs four buffers".into()));
+    };
+    let d = Descriptors::of(s)?;
+    let done = with_handle(s.index, Some(stream), |handle| {
+        let (alpha, beta) = (1f32, 0f32);
+        // SAFETY: the caller's guarantees; the handle is bound to `stream` and used under its
+        // table's lock with its context current. alpha and beta are f32 as cuDNN wants them
+        // for every element type it accumulates in f32.
+        unsafe {
+            let others = queue::order_operands(stream, &[x, k])?;
+            check(
+                dnn::cudnnConvolutionForward(
+                    handle,
+                    (&alpha as *const f32).cast(),
+                    d.x,
+                    x.ptr as *const std::ffi::c_void,
+                    d.k,
+                    k.ptr as *const std::ffi::c_void,
+                    d.conv,
+                    algo.algo,
+                    space.ptr as *mut std::ffi::c_void,
+                    algo.workspace,
+                    (&beta as *const f32).cast(),
+                    d.y,
+                    y.ptr as *mut std::ffi::c_void,
+                ),
+                "convolution",
+            )?;
+            queue::release(stream, &others)
+        }
+    })?;
+    // cuDNN registers its exit handlers on first use: ExBurn's must come after them, so that
+    // an exit waits for queued convolutions before that state is torn down
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(ex_burn_core::exit::after_load);
+    done.ok_or_else(|| Error::Device("no cuDNN handle for the stream".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_uses_tf32_only_when_large_and_allowed() {
+        let big = crate::gemm::MIN_WORK;
+        assert_eq!(
+            math(DType::F32, Precision::Default, big),
+            dnn::cudnnMathType_t::CUDNN_DEFAULT_MATH
+        );
+        assert_eq!(
+            math(DType::F32, Precision::Default, big - 1),
+            dnn::cudnnMathType_t::CUDNN_FMA_MATH
+        );
+        assert_eq!(
+            math(DType::F32, Precision::Highest, big),
+            dnn::cudnnMathType_t::CUDNN_FMA_MATH
+        );
+        assert_eq!(
+            math(DType::BF16, Precision::Highest, 1),
+            dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
+        );
+    }
+
+    #[test]
+    fn sizes_beyond_int_are_refused() {
+        assert_eq!(ints([1, 2, 3]), Some([1, 2, 3]));
+        assert_eq!(ints([1, 1 << 31]), None);
+    }
+}
