@@ -418,8 +418,33 @@ pub struct Counts {
     pub fused_launches: u64,
     /// Kernel results written over an operand's buffer instead of a new one.
     pub reused_buffers: u64,
-    /// 2-D convolutions the vendor library computed.
+    /// 2-D convolution passes (results, kernel gradients) the vendor library computed for
+    /// the calling thread.
     pub library_convolutions: u64,
+}
+
+/// The gradient of a 2-D convolution's kernel for [`DeviceKernels::conv2d_kernel_gradient`]:
+/// the convolution of `input` `[n, c, h, w]` by a kernel of shape `kernel` `[o, c, kh, kw]`
+/// (strides, symmetric padding, kernel dilations, one group) gave a result whose gradient is
+/// `grad` `[n, o, oh, ow]`; the result is the kernel's gradient, `[o, c, kh, kw]`. Both
+/// operands of one float type, each packed in one row (their logical shapes over primitives
+/// holding the elements in row-major order).
+#[derive(Clone, Copy, Debug)]
+pub struct KernelGradientCall<'a> {
+    /// The convolution's input.
+    pub input: Operand<'a>,
+    /// The gradient of the convolution's result.
+    pub grad: Operand<'a>,
+    /// The kernel's shape.
+    pub kernel: [usize; 4],
+    /// The convolution's window strides (height, width).
+    pub strides: [usize; 2],
+    /// Its zero padding on both sides (height, width).
+    pub padding: [usize; 2],
+    /// Its kernel dilations (height, width).
+    pub dilations: [usize; 2],
+    /// How f32 may round (as [`ConvCall::precision`]).
+    pub precision: Precision,
 }
 
 /// A 2-D convolution for [`DeviceKernels::conv2d`]: `input` `[n, c, h, w]` and `kernel`
@@ -524,6 +549,13 @@ pub trait DeviceKernels: Send + Sync {
 
     /// A 2-D convolution ([`ConvCall`]) by a vendor library, `[n, o, oh, ow]`.
     fn conv2d(&self, call: &ConvCall) -> Result<Option<DispatchTensor>> {
+        let _ = call;
+        Ok(None)
+    }
+
+    /// The gradient of a 2-D convolution's kernel ([`KernelGradientCall`]) by a vendor
+    /// library, `[o, c, kh, kw]`.
+    fn conv2d_kernel_gradient(&self, call: &KernelGradientCall) -> Result<Option<DispatchTensor>> {
         let _ = call;
         Ok(None)
     }

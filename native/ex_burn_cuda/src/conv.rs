@@ -14,6 +14,12 @@
 //! returns `None` and Burn's kernels compute it: no cuDNN on the machine (or `cudnn: false`),
 //! another layout, sizes beyond cuDNN's `int`.
 //!
+//! Kernel gradients too ([`kernel_gradient`], `cudnnConvolutionBackwardFilter`): Nx's `grad`
+//! writes a convolution's kernel gradient as another convolution (the layer's input with batch
+//! and features swapped, by the output's gradient likewise swapped, as a kernel of the output's
+//! size), which the engine hands back in that form; Burn's kernels gave each of its few outputs
+//! one thread summing a whole window.
+//!
 //! The algorithm is cuDNN's first heuristic choice whose workspace fits [`MAX_WORKSPACE`],
 //! looked up once per shape (the descriptors and heuristics need no GPU work) on the calling
 //! thread; the workspace is a buffer of CubeCL's pool like the result. The convolution is
@@ -22,27 +28,33 @@
 //! other streams ordered by events as `gemm` does. A convolution that fails there sets its
 //! result to NaN and reports the error at the next read.
 use crate::queue::{self, driver, GpuResource, Nan, Output};
+use burn_cubecl::tensor::CubeTensor;
+use cubecl_cuda::CudaRuntime;
 use cudarc::cudnn::sys as dnn;
 use cudarc::driver::{result as drv, sys as drv_sys};
-use ex_burn_core::kernels::{ConvCall, Precision};
+use ex_burn_core::kernels::{ConvCall, KernelGradientCall, Operand, Precision};
 use ex_burn_core::{DType, Error, Result};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// The largest workspace a convolution's algorithm may ask for (bytes).
 pub const MAX_WORKSPACE: usize = 512 << 20;
 
-/// Convolutions cuDNN computed in this process.
-static CONVOLUTIONS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Convolution passes queued on cuDNN by this thread (see [`convolutions`]).
+    static CONVOLUTIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// Set when cuDNN could not be set up on the calling thread (no handle, no heuristics): later
 /// convolutions go to Burn's kernels.
 static BROKEN: AtomicBool = AtomicBool::new(false);
 
-/// How many convolutions cuDNN computed (tests tell them from Burn's with it).
+/// How many convolution passes this thread queued on cuDNN (tests tell them from Burn's
+/// with it; per thread, so that tests running side by side do not count each other's).
 pub fn convolutions() -> u64 {
-    CONVOLUTIONS.load(Ordering::Relaxed)
+    CONVOLUTIONS.with(|c| c.get())
 }
 
 /// Whether convolutions may go to cuDNN: the configuration allows it (`cudnn: false` keeps
@@ -65,15 +77,25 @@ fn check(status: dnn::cudnnStatus_t, what: &str) -> Result<()> {
     }
 }
 
-/// One convolution as cuDNN runs it: sizes, the input's strides, type and math.
+/// What cuDNN computes of a convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Pass {
+    /// Its result, from the input and the kernel.
+    Forward,
+    /// Its kernel's gradient, from the input and the result's gradient.
+    KernelGradient,
+}
+
+/// One convolution as cuDNN runs it: the pass, sizes, type and math.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Shape {
+    pass: Pass,
     index: usize,
     /// `[n, c, h, w]`.
     x: [i32; 4],
-    /// `[o, c / groups, kh, kw]`.
+    /// `[o, c / groups, kh, kw]`: the kernel, or its gradient.
     k: [i32; 4],
-    /// `[n, o, oh, ow]`.
+    /// `[n, o, oh, ow]`: the result, or its gradient.
     y: [i32; 4],
     pad: [i32; 2],
     stride: [i32; 2],
@@ -205,10 +227,17 @@ impl Descriptors {
     }
 }
 
+/// cuDNN's algorithm of one pass.
+#[derive(Clone, Copy, Debug)]
+enum Algo {
+    Forward(dnn::cudnnConvolutionFwdAlgo_t),
+    KernelGradient(dnn::cudnnConvolutionBwdFilterAlgo_t),
+}
+
 /// The algorithm of a [`Shape`] and its workspace in bytes.
 #[derive(Clone, Copy, Debug)]
 struct Algorithm {
-    algo: dnn::cudnnConvolutionFwdAlgo_t,
+    algo: Algo,
     workspace: usize,
 }
 
@@ -294,37 +323,11 @@ fn algorithm(s: &Shape) -> Result<Option<Algorithm>> {
     let Ok(d) = Descriptors::of(s) else {
         return Ok(remember(None));
     };
-    let found = with_handle(s.index, None, |handle| {
-        const WANTED: usize = 8;
-        // SAFETY: a plain C struct of enums and numbers, all-zero valid before cuDNN fills it
-        let mut perf: [dnn::cudnnConvolutionFwdAlgoPerf_t; WANTED] = unsafe { std::mem::zeroed() };
-        let mut returned = 0;
-        // SAFETY: live handle and descriptors; `perf` holds `WANTED` results.
-        check(
-            unsafe {
-                dnn::cudnnGetConvolutionForwardAlgorithm_v7(
-                    handle,
-                    d.x,
-                    d.k,
-                    d.conv,
-                    d.y,
-                    WANTED as i32,
-                    &mut returned,
-                    perf.as_mut_ptr(),
-                )
-            },
-            "algorithm heuristics",
-        )?;
-        Ok(perf
-            .iter()
-            .take(returned.clamp(0, WANTED as i32) as usize)
-            .find(|p| {
-                p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE
-            })
-            .map(|p| Algorithm {
-                algo: p.algo,
-                workspace: p.memory,
-            }))
+    let found = with_handle(s.index, None, |handle| match s.pass {
+        // SAFETY: a live handle and the descriptors of `s`.
+        Pass::Forward => unsafe { forward_algorithm(handle, &d) },
+        // SAFETY: as above.
+        Pass::KernelGradient => unsafe { kernel_gradient_algorithm(handle, &d) },
     });
     match found {
         Ok(Some(found)) => Ok(remember(found)),
@@ -335,6 +338,90 @@ fn algorithm(s: &Shape) -> Result<Option<Algorithm>> {
         }
         Err(_) => Ok(remember(None)),
     }
+}
+
+/// How many of cuDNN's ranked algorithms are looked at.
+const WANTED: usize = 8;
+
+/// The first of `(algo, status, workspace)` in cuDNN's ranking that succeeds within
+/// [`MAX_WORKSPACE`].
+fn first_fit<A: Copy>(
+    ranked: impl Iterator<Item = (A, dnn::cudnnStatus_t, usize)>,
+    returned: i32,
+    wrap: impl Fn(A) -> Algo,
+) -> Option<Algorithm> {
+    ranked
+        .take(returned.clamp(0, WANTED as i32) as usize)
+        .find(|&(_, status, memory)| {
+            status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && memory <= MAX_WORKSPACE
+        })
+        .map(|(algo, _, workspace)| Algorithm {
+            algo: wrap(algo),
+            workspace,
+        })
+}
+
+/// cuDNN's heuristic choice for a convolution's result.
+///
+/// # Safety
+/// `handle` is a live handle whose context is current; `d` are live descriptors.
+unsafe fn forward_algorithm(
+    handle: dnn::cudnnHandle_t,
+    d: &Descriptors,
+) -> Result<Option<Algorithm>> {
+    // SAFETY: a plain C struct of enums and numbers, all-zero valid before cuDNN fills it
+    let mut perf: [dnn::cudnnConvolutionFwdAlgoPerf_t; WANTED] = unsafe { std::mem::zeroed() };
+    let mut returned = 0;
+    // SAFETY: the caller's guarantees; `perf` holds `WANTED` results.
+    check(
+        unsafe {
+            dnn::cudnnGetConvolutionForwardAlgorithm_v7(
+                handle,
+                d.x,
+                d.k,
+                d.conv,
+                d.y,
+                WANTED as i32,
+                &mut returned,
+                perf.as_mut_ptr(),
+            )
+        },
+        "algorithm heuristics",
+    )?;
+    let ranked = perf.iter().map(|p| (p.algo, p.status, p.memory));
+    Ok(first_fit(ranked, returned, Algo::Forward))
+}
+
+/// cuDNN's heuristic choice for a convolution's kernel gradient.
+///
+/// # Safety
+/// As [`forward_algorithm`].
+unsafe fn kernel_gradient_algorithm(
+    handle: dnn::cudnnHandle_t,
+    d: &Descriptors,
+) -> Result<Option<Algorithm>> {
+    // SAFETY: as in `forward_algorithm`
+    let mut perf: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; WANTED] =
+        unsafe { std::mem::zeroed() };
+    let mut returned = 0;
+    // SAFETY: the caller's guarantees; `perf` holds `WANTED` results.
+    check(
+        unsafe {
+            dnn::cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                handle,
+                d.x,
+                d.y,
+                d.conv,
+                d.k,
+                WANTED as i32,
+                &mut returned,
+                perf.as_mut_ptr(),
+            )
+        },
+        "algorithm heuristics",
+    )?;
+    let ranked = perf.iter().map(|p| (p.algo, p.status, p.memory));
+    Ok(first_fit(ranked, returned, Algo::KernelGradient))
 }
 
 /// The cuDNN element type of a float type it convolves.
@@ -369,36 +456,43 @@ fn ints<const N: usize>(v: [usize; N]) -> Option<[i32; N]> {
     Some(out)
 }
 
+/// The CUDA tensors of two operands of one float type cuDNN convolves, on one device, with
+/// their type; `None` otherwise or when cuDNN is not [`available`].
+fn operands<'a>(
+    a: Operand<'a>,
+    b: Operand<'a>,
+) -> Option<(
+    &'a CubeTensor<CudaRuntime>,
+    &'a CubeTensor<CudaRuntime>,
+    DType,
+    dnn::cudnnDataType_t,
+)> {
+    let (ta, tb) = (queue::cube(a.prim)?, queue::cube(b.prim)?);
+    if ta.dtype != tb.dtype || ta.device != tb.device || !available() {
+        return None;
+    }
+    let dtype = DType::from_burn(ta.dtype).ok()?;
+    Some((ta, tb, dtype, dnn_type(dtype)?))
+}
+
+/// Whether `t` holds the elements of a tensor of logical shape `shape` packed in one row.
+fn one_row(t: &CubeTensor<CudaRuntime>, shape: &[usize]) -> bool {
+    t.meta.shape()[..] == [shape.iter().product::<usize>()] && t.meta.strides()[..] == [1]
+}
+
 /// The convolution `call` by cuDNN, `[n, o, oh, ow]`, or `None` when it does not apply (see
 /// the module documentation).
 pub fn forward(call: &ConvCall) -> Result<Option<burn::DispatchTensor>> {
-    let (Some(tx), Some(tk)) = (queue::cube(call.input.prim), queue::cube(call.kernel.prim)) else {
-        return Ok(None);
-    };
-    if tx.dtype != tk.dtype || tx.device != tk.device || !available() {
-        return Ok(None);
-    }
-    let Ok(dtype) = DType::from_burn(tx.dtype) else {
-        return Ok(None);
-    };
-    let Some(data) = dnn_type(dtype) else {
+    let Some((tx, tk, dtype, data)) = operands(call.input, call.kernel) else {
         return Ok(None);
     };
     let (xs, ks) = (call.input.shape, call.kernel.shape);
     let (&[n, c, h, w], &[o, kc, kh, kw]) = (xs, ks) else {
         return Ok(None);
     };
-    let (xst, kst) = (tx.meta.strides(), tk.meta.strides());
     let g = call.groups;
     // input and kernel packed in one row each (see `ConvCall`)
-    if tx.meta.shape()[..] != [n * c * h * w]
-        || xst[..] != [1]
-        || tk.meta.shape()[..] != [o * kc * kh * kw]
-        || kst[..] != [1]
-        || g == 0
-        || c != kc * g
-        || o % g != 0
-    {
+    if !one_row(tx, xs) || !one_row(tk, ks) || g == 0 || c != kc * g || o % g != 0 {
         return Ok(None);
     }
     let span = |i: usize, k: usize| (k - 1) * call.dilations[i] + 1;
@@ -428,6 +522,7 @@ pub fn forward(call: &ConvCall) -> Result<Option<burn::DispatchTensor>> {
             Some(dilation),
             Ok(groups),
         ) => Shape {
+            pass: Pass::Forward,
             index: tx.device.index,
             x,
             k,
@@ -441,9 +536,94 @@ pub fn forward(call: &ConvCall) -> Result<Option<burn::DispatchTensor>> {
         },
         _ => return Ok(None),
     };
-    let Some(algo) = algorithm(&shape)? else {
+    Ok(launch(tx, tk, &shape, dtype)?.map(|out| {
+        queue::output(
+            tx,
+            out,
+            &[n, o, oh, ow],
+            dtype,
+            call.input.prim.checkpointing,
+        )
+    }))
+}
+
+/// The gradient of a convolution's kernel ([`KernelGradientCall`]) by cuDNN, `[o, c, kh,
+/// kw]`, or `None` when it does not apply (see the module documentation).
+pub fn kernel_gradient(call: &KernelGradientCall) -> Result<Option<burn::DispatchTensor>> {
+    let Some((tx, tg, dtype, data)) = operands(call.input, call.grad) else {
         return Ok(None);
     };
+    let (xs, gs, ks) = (call.input.shape, call.grad.shape, call.kernel);
+    let (&[n, c, _, _], &[gn, o, oh, ow], [ko, kc, kh, kw]) = (xs, gs, ks) else {
+        return Ok(None);
+    };
+    // both packed in one row (see `KernelGradientCall`), the sizes those of one convolution
+    // (cuDNN checks the result's size against the strides, padding and dilations)
+    if !one_row(tx, xs) || !one_row(tg, gs) || gn != n || ko != o || kc != c {
+        return Ok(None);
+    }
+    let count = o * c * kh * kw;
+    let work = (n * o * oh * ow).saturating_mul(c * kh * kw);
+    let shape = match (
+        ints([xs[0], xs[1], xs[2], xs[3], xs.iter().product()]),
+        ints([o, c, kh, kw, count]),
+        ints([n, o, oh, ow, gs.iter().product()]),
+        ints(call.padding),
+        ints(call.strides),
+        ints(call.dilations),
+    ) {
+        (
+            Some([xn, xc, xh, xw, _]),
+            Some([ko, kc, kh, kw, _]),
+            Some([yn, yo, yh, yw, _]),
+            Some(pad),
+            Some(stride),
+            Some(dilation),
+        ) => Shape {
+            pass: Pass::KernelGradient,
+            index: tx.device.index,
+            x: [xn, xc, xh, xw],
+            k: [ko, kc, kh, kw],
+            y: [yn, yo, yh, yw],
+            pad,
+            stride,
+            dilation,
+            groups: 1,
+            data,
+            math: math(dtype, call.precision, work),
+        },
+        _ => return Ok(None),
+    };
+    Ok(launch(tx, tg, &shape, dtype)?.map(|out| {
+        queue::output(
+            tx,
+            out,
+            &[o, c, kh, kw],
+            dtype,
+            call.input.prim.checkpointing,
+        )
+    }))
+}
+
+/// Queues the pass of `shape` on the buffers of `tx` (the input) and `tb` (the kernel, or
+/// the result's gradient) into a new buffer of the pass's result (the result, or the kernel's
+/// gradient); `None` when cuDNN has no algorithm for it (nothing was queued).
+fn launch(
+    tx: &CubeTensor<CudaRuntime>,
+    tb: &CubeTensor<CudaRuntime>,
+    shape: &Shape,
+    dtype: DType,
+) -> Result<Option<cubecl_runtime::server::Handle>> {
+    let Some(algo) = algorithm(shape)? else {
+        return Ok(None);
+    };
+    let count = match shape.pass {
+        Pass::Forward => shape.y,
+        Pass::KernelGradient => shape.k,
+    }
+    .iter()
+    .map(|&d| d as usize)
+    .product::<usize>();
     let client = tx.client.clone();
     let out = client.empty(count * dtype.size());
     // cuDNN may be handed a null workspace of size 0; CubeCL's buffers are never empty
@@ -451,7 +631,7 @@ pub fn forward(call: &ConvCall) -> Result<Option<burn::DispatchTensor>> {
     let bindings = vec![
         out.clone().binding(),
         tx.handle.clone().binding(),
-        tk.handle.clone().binding(),
+        tb.handle.clone().binding(),
         space.binding(),
     ];
     let output = Output {
@@ -459,37 +639,35 @@ pub fn forward(call: &ConvCall) -> Result<Option<burn::DispatchTensor>> {
         count,
         nan: Nan::of(dtype),
     };
+    let s = *shape;
     queue::submit(
         tx,
         bindings,
         vec![output],
         "a cuDNN convolution",
         move |bufs, stream| {
-            // SAFETY: the buffers are live and of the sizes `shape` describes, held until the
-            // call returns; the convolution is queued on `stream` after the work queued on
-            // the operands' streams (events), which wait for it afterwards.
-            unsafe { run(&shape, algo, bufs, stream) }
+            // SAFETY: the buffers are live and of the sizes `s` describes, held until the
+            // call returns; the work is queued on `stream` after the work queued on the
+            // operands' streams (events), which wait for it afterwards.
+            unsafe { run(&s, algo, bufs, stream) }
         },
     );
-    CONVOLUTIONS.fetch_add(1, Ordering::Relaxed);
-    ex_burn_core::profile::note("cudnn conv");
+    CONVOLUTIONS.with(|c| c.set(c.get() + 1));
+    ex_burn_core::profile::note(match s.pass {
+        Pass::Forward => "cudnn conv",
+        Pass::KernelGradient => "cudnn conv kernel gradient",
+    });
     ex_burn_core::profile::note_detail(|| {
         format!(
-            "cudnn conv {:?} by {:?} stride {:?} pad {:?} dilation {:?} groups {g} {:?}",
-            shape.x, shape.k, shape.stride, shape.pad, shape.dilation, algo.algo
+            "cudnn {:?} {:?} by {:?} to {:?} stride {:?} pad {:?} dilation {:?} groups {} {:?}",
+            s.pass, s.x, s.k, s.y, s.stride, s.pad, s.dilation, s.groups, algo.algo
         )
     });
-    Ok(Some(queue::output(
-        tx,
-        out,
-        &[n, o, oh, ow],
-        dtype,
-        call.input.prim.checkpointing,
-    )))
+    Ok(Some(out))
 }
 
-/// Queues the convolution of `s` with `algo` on `stream`: `bufs` are the result, the input,
-/// the kernel and the workspace.
+/// Queues the pass of `s` with `algo` on `stream`: `bufs` are the pass's result, the input,
+/// the kernel (or the result's gradient) and the workspace.
 ///
 /// # Safety
 /// The buffers are live device buffers of the sizes `s` and `algo` describe, kept alive until
@@ -500,7 +678,7 @@ unsafe fn run(
     bufs: &[&GpuResource],
     stream: drv_sys::CUstream,
 ) -> Result<()> {
-    let &[y, x, k, space] = bufs else {
+    let &[out, x, b, space] = bufs else {
         return Err(Error::Execution("a convolution needs four buffers".into()));
     };
     let d = Descriptors::of(s)?;
@@ -510,25 +688,43 @@ unsafe fn run(
         // table's lock with its context current. alpha and beta are f32 as cuDNN wants them
         // for every element type it accumulates in f32.
         unsafe {
-            let others = queue::order_operands(stream, &[x, k])?;
-            check(
-                dnn::cudnnConvolutionForward(
+            let others = queue::order_operands(stream, &[x, b])?;
+            let (alpha, beta) = ((&alpha as *const f32).cast(), (&beta as *const f32).cast());
+            let (x, b) = (x.ptr as *const c_void, b.ptr as *const c_void);
+            let (out, space) = (out.ptr as *mut c_void, space.ptr as *mut c_void);
+            let status = match algo.algo {
+                Algo::Forward(a) => dnn::cudnnConvolutionForward(
                     handle,
-                    (&alpha as *const f32).cast(),
+                    alpha,
                     d.x,
-                    x.ptr as *const std::ffi::c_void,
+                    x,
                     d.k,
-                    k.ptr as *const std::ffi::c_void,
+                    b,
                     d.conv,
-                    algo.algo,
-                    space.ptr as *mut std::ffi::c_void,
+                    a,
+                    space,
                     algo.workspace,
-                    (&beta as *const f32).cast(),
+                    beta,
                     d.y,
-                    y.ptr as *mut std::ffi::c_void,
+                    out,
                 ),
-                "convolution",
-            )?;
+                Algo::KernelGradient(a) => dnn::cudnnConvolutionBackwardFilter(
+                    handle,
+                    alpha,
+                    d.x,
+                    x,
+                    d.y,
+                    b,
+                    d.conv,
+                    a,
+                    space,
+                    algo.workspace,
+                    beta,
+                    d.k,
+                    out,
+                ),
+            };
+            check(status, "convolution")?;
             queue::release(stream, &others)
         }
     })?;

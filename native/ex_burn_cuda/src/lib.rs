@@ -45,8 +45,8 @@ pub mod views;
 
 use burn::DispatchTensor;
 use ex_burn_core::kernels::{
-    self, AttentionCall, ConvCall, Counts, DeviceKernels, MapRun, Mark, Operand, Precision,
-    Rounded, RowRegion, Start,
+    self, AttentionCall, ConvCall, Counts, DeviceKernels, KernelGradientCall, MapRun, Mark,
+    Operand, Precision, Rounded, RowRegion, Start,
 };
 use ex_burn_core::Result;
 use std::time::Duration;
@@ -120,6 +120,10 @@ impl DeviceKernels for Cuda {
 
     fn conv2d(&self, call: &ConvCall) -> Result<Option<DispatchTensor>> {
         conv::forward(call)
+    }
+
+    fn conv2d_kernel_gradient(&self, call: &KernelGradientCall) -> Result<Option<DispatchTensor>> {
+        conv::kernel_gradient(call)
     }
 
     fn reshape(&self, t: Operand, shape: &[usize]) -> Result<Option<DispatchTensor>> {

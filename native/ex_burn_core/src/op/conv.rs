@@ -151,6 +151,9 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
             padding: [burn_pad[0], burn_pad[1]],
             dilations: [k_dil[0], k_dil[1]],
         };
+        if let Some(res) = by_kernel_gradient(&x, &k, &g, *precision)? {
+            return in_output_order(&res, perm);
+        }
         if let Some(res) = by_windows(&x, &k, &g)? {
             return in_output_order(&res, perm);
         }
@@ -252,6 +255,80 @@ fn by_library(
     Ok(kernels
         .conv2d(&call)?
         .map(|prim| Tensor::from_kernel(prim, vec![xs[0], ks[0], oh, ow])))
+}
+
+/// Whether a 2-D convolution has few output positions under a large kernel: the shape of a
+/// convolution's kernel gradient as Nx's `grad` writes it (the layer's input convolved with
+/// the output's gradient as the kernel).
+fn few_positions_large_kernel(x: &Tensor, k: &Tensor, g: &Windows) -> bool {
+    let (xs, ks) = (x.shape(), k.shape());
+    let span = |i: usize| (ks[2 + i] - 1) * g.dilations[i] + 1;
+    let padded = |i: usize| xs[2 + i] + 2 * g.padding[i];
+    if padded(0) < span(0) || padded(1) < span(1) {
+        return false;
+    }
+    let positions =
+        ((padded(0) - span(0)) / g.strides[0] + 1) * ((padded(1) - span(1)) / g.strides[1] + 1);
+    positions <= WINDOWS_MAX_POSITIONS && ks[2] * ks[3] >= WINDOWS_MIN_TAPS
+}
+
+/// A 2-D convolution with few output positions under a large kernel (`x` `[b, c, h, w]`, `k`
+/// `[f, c, kh, kw]`, one group), off the host, as the vendor library's kernel gradient of the
+/// convolution it is the kernel gradient of: that convolution's input is `x` with its first
+/// two axes swapped (`[c, b, h, w]`), its result's gradient `k` likewise (`[c, f, kh, kw]`),
+/// its strides are this one's kernel dilations and its dilations this one's strides; its
+/// kernel's gradient `[f, b, oh, ow]` is this result with the first two axes swapped. Where
+/// `x` and `k` are the swapped views Nx's `grad` makes, swapping back gives packed tensors
+/// (no copy). `None` where there is no library or it declines (then [`by_windows`]).
+fn by_kernel_gradient(
+    x: &Tensor,
+    k: &Tensor,
+    g: &Windows,
+    precision: super::Precision,
+) -> Result<Option<Tensor>> {
+    let Some(kernels) = x.kernels() else {
+        return Ok(None);
+    };
+    let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
+    if !float(x.dtype())
+        || x.dtype() != k.dtype()
+        || x.numel() == 0
+        || k.numel() == 0
+        || !few_positions_large_kernel(x, k, g)
+    {
+        return Ok(None);
+    }
+    let (xs, ks) = (x.shape(), k.shape());
+    let span = |i: usize| (ks[2 + i] - 1) * g.dilations[i] + 1;
+    let out = |i: usize| (xs[2 + i] + 2 * g.padding[i] - span(i)) / g.strides[i] + 1;
+    let swap = [1, 0, 2, 3];
+    let input = util::permute(x, &swap)?;
+    let grad = util::permute(k, &swap)?;
+    let (in_shape, grad_shape) = (input.shape().to_vec(), grad.shape().to_vec());
+    let (flat_in, flat_grad) = (
+        input.reshape(vec![input.numel()])?,
+        grad.reshape(vec![grad.numel()])?,
+    );
+    let call = crate::kernels::KernelGradientCall {
+        input: crate::kernels::Operand {
+            prim: flat_in.operand().prim,
+            shape: &in_shape,
+        },
+        grad: crate::kernels::Operand {
+            prim: flat_grad.operand().prim,
+            shape: &grad_shape,
+        },
+        kernel: [ks[0], xs[0], out(0), out(1)],
+        strides: g.dilations,
+        padding: g.padding,
+        dilations: g.strides,
+        precision,
+    };
+    let Some(prim) = kernels.conv2d_kernel_gradient(&call)? else {
+        return Ok(None);
+    };
+    let dw = Tensor::from_kernel(prim, call.kernel.to_vec());
+    util::permute(&dw, &swap).map(Some)
 }
 
 /// `x` padded with zeros as Nx's `pad` does (`(low, high, interior)` per axis).

@@ -480,3 +480,116 @@ fn library_convolutions_match_f64_in_every_precision() {
         assert!(err < tol, "case {i}: relative error {err:.2e}");
     }
 }
+
+/// Kernel gradients written as Nx's `grad` writes them (the layer's input with batch and
+/// features swapped, convolved with the output's gradient likewise swapped, the layer's
+/// strides as kernel dilations, its padding made to fit), against an f64 reference of the
+/// gradient: on a GPU with a vendor library they run as its kernel-gradient pass (counted).
+#[test]
+fn kernel_gradients_match_f64() {
+    // input [n, c, h, w], kernel [o, kh, kw], (stride, padding, dilation), type, tolerance
+    type Case = ([usize; 4], [usize; 3], (usize, usize, usize), DType, f64);
+    let cases: &[Case] = &[
+        ([4, 8, 20, 20], [6, 3, 3], (2, 1, 1), DType::F32, 1e-5),
+        ([8, 16, 28, 28], [32, 3, 3], (1, 1, 1), DType::F32, 1e-5),
+        ([2, 3, 30, 30], [8, 7, 7], (2, 3, 1), DType::F32, 1e-5),
+        ([4, 16, 17, 19], [8, 1, 1], (1, 0, 1), DType::F32, 1e-5),
+        ([4, 8, 24, 24], [8, 3, 3], (1, 2, 2), DType::F32, 1e-5),
+        ([8, 16, 28, 28], [32, 3, 3], (1, 1, 1), DType::BF16, 3e-2),
+    ];
+    for (i, &([n, c, h, w], [o, kh, kw], (s, p, d), dtype, tol)) in cases.iter().enumerate() {
+        let span = |k: usize| (k - 1) * d + 1;
+        let (oh, ow) = (
+            (h + 2 * p - span(kh)) / s + 1,
+            (w + 2 * p - span(kw)) / s + 1,
+        );
+        let x = t(
+            &spread(n * c * h * w, 5 + i as u64, 3, -2),
+            &[n, c, h, w],
+            dtype,
+        );
+        let g = t(
+            &spread(n * o * oh * ow, 9 + i as u64, 3, -3),
+            &[n, o, oh, ow],
+            dtype,
+        );
+        let (xv, gv) = (v(&x), v(&g));
+        // dW[o, c, u, v] = sum over n, i, j of g[n, o, i, j] x[n, c, i s + u d - p, j s + v d - p]
+        let mut want = vec![0.0; o * c * kh * kw];
+        for f in 0..o {
+            for ch in 0..c {
+                for u in 0..kh {
+                    for vv in 0..kw {
+                        let mut acc = 0.0;
+                        for b in 0..n {
+                            for y in 0..oh {
+                                for xx in 0..ow {
+                                    let iy = (y * s + u * d) as isize - p as isize;
+                                    let ix = (xx * s + vv * d) as isize - p as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                        continue;
+                                    }
+                                    acc += gv[((b * o + f) * oh + y) * ow + xx]
+                                        * xv[((b * c + ch) * h + iy as usize) * w + ix as usize];
+                                }
+                            }
+                        }
+                        want[((f * c + ch) * kh + u) * kw + vv] = acc;
+                    }
+                }
+            }
+        }
+        // the convolution whose result is dW with its first two axes swapped ([c, o, kh, kw]):
+        // windows of the input at the gradient's positions, `kh` of them `d` apart
+        let hi = |size: usize, k: usize, out: usize| {
+            // padding after the input so that exactly `k` windows fit
+            ((k - 1) * d + (out - 1) * s + 1) as i64 - (size + p) as i64
+        };
+        let op = with(|op| {
+            if let Op::Conv {
+                strides,
+                padding,
+                kernel_dilation,
+                input_permutation,
+                kernel_permutation,
+                ..
+            } = op
+            {
+                *strides = Some(vec![d, d]);
+                *kernel_dilation = Some(vec![s, s]);
+                *padding = Some(vec![(p as i64, hi(h, kh, oh)), (p as i64, hi(w, kw, ow))]);
+                *input_permutation = Some(vec![1, 0, 2, 3]);
+                *kernel_permutation = Some(vec![1, 0, 2, 3]);
+            }
+        });
+        let before = ex_burn_core::kernels::counts().library_convolutions;
+        let got = ev(op, &[&x, &g]);
+        if dev() != ex_burn_core::Device::Cpu && crate::device_kernels::conv_library_available() {
+            assert_eq!(
+                ex_burn_core::kernels::counts().library_convolutions,
+                before + 1,
+                "case {i} did not run on the library"
+            );
+        }
+        assert_eq!(got.shape(), &[c, o, kh, kw], "case {i}");
+        let gv = v(&got);
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        let mut err = 0f64;
+        for f in 0..o {
+            for ch in 0..c {
+                for k in 0..kh * kw {
+                    let (g, w) = (
+                        gv[(ch * o + f) * kh * kw + k],
+                        want[(f * c + ch) * kh * kw + k],
+                    );
+                    err = err.max((g - w).abs() / scale);
+                }
+            }
+        }
+        println!(
+            "kernel gradient {i} {dtype:?} on {:?}: relative error {err:.2e}",
+            dev()
+        );
+        assert!(err < tol, "case {i}: relative error {err:.2e}");
+    }
+}
