@@ -343,19 +343,28 @@ fn algorithm(s: &Shape) -> Result<Option<Algorithm>> {
 /// How many of cuDNN's ranked algorithms are looked at.
 const WANTED: usize = 8;
 
-/// The first of `(algo, status, workspace)` in cuDNN's ranking that succeeds within
-/// [`MAX_WORKSPACE`].
+/// One of cuDNN's ranked algorithms: the algorithm, its status, workspace and determinism.
+type Ranked<A> = (A, dnn::cudnnStatus_t, usize, dnn::cudnnDeterminism_t);
+
+/// The first of cuDNN's ranking that succeeds within [`MAX_WORKSPACE`] and gives the same
+/// bits on every run (some kernel-gradient algorithms add with atomics, in whatever order the
+/// GPU runs them); a nondeterministic one only where no other fits.
 fn first_fit<A: Copy>(
-    ranked: impl Iterator<Item = (A, dnn::cudnnStatus_t, usize)>,
+    ranked: impl Iterator<Item = Ranked<A>>,
     returned: i32,
     wrap: impl Fn(A) -> Algo,
 ) -> Option<Algorithm> {
-    ranked
+    let fitting: Vec<Ranked<A>> = ranked
         .take(returned.clamp(0, WANTED as i32) as usize)
-        .find(|&(_, status, memory)| {
+        .filter(|&(_, status, memory, _)| {
             status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && memory <= MAX_WORKSPACE
         })
-        .map(|(algo, _, workspace)| Algorithm {
+        .collect();
+    fitting
+        .iter()
+        .find(|r| r.3 == dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
+        .or(fitting.first())
+        .map(|&(algo, _, workspace, _)| Algorithm {
             algo: wrap(algo),
             workspace,
         })
@@ -388,7 +397,9 @@ unsafe fn forward_algorithm(
         },
         "algorithm heuristics",
     )?;
-    let ranked = perf.iter().map(|p| (p.algo, p.status, p.memory));
+    let ranked = perf
+        .iter()
+        .map(|p| (p.algo, p.status, p.memory, p.determinism));
     Ok(first_fit(ranked, returned, Algo::Forward))
 }
 
@@ -420,7 +431,9 @@ unsafe fn kernel_gradient_algorithm(
         },
         "algorithm heuristics",
     )?;
-    let ranked = perf.iter().map(|p| (p.algo, p.status, p.memory));
+    let ranked = perf
+        .iter()
+        .map(|p| (p.algo, p.status, p.memory, p.determinism));
     Ok(first_fit(ranked, returned, Algo::KernelGradient))
 }
 
@@ -757,6 +770,47 @@ mod tests {
         assert_eq!(
             math(DType::BF16, Precision::Highest, 1),
             dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
+        );
+    }
+
+    #[test]
+    fn deterministic_algorithms_come_first_among_those_that_fit() {
+        use dnn::cudnnDeterminism_t::{
+            CUDNN_DETERMINISTIC as SAME, CUDNN_NON_DETERMINISTIC as ANY,
+        };
+        use dnn::cudnnStatus_t::{CUDNN_STATUS_NOT_SUPPORTED as NO, CUDNN_STATUS_SUCCESS as OK};
+        let pick = |ranked: Vec<Ranked<u32>>| {
+            let n = ranked.len() as i32;
+            first_fit(ranked.into_iter(), n, |a| {
+                Algo::Forward(match a {
+                    0 => dnn::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                    _ => dnn::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+                })
+            })
+            .map(|a| a.workspace)
+        };
+        let big = MAX_WORKSPACE + 1;
+        // workspaces tell the picks apart
+        assert_eq!(pick(vec![(0, OK, 10, ANY), (1, OK, 20, SAME)]), Some(20));
+        assert_eq!(
+            pick(vec![
+                (0, NO, 10, SAME),
+                (1, OK, big, SAME),
+                (0, OK, 30, ANY)
+            ]),
+            Some(30)
+        );
+        assert_eq!(pick(vec![(0, OK, 40, SAME), (1, OK, 50, SAME)]), Some(40));
+        assert_eq!(pick(vec![(0, NO, 10, SAME)]), None);
+        // only the algorithms cuDNN returned count
+        assert_eq!(
+            first_fit(
+                vec![(0u32, OK, 10, SAME)].into_iter(),
+                0,
+                |_| unreachable!()
+            )
+            .map(|a| a.workspace),
+            None
         );
     }
 
