@@ -423,6 +423,34 @@ pub struct Counts {
     pub library_convolutions: u64,
 }
 
+/// The windows of a 2-D convolution: strides, zero padding on both sides and kernel
+/// dilations, each along height and width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dGeometry {
+    /// Window strides.
+    pub strides: [usize; 2],
+    /// Zero padding on both sides.
+    pub padding: [usize; 2],
+    /// Kernel dilations.
+    pub dilations: [usize; 2],
+}
+
+impl Conv2dGeometry {
+    /// The result's `[height, width]` for an input's `[h, w]` and a kernel's `[kh, kw]`;
+    /// `None` where the dilated kernel is larger than the padded input or has no elements.
+    pub fn output(&self, input: [usize; 2], kernel: [usize; 2]) -> Option<[usize; 2]> {
+        let along = |i: usize| {
+            if kernel[i] == 0 {
+                return None;
+            }
+            let span = (kernel[i] - 1) * self.dilations[i] + 1;
+            let padded = input[i] + 2 * self.padding[i];
+            (padded >= span).then(|| (padded - span) / self.strides[i] + 1)
+        };
+        Some([along(0)?, along(1)?])
+    }
+}
+
 /// The gradient of a 2-D convolution's kernel for [`DeviceKernels::conv2d_kernel_gradient`]:
 /// the convolution of `input` `[n, c, h, w]` by a kernel of shape `kernel` `[o, c, kh, kw]`
 /// (strides, symmetric padding, kernel dilations, one group) gave a result whose gradient is
@@ -437,12 +465,8 @@ pub struct KernelGradientCall<'a> {
     pub grad: Operand<'a>,
     /// The kernel's shape.
     pub kernel: [usize; 4],
-    /// The convolution's window strides (height, width).
-    pub strides: [usize; 2],
-    /// Its zero padding on both sides (height, width).
-    pub padding: [usize; 2],
-    /// Its kernel dilations (height, width).
-    pub dilations: [usize; 2],
+    /// The convolution's windows.
+    pub geometry: Conv2dGeometry,
     /// How f32 may round (as [`ConvCall::precision`]).
     pub precision: Precision,
 }
@@ -458,12 +482,8 @@ pub struct ConvCall<'a> {
     /// The kernel: its logical shape `[o, c / groups, kh, kw]` over a primitive holding its
     /// elements packed in one row.
     pub kernel: Operand<'a>,
-    /// Window strides (height, width).
-    pub strides: [usize; 2],
-    /// Zero padding on both sides (height, width).
-    pub padding: [usize; 2],
-    /// Kernel dilations (height, width).
-    pub dilations: [usize; 2],
+    /// The windows.
+    pub geometry: Conv2dGeometry,
     /// Feature groups (`c` and `o` multiples of it).
     pub groups: usize,
     /// How f32 convolutions may round: `Default` allows TF32 tensor cores where the

@@ -247,14 +247,33 @@ impl Tensor {
         Tensor::from_data(data, DType::F32, shape, Device::Cpu)
     }
 
+    /// An f64 host tensor of `shape` holding `values` (row-major).
+    pub(crate) fn from_host_f64(values: Vec<f64>, shape: Vec<usize>) -> Result<Tensor> {
+        let data = TensorData::new(values, prim_shape(&shape));
+        Tensor::from_data(data, DType::F64, shape, Device::Cpu)
+    }
+
     /// Reads an f32 tensor back as values in row-major order.
     pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        if self.dtype() != DType::F32 {
-            return Err(Error::Dtype(format!("expected f32, got {}", self.dtype())));
+        self.float_vec(DType::F32)
+    }
+
+    /// Reads an f64 tensor back as values in row-major order.
+    pub(crate) fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        self.float_vec(DType::F64)
+    }
+
+    /// Reads a float tensor of type `dtype` (whose elements are `T`) back in row-major order.
+    fn float_vec<T: burn::tensor::Element>(&self, dtype: DType) -> Result<Vec<T>> {
+        if self.dtype() != dtype {
+            return Err(Error::Dtype(format!(
+                "expected {dtype}, got {}",
+                self.dtype()
+            )));
         }
         read(B::float_into_data(self.prim.clone()))?
-            .into_vec::<f32>()
-            .map_err(|e| Error::Execution(format!("reading f32 values failed: {e:?}")))
+            .into_vec::<T>()
+            .map_err(|e| Error::Execution(format!("reading {dtype} values failed: {e:?}")))
     }
 
     /// The logical shape.

@@ -508,22 +508,18 @@ pub fn forward(call: &ConvCall) -> Result<Option<burn::DispatchTensor>> {
     if !one_row(tx, xs) || !one_row(tk, ks) || g == 0 || c != kc * g || o % g != 0 {
         return Ok(None);
     }
-    let span = |i: usize, k: usize| (k - 1) * call.dilations[i] + 1;
-    let padded = |i: usize, d: usize| d + 2 * call.padding[i];
-    if padded(0, h) < span(0, kh) || padded(1, w) < span(1, kw) {
+    let Some([oh, ow]) = call.geometry.output([h, w], [kh, kw]) else {
         return Ok(None);
-    }
-    let oh = (padded(0, h) - span(0, kh)) / call.strides[0] + 1;
-    let ow = (padded(1, w) - span(1, kw)) / call.strides[1] + 1;
+    };
     let count = n * o * oh * ow;
     let work = count.saturating_mul(kc * kh * kw);
     let shape = match (
         ints([n, c, h, w]),
         ints([o, kc, kh, kw]),
         ints([n, o, oh, ow, count]),
-        ints(call.padding),
-        ints(call.strides),
-        ints(call.dilations),
+        ints(call.geometry.padding),
+        ints(call.geometry.strides),
+        ints(call.geometry.dilations),
         i32::try_from(g),
     ) {
         (
@@ -581,9 +577,9 @@ pub fn kernel_gradient(call: &KernelGradientCall) -> Result<Option<burn::Dispatc
         ints([xs[0], xs[1], xs[2], xs[3], xs.iter().product()]),
         ints([o, c, kh, kw, count]),
         ints([n, o, oh, ow, gs.iter().product()]),
-        ints(call.padding),
-        ints(call.strides),
-        ints(call.dilations),
+        ints(call.geometry.padding),
+        ints(call.geometry.strides),
+        ints(call.geometry.dilations),
     ) {
         (
             Some([xn, xc, xh, xw, _]),

@@ -329,7 +329,10 @@ fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     match (a.dtype(), a.device()) {
         (DType::F32, crate::Device::Cpu) => return host_f32_pair(a, b, |p, q| p % q),
-        (DType::F64, crate::Device::Cpu) => return host_f64_fmod(a, b),
+        (DType::F64, crate::Device::Cpu) => {
+            let r = host_pair(a, b, a.to_f64_vec()?, b.to_f64_vec()?, |p, q| p % q)?;
+            return Tensor::from_host_f64(r, a.shape().to_vec());
+        }
         // the device's kernels compute it from a rounded quotient: exact on the host instead
         (DType::F32 | DType::F64, _) => return util::on_host(&[a, b], |h| remainder(&h[0], &h[1])),
         _ => {}
@@ -350,28 +353,25 @@ fn remainder(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(util::select(&fix, &shifted, &r))
 }
 
-/// `fmod` of two f64 host tensors of one shape, element by element: exact (the remainder of
-/// two floats is a float of their type). Burn's `a - b * floor(a / b)` rounds the quotient and
-/// the product: a quarter of f32 remainders of values up to 10 were an ulp or more off.
-fn host_f64_fmod(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let f64s = |t: &Tensor| -> Result<Vec<f64>> {
-        Ok(t.to_bytes(None)?
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect())
-    };
-    let (x, y) = (f64s(a)?, f64s(b)?);
-    let r: Vec<f64> = x.iter().zip(&y).map(|(p, q)| p % q).collect();
-    let shape = a.shape().to_vec();
-    let data = burn::tensor::TensorData::new(r, crate::tensor::prim_shape(&shape));
-    Tensor::from_data(data, DType::F64, shape, crate::Device::Cpu)
-}
-
 /// `f` of the elements of two f32 host tensors of one shape (as [`same`] receives them), in
 /// pieces of [`util::HOST_PIECE`] over the compute threads.
 fn host_f32_pair(a: &Tensor, b: &Tensor, f: impl Fn(f32, f32) -> f32 + Sync) -> Result<Tensor> {
+    let r = host_pair(a, b, a.to_f32_vec()?, b.to_f32_vec()?, f)?;
+    Tensor::from_host_f32(r, a.shape().to_vec())
+}
+
+/// `f` of the values `x` and `y` of host tensors `a` and `b` of one shape, element by
+/// element, in pieces of [`util::HOST_PIECE`] over the compute threads. (f32 and f64 `fmod`
+/// this way is exact: Burn's `a - b * floor(a / b)` rounds the quotient and the product, and
+/// a quarter of f32 remainders of values up to 10 were an ulp or more off.)
+fn host_pair<T: Copy + Send + Sync>(
+    a: &Tensor,
+    b: &Tensor,
+    mut x: Vec<T>,
+    y: Vec<T>,
+    f: impl Fn(T, T) -> T + Sync,
+) -> Result<Vec<T>> {
     use rayon::prelude::*;
-    let (mut x, y) = (a.to_f32_vec()?, b.to_f32_vec()?);
     if x.len() != y.len() {
         return Err(Error::Execution(format!(
             "operands of {:?} and {:?} elements",
@@ -382,7 +382,7 @@ fn host_f32_pair(a: &Tensor, b: &Tensor, f: impl Fn(f32, f32) -> f32 + Sync) -> 
     x.par_chunks_mut(util::HOST_PIECE)
         .zip(y.par_chunks(util::HOST_PIECE))
         .for_each(|(xs, ys)| xs.iter_mut().zip(ys).for_each(|(p, &q)| *p = f(*p, q)));
-    Tensor::from_host_f32(x, a.shape().to_vec())
+    Ok(x)
 }
 
 /// NaN-propagating element-wise min/max.

@@ -4,6 +4,7 @@
 use super::util;
 use super::Op;
 use crate::dtype::Kind;
+use crate::kernels::{Conv2dGeometry, ConvCall, DeviceKernels, KernelGradientCall, Operand};
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{ConvOptions, ModuleOps};
@@ -135,37 +136,30 @@ pub(super) fn eval(op: &Op, input: &Tensor, kernel: &Tensor) -> Result<Tensor> {
         strides[i] = strides[i].min(padded - span + 1);
     }
     let perm = output_permutation.as_deref().unwrap_or(&ident);
-    if sp == 2 && groups == 1 {
-        let g = super::conv_host::Conv2d {
+    if sp == 2 {
+        let g = Conv2dGeometry {
             strides: [strides[0], strides[1]],
             padding: [burn_pad[0], burn_pad[1]],
             dilations: [k_dil[0], k_dil[1]],
         };
-        if let Some(res) = super::conv_host::conv2d_f32(&x, &k, &g)? {
-            return in_output_order(&res, perm);
+        let host = x.device().is_host();
+        if groups == 1 {
+            if let Some(res) = super::conv_host::conv2d_f32(&x, &k, &g)? {
+                return in_output_order(&res, perm);
+            }
         }
-    }
-    if sp == 2 && groups == 1 && !x.device().is_host() {
-        let g = Windows {
-            strides: [strides[0], strides[1]],
-            padding: [burn_pad[0], burn_pad[1]],
-            dilations: [k_dil[0], k_dil[1]],
-        };
-        if let Some(res) = by_kernel_gradient(&x, &k, &g, *precision)? {
-            return in_output_order(&res, perm);
+        if groups == 1 && !host {
+            if let Some(res) = by_kernel_gradient(&x, &k, &g, *precision)? {
+                return in_output_order(&res, perm);
+            }
+            if let Some(res) = by_windows(&x, &k, &g)? {
+                return in_output_order(&res, perm);
+            }
         }
-        if let Some(res) = by_windows(&x, &k, &g)? {
-            return in_output_order(&res, perm);
-        }
-    }
-    if sp == 2 && !x.device().is_host() {
-        let g = Windows {
-            strides: [strides[0], strides[1]],
-            padding: [burn_pad[0], burn_pad[1]],
-            dilations: [k_dil[0], k_dil[1]],
-        };
-        if let Some(res) = by_library(&x, &k, &g, groups, *precision)? {
-            return in_output_order(&res, perm);
+        if !host {
+            if let Some(res) = by_library(&x, &k, &g, groups, *precision)? {
+                return in_output_order(&res, perm);
+            }
         }
     }
     let (xp, kp): (Prim, Prim) = (x.prim(), k.prim());
@@ -216,39 +210,28 @@ const WINDOWS_MAX_ELEMENTS: usize = 1 << 28;
 fn by_library(
     x: &Tensor,
     k: &Tensor,
-    g: &Windows,
+    g: &Conv2dGeometry,
     groups: usize,
     precision: super::Precision,
 ) -> Result<Option<Tensor>> {
-    let Some(kernels) = x.kernels() else {
+    let Some(kernels) = library_kernels(x, k) else {
         return Ok(None);
     };
     let (xs, ks) = (x.shape(), k.shape());
-    let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
-    if !float(x.dtype()) || x.dtype() != k.dtype() || x.numel() == 0 || k.numel() == 0 {
+    let Some([oh, ow]) = g.output([xs[2], xs[3]], [ks[2], ks[3]]) else {
         return Ok(None);
-    }
-    let span = |i: usize| (ks[2 + i] - 1) * g.dilations[i] + 1;
-    let (oh, ow) = (
-        (xs[2] + 2 * g.padding[0] - span(0)) / g.strides[0] + 1,
-        (xs[3] + 2 * g.padding[1] - span(1)) / g.strides[1] + 1,
-    );
-    // each as one row: packed whatever its layout (GPU backends pad short rows, and the
-    // library's fast kernels want packed tensors; a permuted kernel or a channels-last input
-    // is strided), a copy only where it was not packed
-    let (flat_x, flat_k) = (x.reshape(vec![x.numel()])?, k.reshape(vec![k.numel()])?);
-    let call = crate::kernels::ConvCall {
-        input: crate::kernels::Operand {
+    };
+    let (flat_x, flat_k) = (one_row(x)?, one_row(k)?);
+    let call = ConvCall {
+        input: Operand {
             prim: flat_x.operand().prim,
             shape: xs,
         },
-        kernel: crate::kernels::Operand {
+        kernel: Operand {
             prim: flat_k.operand().prim,
             shape: ks,
         },
-        strides: g.strides,
-        padding: g.padding,
-        dilations: g.dilations,
+        geometry: *g,
         groups,
         precision,
     };
@@ -257,19 +240,29 @@ fn by_library(
         .map(|prim| Tensor::from_kernel(prim, vec![xs[0], ks[0], oh, ow])))
 }
 
-/// Whether a 2-D convolution has few output positions under a large kernel: the shape of a
-/// convolution's kernel gradient as Nx's `grad` writes it (the layer's input convolved with
-/// the output's gradient as the kernel).
-fn few_positions_large_kernel(x: &Tensor, k: &Tensor, g: &Windows) -> bool {
+/// The device kernels of `x` where a vendor library could convolve `x` by `k`: one float type
+/// it has (f32, f16, bf16), no empty operand.
+fn library_kernels(x: &Tensor, k: &Tensor) -> Option<&'static dyn DeviceKernels> {
+    let float = matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
+    let usable = float && x.dtype() == k.dtype() && x.numel() > 0 && k.numel() > 0;
+    usable.then(|| x.kernels()).flatten()
+}
+
+/// `t`'s elements as one row, packed whatever its layout (GPU backends pad short rows, and a
+/// vendor library's fast kernels want packed tensors; permuted views are strided): a view
+/// where `t` was packed, a copy otherwise.
+fn one_row(t: &Tensor) -> Result<Tensor> {
+    t.reshape(vec![t.numel()])
+}
+
+/// The result's `[height, width]` of a 2-D convolution with few output positions under a
+/// large kernel, `None` for other convolutions: the shape of a convolution's kernel gradient
+/// as Nx's `grad` writes it (the layer's input convolved with the output's gradient as the
+/// kernel).
+fn few_positions_large_kernel(x: &Tensor, k: &Tensor, g: &Conv2dGeometry) -> Option<[usize; 2]> {
     let (xs, ks) = (x.shape(), k.shape());
-    let span = |i: usize| (ks[2 + i] - 1) * g.dilations[i] + 1;
-    let padded = |i: usize| xs[2 + i] + 2 * g.padding[i];
-    if padded(0) < span(0) || padded(1) < span(1) {
-        return false;
-    }
-    let positions =
-        ((padded(0) - span(0)) / g.strides[0] + 1) * ((padded(1) - span(1)) / g.strides[1] + 1);
-    positions <= WINDOWS_MAX_POSITIONS && ks[2] * ks[3] >= WINDOWS_MIN_TAPS
+    let [oh, ow] = g.output([xs[2], xs[3]], [ks[2], ks[3]])?;
+    (oh * ow <= WINDOWS_MAX_POSITIONS && ks[2] * ks[3] >= WINDOWS_MIN_TAPS).then_some([oh, ow])
 }
 
 /// A 2-D convolution with few output positions under a large kernel (`x` `[b, c, h, w]`, `k`
@@ -283,45 +276,33 @@ fn few_positions_large_kernel(x: &Tensor, k: &Tensor, g: &Windows) -> bool {
 fn by_kernel_gradient(
     x: &Tensor,
     k: &Tensor,
-    g: &Windows,
+    g: &Conv2dGeometry,
     precision: super::Precision,
 ) -> Result<Option<Tensor>> {
-    let Some(kernels) = x.kernels() else {
+    let (Some(kernels), Some([oh, ow])) =
+        (library_kernels(x, k), few_positions_large_kernel(x, k, g))
+    else {
         return Ok(None);
     };
-    let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
-    if !float(x.dtype())
-        || x.dtype() != k.dtype()
-        || x.numel() == 0
-        || k.numel() == 0
-        || !few_positions_large_kernel(x, k, g)
-    {
-        return Ok(None);
-    }
-    let (xs, ks) = (x.shape(), k.shape());
-    let span = |i: usize| (ks[2 + i] - 1) * g.dilations[i] + 1;
-    let out = |i: usize| (xs[2 + i] + 2 * g.padding[i] - span(i)) / g.strides[i] + 1;
     let swap = [1, 0, 2, 3];
     let input = util::permute(x, &swap)?;
     let grad = util::permute(k, &swap)?;
-    let (in_shape, grad_shape) = (input.shape().to_vec(), grad.shape().to_vec());
-    let (flat_in, flat_grad) = (
-        input.reshape(vec![input.numel()])?,
-        grad.reshape(vec![grad.numel()])?,
-    );
-    let call = crate::kernels::KernelGradientCall {
-        input: crate::kernels::Operand {
+    let (flat_in, flat_grad) = (one_row(&input)?, one_row(&grad)?);
+    let call = KernelGradientCall {
+        input: Operand {
             prim: flat_in.operand().prim,
-            shape: &in_shape,
+            shape: input.shape(),
         },
-        grad: crate::kernels::Operand {
+        grad: Operand {
             prim: flat_grad.operand().prim,
-            shape: &grad_shape,
+            shape: grad.shape(),
         },
-        kernel: [ks[0], xs[0], out(0), out(1)],
-        strides: g.dilations,
-        padding: g.padding,
-        dilations: g.strides,
+        kernel: [k.shape()[0], x.shape()[0], oh, ow],
+        geometry: Conv2dGeometry {
+            strides: g.dilations,
+            padding: g.padding,
+            dilations: g.strides,
+        },
         precision,
     };
     let Some(prim) = kernels.conv2d_kernel_gradient(&call)? else {
@@ -337,13 +318,6 @@ fn pad_zeros(x: &Tensor, config: &[(i64, i64, i64)]) -> Result<Tensor> {
     super::shape::pad(x, &zero, config)
 }
 
-/// Strides, symmetric padding and kernel dilations of a 2-D convolution.
-struct Windows {
-    strides: [usize; 2],
-    padding: [usize; 2],
-    dilations: [usize; 2],
-}
-
 /// A 2-D convolution (`x` `[n, c, h, w]`, `k` `[o, c, kh, kw]`, one group) with few output
 /// positions and a large kernel, off the host, as one product: each output position is its
 /// input window (`[n, c * kh * kw]`) times the kernel (`[o, c * kh * kw]`), the windows copied
@@ -353,22 +327,18 @@ struct Windows {
 /// per element for ResNet-50's first layer, 49 ms of a training step on an H200. The product
 /// goes through `dot` in full f32 (cuBLAS on NVIDIA GPUs), as accurate as the convolution
 /// kernels. `None` where the convolution is not of that shape.
-fn by_windows(x: &Tensor, k: &Tensor, g: &Windows) -> Result<Option<Tensor>> {
+fn by_windows(x: &Tensor, k: &Tensor, g: &Conv2dGeometry) -> Result<Option<Tensor>> {
     let (xs, ks) = (x.shape(), k.shape());
     let (n, c, o) = (xs[0], xs[1], ks[0]);
     let (kh, kw) = (ks[2], ks[3]);
     let span = |i: usize| (ks[2 + i] - 1) * g.dilations[i] + 1;
-    let padded = |i: usize| xs[2 + i] + 2 * g.padding[i];
-    let (oh, ow) = (
-        (padded(0) - span(0)) / g.strides[0] + 1,
-        (padded(1) - span(1)) / g.strides[1] + 1,
-    );
+    let Some([oh, ow]) = few_positions_large_kernel(x, k, g) else {
+        return Ok(None);
+    };
     let positions = oh * ow;
     let taps = c * kh * kw;
     let copied = positions.saturating_mul(n).saturating_mul(taps);
-    if positions > WINDOWS_MAX_POSITIONS
-        || kh * kw < WINDOWS_MIN_TAPS
-        || copied > WINDOWS_MAX_ELEMENTS
+    if copied > WINDOWS_MAX_ELEMENTS
         || !x.dtype().is_float()
         || x.dtype() != k.dtype()
         || n * o * taps == 0

@@ -6,6 +6,7 @@
 //! of small images poorly over many cores.
 
 use super::host_gemm::gemm_into;
+use crate::kernels::Conv2dGeometry;
 use crate::{DType, Device, Result, Tensor};
 use rayon::prelude::*;
 
@@ -15,19 +16,9 @@ const TILE_ELEMENTS: usize = 1 << 20;
 /// Output positions of a tile, at least (smaller tiles cost more in setup than they compute).
 const MIN_TILE: usize = 16;
 
-/// The geometry of a 2-D convolution.
-pub(super) struct Conv2d {
-    /// Strides along height and width.
-    pub strides: [usize; 2],
-    /// Zero padding on both sides of height and width.
-    pub padding: [usize; 2],
-    /// Kernel dilations along height and width.
-    pub dilations: [usize; 2],
-}
-
 /// The convolution of `x` (`[n, c, h, w]`) with kernel `k` (`[o, c, kh, kw]`) as
 /// `[n, o, oh, ow]`; `Ok(None)` where this path does not apply (not f32 on the host).
-pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2d) -> Result<Option<Tensor>> {
+pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2dGeometry) -> Result<Option<Tensor>> {
     let host = x.device() == Device::Cpu && k.device() == Device::Cpu;
     if !host || x.dtype() != DType::F32 || k.dtype() != DType::F32 || x.rank() != 4 {
         return Ok(None);
@@ -107,7 +98,7 @@ struct Geometry<'a> {
     kh: usize,
     kw: usize,
     ow: usize,
-    g: &'a Conv2d,
+    g: &'a Conv2dGeometry,
 }
 
 impl Geometry<'_> {

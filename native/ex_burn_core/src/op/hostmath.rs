@@ -91,7 +91,7 @@ pub(super) fn apply(op: Unary, x: &Tensor) -> Result<Tensor> {
     let f = function(op)
         .ok_or_else(|| crate::Error::Execution(format!("{op:?} has no host function")))?;
     let out = x.dtype().to_floating();
-    let mut v: Vec<f64> = read_f64(&x.cast(DType::F64)?)?;
+    let mut v: Vec<f64> = x.cast(DType::F64)?.to_f64_vec()?;
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -103,17 +103,7 @@ pub(super) fn apply(op: Unary, x: &Tensor) -> Result<Tensor> {
             s.spawn(move || part.iter_mut().for_each(|e| *e = f(*e)));
         }
     });
-    let shape = x.shape().to_vec();
-    let data = burn::tensor::TensorData::new(v, crate::tensor::prim_shape(&shape));
-    Tensor::from_data(data, DType::F64, shape, Device::Cpu)?.cast(out)
-}
-
-fn read_f64(t: &Tensor) -> Result<Vec<f64>> {
-    let bytes = t.to_bytes(None)?;
-    Ok(bytes
-        .chunks_exact(8)
-        .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-        .collect())
+    Tensor::from_host_f64(v, x.shape().to_vec())?.cast(out)
 }
 
 #[cfg(test)]

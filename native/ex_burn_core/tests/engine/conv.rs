@@ -307,6 +307,21 @@ fn naive_grouped(
     (out, [n, o, oh, ow])
 }
 
+/// `op` of `inputs`, which must run as one call of the vendor library where the device has
+/// one (counted on this thread; `case` names it in the failure).
+fn ev_on_library(op: Op, inputs: &[&ex_burn_core::Tensor], case: usize) -> ex_burn_core::Tensor {
+    let before = ex_burn_core::kernels::counts().library_convolutions;
+    let got = ev(op, inputs);
+    if dev() != ex_burn_core::Device::Cpu && crate::device_kernels::conv_library_available() {
+        assert_eq!(
+            ex_burn_core::kernels::counts().library_convolutions,
+            before + 1,
+            "case {case} did not run on the library"
+        );
+    }
+    got
+}
+
 /// Convolutions large enough for a GPU vendor library (cuDNN in CUDA builds), against an f64
 /// reference of the operands' values as stored: f32 by TF32 tensor cores by default where
 /// large, in full f32 with `Precision::Highest` and where small, f16 and bf16 accumulating in
@@ -328,87 +343,16 @@ fn library_convolutions_match_f64_in_every_precision() {
         f64,
     );
     let big = [8, 64, 32, 32];
+    #[rustfmt::skip]
     let cases: &[Case] = &[
-        (
-            big,
-            [64, 3, 3],
-            (1, 1, 1),
-            1,
-            false,
-            DType::F32,
-            Precision::Default,
-            3e-3,
-        ),
-        (
-            big,
-            [64, 3, 3],
-            (1, 1, 1),
-            1,
-            false,
-            DType::F32,
-            Precision::Highest,
-            1e-5,
-        ),
-        (
-            big,
-            [64, 3, 3],
-            (1, 1, 1),
-            1,
-            true,
-            DType::F32,
-            Precision::Highest,
-            1e-5,
-        ),
-        (
-            big,
-            [64, 3, 3],
-            (1, 1, 1),
-            1,
-            false,
-            DType::F16,
-            Precision::Default,
-            5e-3,
-        ),
-        (
-            big,
-            [64, 3, 3],
-            (1, 1, 1),
-            1,
-            false,
-            DType::BF16,
-            Precision::Default,
-            3e-2,
-        ),
-        (
-            big,
-            [128, 1, 1],
-            (2, 0, 1),
-            1,
-            true,
-            DType::F32,
-            Precision::Default,
-            3e-3,
-        ),
-        (
-            [4, 32, 20, 18],
-            [48, 3, 3],
-            (2, 2, 2),
-            4,
-            false,
-            DType::F32,
-            Precision::Default,
-            1e-5,
-        ),
-        (
-            [2, 12, 9, 11],
-            [6, 2, 3],
-            (1, 1, 1),
-            3,
-            true,
-            DType::F32,
-            Precision::Highest,
-            1e-5,
-        ),
+        (big, [64, 3, 3], (1, 1, 1), 1, false, DType::F32, Precision::Default, 3e-3),
+        (big, [64, 3, 3], (1, 1, 1), 1, false, DType::F32, Precision::Highest, 1e-5),
+        (big, [64, 3, 3], (1, 1, 1), 1, true, DType::F32, Precision::Highest, 1e-5),
+        (big, [64, 3, 3], (1, 1, 1), 1, false, DType::F16, Precision::Default, 5e-3),
+        (big, [64, 3, 3], (1, 1, 1), 1, false, DType::BF16, Precision::Default, 3e-2),
+        (big, [128, 1, 1], (2, 0, 1), 1, true, DType::F32, Precision::Default, 3e-3),
+        ([4, 32, 20, 18], [48, 3, 3], (2, 2, 2), 4, false, DType::F32, Precision::Default, 1e-5),
+        ([2, 12, 9, 11], [6, 2, 3], (1, 1, 1), 3, true, DType::F32, Precision::Highest, 1e-5),
     ];
     for (i, &(xs, [o, kh, kw], (s, p, d), groups, last, dtype, precision, tol)) in
         cases.iter().enumerate()
@@ -456,15 +400,7 @@ fn library_convolutions_match_f64_in_every_precision() {
                 *pr = precision;
             }
         });
-        let before = ex_burn_core::kernels::counts().library_convolutions;
-        let got = ev(op, &[&x, &k]);
-        if dev() != ex_burn_core::Device::Cpu && crate::device_kernels::conv_library_available() {
-            assert_eq!(
-                ex_burn_core::kernels::counts().library_convolutions,
-                before + 1,
-                "case {i} did not run on the library"
-            );
-        }
+        let got = ev_on_library(op, &[&x, &k], i);
         assert_eq!(got.shape(), shape, "case {i}");
         assert_eq!(got.dtype(), dtype, "case {i}");
         let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
@@ -562,15 +498,7 @@ fn kernel_gradients_match_f64() {
                 *kernel_permutation = Some(vec![1, 0, 2, 3]);
             }
         });
-        let before = ex_burn_core::kernels::counts().library_convolutions;
-        let got = ev(op, &[&x, &g]);
-        if dev() != ex_burn_core::Device::Cpu && crate::device_kernels::conv_library_available() {
-            assert_eq!(
-                ex_burn_core::kernels::counts().library_convolutions,
-                before + 1,
-                "case {i} did not run on the library"
-            );
-        }
+        let got = ev_on_library(op, &[&x, &g], i);
         assert_eq!(got.shape(), &[c, o, kh, kw], "case {i}");
         let gv = v(&got);
         let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
