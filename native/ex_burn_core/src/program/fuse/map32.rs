@@ -452,16 +452,19 @@ impl Plan {
                 }
             }
             // the chunk in blocks whose step buffers stay in the core's L1 cache
+            let mut ext: Vec<&[f32]> = Vec::with_capacity(sources.len());
             for b in (0..len).step_by(BLOCK) {
                 let bl = BLOCK.min(len - b);
-                let ext: Vec<&[f32]> = sources
-                    .iter()
-                    .zip(&small)
-                    .map(|(source, buf)| match source {
-                        Source::Flat(v) => &v[start + b..start + b + bl],
-                        Source::Small(..) => &buf[b..b + bl],
-                    })
-                    .collect();
+                ext.clear();
+                ext.extend(
+                    sources
+                        .iter()
+                        .zip(&small)
+                        .map(|(source, buf)| match source {
+                            Source::Flat(v) => &v[start + b..start + b + bl],
+                            Source::Small(..) => &buf[b..b + bl],
+                        }),
+                );
                 for k in 0..self.steps.len() {
                     let (done, rest) = regs.split_at_mut(k);
                     let out = &mut rest[0][..bl];
@@ -478,9 +481,14 @@ impl Plan {
                     }
                 }
                 for (part, &k) in parts.iter_mut().zip(live) {
-                    for (d, &v) in part[b..b + bl].iter_mut().zip(&regs[k][..bl]) {
-                        d.write(v);
-                    }
+                    let (dst, src) = (&mut part[b..b + bl], &regs[k][..bl]);
+                    // SAFETY: `MaybeUninit<f32>` has `f32`'s layout; `dst` and `src` are `bl`
+                    // elements each and do not overlap (an output and a step buffer). A copy
+                    // (the library's vector loop) rather than an element loop compiled for
+                    // the baseline CPU, 16 bytes a store.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast(), bl)
+                    };
                 }
             }
         }
@@ -609,17 +617,70 @@ unsafe fn run_step_avx2(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
 }
 
 /// `select` on a chunk: `on_true` where `pred` is not 0 (NaN included), else `on_false`.
+/// Branch-free: a ReLU's gradient selects on signs that change from element to element, and
+/// a branch per element mispredicted about every other one (4-5 ns an element on an EPYC).
 fn select(pred: Arg, on_true: Arg, on_false: Arg, out: &mut [f32]) {
-    let at = |a: Arg, i: usize| match a {
-        Arg::Slice(s) => s[i],
-        Arg::Scalar(v) => v,
+    #[cfg(target_arch = "x86_64")]
+    if op::util::simd().avx2 {
+        // SAFETY: AVX2 was detected on this CPU.
+        unsafe { select_avx2(pred, on_true, on_false, out) };
+        return;
+    }
+    select_any(pred, on_true, on_false, out);
+}
+
+/// [`select_any`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn select_avx2(pred: Arg, on_true: Arg, on_false: Arg, out: &mut [f32]) {
+    select_any(pred, on_true, on_false, out);
+}
+
+/// [`select`]'s loop, one monomorphic loop per kind of operand (slice or scalar).
+#[inline(always)]
+fn select_any(pred: Arg, on_true: Arg, on_false: Arg, out: &mut [f32]) {
+    let n = out.len();
+    match pred {
+        Arg::Slice(p) => {
+            let p = &p[..n];
+            select_on(out, |i| p[i], on_true, on_false)
+        }
+        Arg::Scalar(v) => select_on(out, move |_| v, on_true, on_false),
+    }
+}
+
+#[inline(always)]
+fn select_on(out: &mut [f32], p: impl Fn(usize) -> f32, on_true: Arg, on_false: Arg) {
+    let n = out.len();
+    match on_true {
+        Arg::Slice(t) => {
+            let t = &t[..n];
+            select_pick(out, p, |i| t[i], on_false)
+        }
+        Arg::Scalar(v) => select_pick(out, p, move |_| v, on_false),
+    }
+}
+
+#[inline(always)]
+fn select_pick(out: &mut [f32], p: impl Fn(usize) -> f32, t: impl Fn(usize) -> f32, on_false: Arg) {
+    // all ones where the predicate is not 0 (NaN included), else all zeros
+    let pick = |p: f32, x: f32, y: f32| {
+        let m = 0u32.wrapping_sub(u32::from(p != 0.0));
+        f32::from_bits((x.to_bits() & m) | (y.to_bits() & !m))
     };
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = if at(pred, i) != 0.0 {
-            at(on_true, i)
-        } else {
-            at(on_false, i)
-        };
+    let n = out.len();
+    match on_false {
+        Arg::Slice(f) => {
+            let f = &f[..n];
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = pick(p(i), t(i), f[i]);
+            }
+        }
+        Arg::Scalar(v) => {
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = pick(p(i), t(i), v);
+            }
+        }
     }
 }
 
@@ -663,5 +724,67 @@ mod tests {
         assert!(broadcast_view(&view).unwrap().is_none());
         // a contiguous tensor is not a broadcast view
         assert!(broadcast_view(&column).unwrap().is_none());
+    }
+
+    /// The branch-free `select` takes `on_true` exactly where the predicate is not 0 (NaN
+    /// and -0.0 included as IEEE compares them) and returns the chosen operand's bits (NaN
+    /// payloads, signed zeros), for every mix of slice and scalar operands.
+    #[test]
+    fn select_picks_bits_as_a_branch_would() {
+        let preds = [
+            0.0,
+            -0.0,
+            1.0,
+            f32::NAN,
+            -3.0,
+            f32::INFINITY,
+            1e-45,
+            0.0,
+            2.0,
+        ];
+        let ts: Vec<f32> = (0..preds.len()).map(|i| i as f32 + 0.5).collect();
+        let mut fs: Vec<f32> = (0..preds.len()).map(|i| -(i as f32)).collect();
+        fs[0] = f32::from_bits(0x7fc0_1234);
+        fs[1] = -0.0;
+        let n = preds.len();
+        for kinds in 0..8 {
+            let p = if kinds & 1 == 0 {
+                Arg::Slice(&preds)
+            } else {
+                Arg::Scalar(f32::NAN)
+            };
+            let t = if kinds & 2 == 0 {
+                Arg::Slice(&ts)
+            } else {
+                Arg::Scalar(-0.0)
+            };
+            let f = if kinds & 4 == 0 {
+                Arg::Slice(&fs)
+            } else {
+                Arg::Scalar(7.0)
+            };
+            let at = |a: Arg, i: usize| match a {
+                Arg::Slice(s) => s[i],
+                Arg::Scalar(v) => v,
+            };
+            let mut out = vec![0f32; n];
+            select(p, t, f, &mut out);
+            for (i, o) in out.iter().enumerate() {
+                let want = if at(p, i) != 0.0 { at(t, i) } else { at(f, i) };
+                assert_eq!(o.to_bits(), want.to_bits(), "kinds {kinds}, element {i}");
+            }
+        }
+        // a scalar predicate of 0 takes every element from `on_false`
+        let mut out = vec![0f32; n];
+        select(
+            Arg::Scalar(-0.0),
+            Arg::Slice(&ts),
+            Arg::Slice(&fs),
+            &mut out,
+        );
+        assert_eq!(
+            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            fs.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     }
 }
