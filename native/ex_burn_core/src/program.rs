@@ -406,7 +406,11 @@ impl Program {
         // transposes already computed by the dot that feeds them
         let mut folded: Vec<bool> = Vec::new();
         // no row region starts before this instruction
-        let mut rows_from = if fuse::rows_on(device) { 0 } else { usize::MAX };
+        let mut rows_from = if fuse::regions_on(device) {
+            0
+        } else {
+            usize::MAX
+        };
         // no element-wise run is tried before this instruction
         let mut runs_from = 0;
         // attentions run as one step (their instructions skipped) where a kernel exists

@@ -96,8 +96,14 @@ pub(super) fn rows_on(device: Device) -> bool {
     device.kernels().is_some_and(|(k, _)| k.fusion())
 }
 
+/// Whether programs on `device` run row regions whole: as one kernel each where its device
+/// kernels fuse, row by row on the CPU (`rows::host`).
+pub(super) fn regions_on(device: Device) -> bool {
+    rows_on(device) || device == Device::Cpu
+}
+
 /// Runs the longest row region at the start of `run` (instructions that may form one) as one
-/// kernel: `Ok(results)` for its instructions (`None` where `live_out(len)` says a result is
+/// kernel (on the CPU, row by row): `Ok(results)` for its instructions (`None` where `live_out(len)` says a result is
 /// not read after them), or `Err(n)`: no region starts at the next `n` instructions.
 ///
 /// Operands the region reads for the last time (`dies(value, len)`: no instruction after its
@@ -113,10 +119,13 @@ pub(super) fn rows(
     literal: &dyn Fn(usize) -> Result<Tensor>,
     device: Device,
 ) -> Result<std::result::Result<Vec<Option<Tensor>>, usize>> {
-    let Some((kernels, _)) = device.kernels().filter(|(k, _)| k.fusion()) else {
-        return Ok(Err(usize::MAX));
+    let kernels = device.kernels().filter(|(k, _)| k.fusion()).map(|(k, _)| k);
+    let limit = match kernels {
+        Some(k) => k.row_limit(),
+        None if device == Device::Cpu => rows::HOST_MAX_COLS,
+        None => return Ok(Err(usize::MAX)),
     };
-    match rows::plan(run, values, kernels.row_limit())? {
+    match rows::plan(run, values, limit)? {
         rows::Attempt::Skip(n) => Ok(Err(n)),
         rows::Attempt::Region(mut plan, len) => {
             plan.take_last_reads(values, &|a| dies(a, len));

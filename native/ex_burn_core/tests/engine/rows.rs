@@ -1,7 +1,8 @@
 //! Row regions (element-wise steps and reductions over the same trailing axes: softmax, layer
 //! norm and their gradients) give the values of op-by-op evaluation. On CUDA they run as one
 //! kernel each; sums may differ from Burn's reduction kernel in the last bits (another order
-//! of additions), everything else is exact. Elsewhere the same programs run op by op.
+//! of additions), everything else is exact. On the CPU they run row by row, and every value
+//! is op-by-op evaluation's, bit for bit. Elsewhere the same programs run op by op.
 
 use super::common::*;
 use ex_burn_core::{DType, Op, Program, Tensor};
@@ -45,9 +46,16 @@ fn fuses_rows() -> bool {
     matches!(dev(), ex_burn_core::Device::Cuda(_)) && kernels_fuse()
 }
 
+/// Whether the test device runs row regions whole: as kernels, or row by row on the CPU.
+fn runs_regions() -> bool {
+    fuses_rows() || dev() == ex_burn_core::Device::Cpu
+}
+
 /// Runs `prog` and op by op; asserts equal shapes and values within `tol` (relative to
-/// max(1, |want|); NaN where NaN) and that `regions` regions ran where the device fuses.
+/// max(1, |want|); NaN where NaN; on the CPU the same bits) and that `regions` regions ran
+/// where the device runs them.
 fn agrees(prog: &Program, inputs: &[Tensor], tol: f64, want_regions: u64, what: &str) {
+    let exact = dev() == ex_burn_core::Device::Cpu;
     let before = regions();
     let got = prog.run(inputs.to_vec(), dev()).unwrap();
     let ran = regions() - before;
@@ -55,6 +63,13 @@ fn agrees(prog: &Program, inputs: &[Tensor], tol: f64, want_regions: u64, what: 
     for (k, (a, b)) in got.iter().zip(&want).enumerate() {
         assert_eq!(a.shape(), b.shape(), "{what}: output {k} shape");
         assert_eq!(a.dtype(), b.dtype(), "{what}: output {k} type");
+        if exact {
+            assert_eq!(
+                a.to_bytes(None).unwrap(),
+                b.to_bytes(None).unwrap(),
+                "{what}: output {k} bits"
+            );
+        }
         for (i, (p, q)) in v(a).iter().zip(v(b)).enumerate() {
             let ok = if q.is_nan() {
                 p.is_nan()
@@ -66,10 +81,10 @@ fn agrees(prog: &Program, inputs: &[Tensor], tol: f64, want_regions: u64, what: 
             assert!(ok, "{what}: output {k} element {i}: {p} vs {q}");
         }
     }
-    if fuses_rows() {
-        assert_eq!(ran, want_regions, "{what}: row regions run as kernels");
+    if runs_regions() {
+        assert_eq!(ran, want_regions, "{what}: row regions run whole");
     } else {
-        assert_eq!(ran, 0, "{what}: no row kernels off CUDA");
+        assert_eq!(ran, 0, "{what}: no row regions off CUDA and the CPU");
     }
 }
 
@@ -353,4 +368,41 @@ fn regions_write_over_operands_they_read_last() {
     agrees(&prog, std::slice::from_ref(&x), 1e-6, 1, "exp(x - max)");
     assert_eq!(reused() - before, 0, "an input is not written over");
     assert_eq!(v(&x), keep, "the input is unchanged");
+}
+
+/// Maxima and minima of rows of signed zeros (ties whose sign depends on the order of the
+/// comparisons), shorter and longer than the CPU reduction's vector kernel takes, one row
+/// with a NaN: the region's values are op-by-op evaluation's (on the CPU, the same bits).
+#[test]
+fn extrema_of_signed_zeros_match_op_by_op_evaluation() {
+    for cols in [100, 511, 512, 1500] {
+        let rows = 6;
+        let mut values: Vec<f64> = (0..rows * cols)
+            .map(|i| match (i * 7) % 5 {
+                0 | 1 => 0.0,
+                2 | 3 => -0.0,
+                _ => -((i % 3) as f64) - 1.0,
+            })
+            .collect();
+        values[cols + 5] = f64::NAN;
+        let x = f(&values, &[rows, cols]);
+        let prog = Program::new(
+            1,
+            vec![
+                ins(reduce_op(ReduceKind::Max, &[1], true, None), &[0]), // 1
+                ins(reduce_op(ReduceKind::Min, &[1], true, None), &[0]), // 2
+                ins(bin(Arith::Subtract), &[0, 1]),                      // 3
+                ins(bin(Arith::Add), &[3, 2]),                           // 4
+            ],
+            vec![4, 1, 2],
+        )
+        .unwrap();
+        agrees(
+            &prog,
+            std::slice::from_ref(&x),
+            0.0,
+            1,
+            &format!("extrema of signed zeros, {cols} columns"),
+        );
+    }
 }

@@ -599,7 +599,7 @@ type Parts<'a> = Vec<&'a mut [MaybeUninit<f32>]>;
 /// Applies map `m` to a chunk (`b`: the second operand of a binary map). On x86-64 CPUs with
 /// AVX2 the loops are compiled for 8-lane vectors; the element functions are the same IEEE
 /// operations (no contraction into fused multiply-adds), so results do not change.
-fn run_step(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
+pub(super) fn run_step(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if op::util::simd().avx2 {
         // SAFETY: AVX2 was detected on this CPU.
@@ -619,7 +619,7 @@ unsafe fn run_step_avx2(m: Map, a: Arg, b: Option<Arg>, out: &mut [f32]) {
 /// `select` on a chunk: `on_true` where `pred` is not 0 (NaN included), else `on_false`.
 /// Branch-free: a ReLU's gradient selects on signs that change from element to element, and
 /// a branch per element mispredicted about every other one (4-5 ns an element on an EPYC).
-fn select(pred: Arg, on_true: Arg, on_false: Arg, out: &mut [f32]) {
+pub(super) fn select(pred: Arg, on_true: Arg, on_false: Arg, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if op::util::simd().avx2 {
         // SAFETY: AVX2 was detected on this CPU.

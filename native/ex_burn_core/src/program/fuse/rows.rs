@@ -1,6 +1,7 @@
 //! Row regions: consecutive element-wise instructions and reductions over the same trailing
 //! axes (a softmax, a layer norm, and their gradients) planned for one kernel of the device
-//! kernels ([`crate::kernels::RowRegion`]; NVIDIA GPUs with the CUDA kernels).
+//! kernels ([`crate::kernels::RowRegion`]; NVIDIA GPUs with the CUDA kernels), or run row by
+//! row on the CPU ([`host`], the values of op-by-op evaluation bit for bit).
 //!
 //! The region's shape `full` splits into `rows` (the leading axes) and `cols` (the reduced
 //! trailing axes). The kernel computes a row at a time: every element-wise step of the row's
@@ -10,6 +11,10 @@
 //! Element-wise steps compute what the op table computes (the stages of [`map32`]); sums add
 //! in another order than Burn's reduction kernel (rounding may differ in the last bits);
 //! `max`/`min` let NaN win, as Nx's.
+
+mod host;
+
+pub(super) use host::MAX_COLS as HOST_MAX_COLS;
 
 use super::map32::{self, Ty};
 use super::Run;
@@ -433,12 +438,13 @@ impl Plan {
     }
 
     /// Runs the region (its results read after it: `live_out`; `literal(k)`: the kept tensor
-    /// of constant step `k`) as one kernel of `kernels`; the live results in instruction order,
+    /// of constant step `k`) as one kernel of `kernels` (`None`: on the host, row by row);
+    /// the live results in instruction order,
     /// or `None` where the kernel does not apply (a mask, count or scalar read after the
     /// region). Results may be written over donated operands (see [`Plan::take_last_reads`]).
     pub(super) fn execute(
         &self,
-        kernels: &dyn DeviceKernels,
+        kernels: Option<&dyn DeviceKernels>,
         live_out: &[bool],
         literal: &dyn Fn(usize) -> Result<Tensor>,
     ) -> Result<Option<Vec<Option<Tensor>>>> {
@@ -452,28 +458,37 @@ impl Plan {
                 _ => written.push(k),
             }
         }
-        let region = RowRegion {
-            steps: &self.steps,
-            levels: &self.levels,
-            shapes: &self.shapes,
-            operands: self
-                .ext
-                .iter()
-                .map(|e| RowOperand {
-                    operand: e.tensor.operand(),
-                    level: e.level,
-                    donated: e.donated,
-                })
-                .collect(),
-            full: &self.full,
-            rows: self.rows,
-            cols: self.cols,
-            written: &written,
+        let computed: Vec<Tensor> = match kernels {
+            Some(kernels) => {
+                let region = RowRegion {
+                    steps: &self.steps,
+                    levels: &self.levels,
+                    shapes: &self.shapes,
+                    operands: self
+                        .ext
+                        .iter()
+                        .map(|e| RowOperand {
+                            operand: e.tensor.operand(),
+                            level: e.level,
+                            donated: e.donated,
+                        })
+                        .collect(),
+                    full: &self.full,
+                    rows: self.rows,
+                    cols: self.cols,
+                    written: &written,
+                };
+                let Some(computed) = kernels.row_region(&region)? else {
+                    return Ok(None);
+                };
+                written
+                    .iter()
+                    .zip(computed)
+                    .map(|(&k, p)| Tensor::from_kernel(p, self.shapes[k].clone()))
+                    .collect()
+            }
+            None => self.on_host(&written)?,
         };
-        let Some(computed) = kernels.row_region(&region)? else {
-            return Ok(None);
-        };
-        drop(region);
         REGIONS.with(|c| c.set(c.get() + 1));
         crate::profile::note_detail(|| {
             format!(
@@ -484,10 +499,7 @@ impl Plan {
                 written.len()
             )
         });
-        let mut computed = written
-            .iter()
-            .zip(computed)
-            .map(|(&k, p)| Tensor::from_kernel(p, self.shapes[k].clone()));
+        let mut computed = computed.into_iter();
         live_out
             .iter()
             .enumerate()
