@@ -26,6 +26,7 @@ mod reduce;
 pub(crate) mod scatter;
 pub(crate) mod shape;
 mod sort;
+pub(crate) mod strided_copy;
 pub(crate) mod sum32;
 mod table;
 mod unary;
