@@ -15,6 +15,9 @@ use rayon::prelude::*;
 /// Copies smaller than this many elements run on the calling thread.
 const PARALLEL_FROM: usize = 1 << 16;
 
+/// Elements (whole runs) a task copies at least: a run alone is too little work to hand over.
+const TASK: usize = 1 << 14;
+
 /// Runs shorter than this many elements are left to Burn's copy (its tiled transposes of
 /// two-axis layouts are quick, and short runs gain nothing here).
 const MIN_RUN: usize = 8;
@@ -79,16 +82,21 @@ pub(crate) fn contiguous_f32(t: &Tensor) -> Result<Option<Tensor>> {
     };
     let mut out: Vec<f32> = Vec::with_capacity(n);
     let spare = &mut out.spare_capacity_mut()[..n];
-    let copy = |(r, dst): (usize, &mut [std::mem::MaybeUninit<f32>])| {
-        let src = &data[start(r)..start(r) + run];
-        for (d, &v) in dst.iter_mut().zip(src) {
-            d.write(v);
+    // tasks of whole runs, at least TASK elements each
+    let per_task = TASK.div_ceil(run) * run;
+    let copy = |(i, dst): (usize, &mut [std::mem::MaybeUninit<f32>])| {
+        let first = i * (per_task / run);
+        for (k, part) in dst.chunks_mut(run).enumerate() {
+            let at = start(first + k);
+            for (d, &v) in part.iter_mut().zip(&data[at..at + run]) {
+                d.write(v);
+            }
         }
     };
     if n >= PARALLEL_FROM {
-        spare.par_chunks_mut(run).enumerate().for_each(copy);
+        spare.par_chunks_mut(per_task).enumerate().for_each(copy);
     } else {
-        spare.chunks_mut(run).enumerate().for_each(copy);
+        spare.chunks_mut(per_task).enumerate().for_each(copy);
     }
     // SAFETY: the runs cover all `n` elements, each written above.
     unsafe { out.set_len(n) };
@@ -157,5 +165,20 @@ mod tests {
         }
         // contiguous already: nothing to do
         assert!(contiguous_f32(&x).unwrap().is_none());
+        // large enough for the threads, runs (24) not dividing a task: the last task partial
+        let shape = [8, 12, 40, 24];
+        let n: usize = shape.iter().product();
+        let big = host((0..n).map(|i| (i % 977) as f32).collect(), &shape);
+        let p = op::eval(
+            &Op::Transpose {
+                axes: Some(vec![0, 2, 1, 3]),
+            },
+            &[big],
+            Device::Cpu,
+        )
+        .unwrap()
+        .remove(0);
+        let c = contiguous_f32(&p).unwrap().expect("copied here");
+        assert_eq!(c.to_f32_vec().unwrap(), p.to_f32_vec().unwrap());
     }
 }
