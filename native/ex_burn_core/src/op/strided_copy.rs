@@ -45,18 +45,26 @@ fn collapse(shape: &[usize], strides: &[isize]) -> (Vec<usize>, Vec<isize>) {
 /// its innermost run (after merging axes) has unit stride and at least [`MIN_RUN`]
 /// elements, all strides are non-negative and it is not contiguous already; `None` otherwise.
 pub(crate) fn contiguous_f32(t: &Tensor) -> Result<Option<Tensor>> {
-    let Some((data, offset, strides)) = t.host_f32_strided() else {
+    let Some(out) = contiguous_f32_values(t) else {
         return Ok(None);
     };
+    let shape = t.shape().to_vec();
+    let data = TensorData::new(out, prim_shape(&shape));
+    Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
+}
+
+/// [`contiguous_f32`]'s values, without making a tensor of them.
+pub(crate) fn contiguous_f32_values(t: &Tensor) -> Option<Vec<f32>> {
+    let (data, offset, strides) = t.host_f32_strided()?;
     if strides.len() != t.rank() || strides.iter().any(|&s| s < 0) || t.numel() == 0 {
-        return Ok(None);
+        return None;
     }
     let (dims, steps) = collapse(t.shape(), strides);
     let (Some(&run), Some(&1)) = (dims.last(), steps.last()) else {
-        return Ok(None);
+        return None;
     };
     if dims.len() < 2 || run < MIN_RUN {
-        return Ok(None);
+        return None;
     }
     let n = t.numel();
     // the last element read must lie inside the storage
@@ -67,7 +75,7 @@ pub(crate) fn contiguous_f32(t: &Tensor) -> Result<Option<Tensor>> {
             .map(|(&d, &s)| (d - 1) * s as usize)
             .sum::<usize>();
     if last >= data.len() {
-        return Ok(None);
+        return None;
     }
     let outer = &dims[..dims.len() - 1];
     let outer_steps = &steps[..steps.len() - 1];
@@ -100,9 +108,7 @@ pub(crate) fn contiguous_f32(t: &Tensor) -> Result<Option<Tensor>> {
     }
     // SAFETY: the runs cover all `n` elements, each written above.
     unsafe { out.set_len(n) };
-    let shape = t.shape().to_vec();
-    let data = TensorData::new(out, prim_shape(&shape));
-    Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
+    Some(out)
 }
 
 #[cfg(test)]

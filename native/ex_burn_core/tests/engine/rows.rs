@@ -406,3 +406,43 @@ fn extrema_of_signed_zeros_match_op_by_op_evaluation() {
         );
     }
 }
+
+/// Operands broadcast from the region's trailing axes (a `[s, s]` mask read by
+/// `[b, heads, s, s]` scores; a bias shorter than a row when a region folds two axes): the
+/// values of op-by-op evaluation.
+#[test]
+fn operands_of_trailing_axes_match_op_by_op_evaluation() {
+    let full = [3, 4, 6, 10];
+    let n: usize = full.iter().product();
+    let x = f(&data(n, 10, 11, false), &full);
+    let m = f(&data(60, 10, 12, false), &[6, 10]);
+    let b = f(&data(10, 10, 13, false), &[10]);
+    for axes in [vec![3], vec![2, 3]] {
+        let bcast = |from: usize| Op::Broadcast {
+            shape: full.to_vec(),
+            axes: Some((4 - from..4).collect()),
+        };
+        let prog = Program::new(
+            3,
+            vec![
+                ins(bcast(2), &[1]),                                      // 3
+                ins(bin(Arith::Multiply), &[0, 3]),                       // 4
+                ins(bcast(1), &[2]),                                      // 5
+                ins(bin(Arith::Add), &[4, 5]),                            // 6
+                ins(reduce_op(ReduceKind::Max, &axes, true, None), &[6]), // 7
+                ins(bin(Arith::Subtract), &[6, 7]),                       // 8
+                ins(reduce_op(ReduceKind::Sum, &axes, true, None), &[8]), // 9
+                ins(bin(Arith::Divide), &[8, 9]),                         // 10
+            ],
+            vec![10, 9],
+        )
+        .unwrap();
+        agrees(
+            &prog,
+            &[x.clone(), m.clone(), b.clone()],
+            1.0e-6,
+            1,
+            &format!("trailing operands, folding {axes:?}"),
+        );
+    }
+}

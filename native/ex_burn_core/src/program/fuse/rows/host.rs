@@ -35,6 +35,10 @@ const PARALLEL_FROM: usize = 1 << 15;
 enum Values<'a> {
     /// Every element: row `r` is `v[r * cols..][..cols]`.
     Rows(std::borrow::Cow<'a, [f32]>),
+    /// Values repeating with period `.1` (a multiple of the row length) over the region's
+    /// elements in row-major order: row `r` is `v[(r * cols) % period..][..cols]` (a causal
+    /// mask of `[s, s]` read by `[b, heads, s, s]` scores).
+    Periodic(std::borrow::Cow<'a, [f32]>, usize),
     /// One row read by every row.
     Row(std::borrow::Cow<'a, [f32]>),
     /// One value per row.
@@ -50,9 +54,14 @@ fn expand(t: &Tensor, shape: &[usize]) -> Result<Vec<f32>> {
         axes: None,
     };
     let b = op::eval(&op, std::slice::from_ref(t), Device::Cpu)?;
-    b.first()
-        .ok_or_else(|| crate::Error::Execution("broadcast gave no result".into()))?
-        .to_f32_vec()
+    let b = b
+        .first()
+        .ok_or_else(|| crate::Error::Execution("broadcast gave no result".into()))?;
+    // (a broadcast view: copied on the compute threads where its rows allow)
+    match op::strided_copy::contiguous_f32_values(b) {
+        Some(v) => Ok(v),
+        None => b.to_f32_vec(),
+    }
 }
 
 impl Plan {
@@ -80,24 +89,24 @@ impl Plan {
                 Values::PerRow(std::borrow::Cow::Owned(expand(t, &shape)?))
             }
             Level::Full if n == rows * cols => Values::Rows(t.f32_values()?),
-            Level::Full if n == cols && self.trailing_row(t.shape()) => {
-                Values::Row(t.f32_values()?)
+            Level::Full if self.trailing(t.shape()) && n.is_multiple_of(cols) => {
+                Values::Periodic(t.f32_values()?, n)
+            }
+            Level::Full if self.trailing(t.shape()) && cols.is_multiple_of(n) => {
+                // shorter than a row: the row it repeats into
+                let v = t.f32_values()?;
+                Values::Row(std::borrow::Cow::Owned(v.repeat(cols / n)))
             }
             Level::Full => Values::Rows(std::borrow::Cow::Owned(expand(t, &self.full)?)),
         })
     }
 
-    /// Whether `s` holds exactly one row: its axes before the row's are all 1.
-    fn trailing_row(&self, s: &[usize]) -> bool {
-        let per_row: usize = s.iter().product();
-        let mut tail = 1usize;
-        let mut k = s.len();
-        while k > 0 && tail < per_row {
-            k -= 1;
-            tail *= s[k];
-        }
-        let full_tail = &self.full[self.full.len() - (s.len() - k)..];
-        s[..k].iter().all(|&d| d == 1) && s[k..] == *full_tail
+    /// Whether `s`, leading unit axes aside, is the region's trailing axes: its values
+    /// repeat over the region's elements in row-major order.
+    fn trailing(&self, s: &[usize]) -> bool {
+        let lead = s.iter().take_while(|&&d| d == 1).count();
+        let s = &s[lead..];
+        s.len() <= self.full.len() && self.full[self.full.len() - s.len()..] == *s
     }
 
     /// Runs the region on the host: the written steps' tensors, in order (`written`:
@@ -190,6 +199,10 @@ impl Plan {
                     Src::Stage(i) => Arg::Scalar(one[i]),
                     Src::Ext(j) => match &ext[j] {
                         Values::Rows(v) => Arg::Slice(&v[r * cols..(r + 1) * cols]),
+                        Values::Periodic(v, period) => {
+                            let at = (r * cols) % period;
+                            Arg::Slice(&v[at..at + cols])
+                        }
                         Values::Row(v) => Arg::Slice(&v[..cols]),
                         Values::PerRow(v) => Arg::Scalar(v[r]),
                         Values::One(c) => Arg::Scalar(*c),
