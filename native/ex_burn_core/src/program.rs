@@ -301,7 +301,9 @@ impl Program {
     /// (`program/hoist.rs`), and element-wise values read long after they are made recomputed
     /// there instead of being kept (`program/remat.rs`). [`Program::run`] runs it in place of
     /// this one on NVIDIA GPUs, where the recomputations join the fused kernels that read
-    /// them; it computes the same operations on the same operands.
+    /// them, and on the CPU, where they join the row regions and element-wise runs (a GPT-2
+    /// layer's forward and backward: peak memory 1.26 -> 0.97 GB); it computes the same
+    /// operations on the same operands.
     pub fn scheduled(&self) -> Option<&Program> {
         self.scheduled
             .get_or_init(|| self.schedule_for_memory())
@@ -389,8 +391,9 @@ impl Program {
                 self.consts
             )));
         }
-        // on devices that fuse the recomputations, the variant scheduled for memory
-        if fuse::rows_on(device) {
+        // on devices that fuse the recomputations (into kernels, or row by row on the CPU), the
+        // variant scheduled for memory
+        if fuse::regions_on(device) {
             if let Some(r) = self.scheduled() {
                 return r.run(inputs, device);
             }
