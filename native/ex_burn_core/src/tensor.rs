@@ -403,19 +403,12 @@ impl Tensor {
                 return Ok(Tensor::from_kernel(prim, shape));
             }
         }
-        // a strided f32 view on the CPU that no other strides express: copied in parallel,
-        // a run at a time (Burn's copy walks such layouts one element at a time)
-        if self.host_reshape_copies(&shape) {
-            if let Some(c) = crate::op::strided_copy::contiguous_f32(self)? {
-                return Ok(Tensor::from_prim(c.prim, c.kind, shape));
-            }
-        }
         Ok(Tensor::from_prim(self.prim.clone(), self.kind, shape))
     }
 
     /// Whether reshaping this CPU float tensor to `shape` copies it (its layout has no view of
     /// that shape).
-    fn host_reshape_copies(&self, shape: &[usize]) -> bool {
+    pub(crate) fn host_reshape_copies(&self, shape: &[usize]) -> bool {
         use burn_dispatch::{BackendTensor, DispatchTensorKind};
         match &self.prim.kind {
             DispatchTensorKind::Flex(BackendTensor::Float(t)) => {

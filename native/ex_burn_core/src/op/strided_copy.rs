@@ -41,6 +41,18 @@ fn collapse(shape: &[usize], strides: &[isize]) -> (Vec<usize>, Vec<isize>) {
     (dims, steps)
 }
 
+/// `t` reshaped to `shape`: a strided f32 view on the CPU that no other strides express is
+/// first copied here, in parallel a run at a time (Burn's copy walks such layouts one element
+/// at a time); anything else as [`Tensor::reshape`] does it.
+pub(crate) fn reshape(t: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if crate::size::numel(shape)? == t.numel() as u128 && t.host_reshape_copies(shape) {
+        if let Some(c) = contiguous_f32(t)? {
+            return c.reshape(shape.to_vec());
+        }
+    }
+    t.reshape(shape.to_vec())
+}
+
 /// `t` (an f32 host tensor of any layout) in row-major order as a new tensor of its shape, when
 /// its innermost run (after merging axes) has unit stride and at least [`MIN_RUN`]
 /// elements, all strides are non-negative and it is not contiguous already; `None` otherwise.
@@ -186,5 +198,15 @@ mod tests {
         .remove(0);
         let c = contiguous_f32(&p).unwrap().expect("copied here");
         assert_eq!(c.to_f32_vec().unwrap(), p.to_f32_vec().unwrap());
+        // the reshape op: heads merged, the values of Burn's reshape of the view
+        let merged = reshape(&p, &[8, 40, 12 * 24]).unwrap();
+        assert_eq!(merged.shape(), &[8, 40, 288]);
+        assert!(merged.host_f32().is_some(), "copied here: contiguous");
+        assert_eq!(
+            merged.to_f32_vec().unwrap(),
+            p.reshape(vec![8, 40, 288]).unwrap().to_f32_vec().unwrap()
+        );
+        // a size that does not match: the reshape's own error, not a panic
+        assert!(reshape(&p, &[7, 40, 288]).is_err());
     }
 }
