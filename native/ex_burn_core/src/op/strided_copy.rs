@@ -7,6 +7,7 @@
 //! values on a 16-core Xeon. Here the innermost axis (of unit stride) is copied a run at a
 //! time, the runs over the compute threads.
 
+use super::view::View;
 use crate::tensor::prim_shape;
 use crate::{DType, Device, Result, Tensor};
 use burn::tensor::TensorData;
@@ -67,39 +68,26 @@ pub(crate) fn contiguous_f32(t: &Tensor) -> Result<Option<Tensor>> {
 
 /// [`contiguous_f32`]'s values, without making a tensor of them.
 pub(crate) fn contiguous_f32_values(t: &Tensor) -> Option<Vec<f32>> {
-    let (data, offset, strides) = t.host_f32_strided()?;
-    if strides.len() != t.rank() || strides.iter().any(|&s| s < 0) || t.numel() == 0 {
+    let v = View::of_f32(t)?;
+    if v.strides.len() != t.rank() || v.strides.iter().any(|&s| s < 0) || t.numel() == 0 {
         return None;
     }
-    let (dims, steps) = collapse(t.shape(), strides);
+    let (dims, steps) = collapse(t.shape(), &v.strides);
     let (Some(&run), Some(&1)) = (dims.last(), steps.last()) else {
         return None;
     };
-    if dims.len() < 2 || run < MIN_RUN {
+    // the same storage read over the merged axes, every element of it inside the storage
+    let v = View {
+        strides: steps,
+        ..v
+    };
+    if dims.len() < 2 || run < MIN_RUN || !v.fits(&dims) {
         return None;
     }
     let n = t.numel();
-    // the last element read must lie inside the storage
-    let last = offset
-        + dims
-            .iter()
-            .zip(&steps)
-            .map(|(&d, &s)| (d - 1) * s as usize)
-            .sum::<usize>();
-    if last >= data.len() {
-        return None;
-    }
     let outer = &dims[..dims.len() - 1];
-    let outer_steps = &steps[..steps.len() - 1];
     // the source offset of run `r` (row-major over the outer axes)
-    let start = |mut r: usize| -> usize {
-        let mut at = offset;
-        for (&d, &s) in outer.iter().zip(outer_steps).rev() {
-            at += (r % d) * s as usize;
-            r /= d;
-        }
-        at
-    };
+    let start = |r: usize| v.base(r, outer) as usize;
     let mut out: Vec<f32> = Vec::with_capacity(n);
     let spare = &mut out.spare_capacity_mut()[..n];
     // tasks of whole runs, at least TASK elements each
@@ -108,8 +96,8 @@ pub(crate) fn contiguous_f32_values(t: &Tensor) -> Option<Vec<f32>> {
         let first = i * (per_task / run);
         for (k, part) in dst.chunks_mut(run).enumerate() {
             let at = start(first + k);
-            for (d, &v) in part.iter_mut().zip(&data[at..at + run]) {
-                d.write(v);
+            for (d, &x) in part.iter_mut().zip(&v.data[at..at + run]) {
+                d.write(x);
             }
         }
     };

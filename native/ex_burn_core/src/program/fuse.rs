@@ -91,15 +91,10 @@ pub(super) fn reduces(step: &Step) -> bool {
     )
 }
 
-/// Whether programs on `device` run row regions as one kernel each (its device kernels fuse).
-pub(super) fn rows_on(device: Device) -> bool {
-    device.kernels().is_some_and(|(k, _)| k.fusion())
-}
-
 /// Whether programs on `device` run row regions whole: as one kernel each where its device
 /// kernels fuse, row by row on the CPU (`rows::host`).
 pub(super) fn regions_on(device: Device) -> bool {
-    rows_on(device) || device == Device::Cpu
+    device == Device::Cpu || device.kernels().is_some_and(|(k, _)| k.fusion())
 }
 
 /// Runs the longest row region at the start of `run` (instructions that may form one) as one

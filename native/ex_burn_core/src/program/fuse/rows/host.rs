@@ -33,14 +33,11 @@ const PARALLEL_FROM: usize = 1 << 15;
 
 /// An external operand's values as the rows read them.
 enum Values<'a> {
-    /// Every element: row `r` is `v[r * cols..][..cols]`.
-    Rows(std::borrow::Cow<'a, [f32]>),
-    /// Values repeating with period `.1` (a multiple of the row length) over the region's
-    /// elements in row-major order: row `r` is `v[(r * cols) % period..][..cols]` (a causal
-    /// mask of `[s, s]` read by `[b, heads, s, s]` scores).
-    Periodic(std::borrow::Cow<'a, [f32]>, usize),
-    /// One row read by every row.
-    Row(std::borrow::Cow<'a, [f32]>),
+    /// Per element: values repeating with period `.1` (a multiple of the row length) over the
+    /// region's elements in row-major order, row `r` at `(r * cols) % period`. The period is
+    /// the region's size for an operand of its shape, a row's length for one row read by
+    /// every row, in between for a `[s, s]` causal mask read by `[b, heads, s, s]` scores.
+    Elements(std::borrow::Cow<'a, [f32]>, usize),
     /// One value per row.
     PerRow(std::borrow::Cow<'a, [f32]>),
     /// One value.
@@ -72,8 +69,12 @@ impl Plan {
         let n = t.numel();
         let (rows, cols) = (self.rows, self.cols);
         Ok(match e.level {
-            Level::Scalar => Values::One(t.to_f32_vec()?.first().copied().unwrap_or(0.0)),
-            Level::Row if n == 1 => Values::One(t.to_f32_vec()?[0]),
+            _ if n == 1 => Values::One(t.to_f32_vec()?[0]),
+            Level::Scalar => {
+                return Err(crate::Error::Execution(format!(
+                    "a row region's scalar operand holds {n} values"
+                )))
+            }
             Level::Row if n == rows => Values::PerRow(t.f32_values()?),
             Level::Row => {
                 // one value per row: the region's shape with its row axes, the rest 1
@@ -88,16 +89,17 @@ impl Plan {
                 }
                 Values::PerRow(std::borrow::Cow::Owned(expand(t, &shape)?))
             }
-            Level::Full if n == rows * cols => Values::Rows(t.f32_values()?),
             Level::Full if self.trailing(t.shape()) && n.is_multiple_of(cols) => {
-                Values::Periodic(t.f32_values()?, n)
+                Values::Elements(t.f32_values()?, n)
             }
             Level::Full if self.trailing(t.shape()) && cols.is_multiple_of(n) => {
                 // shorter than a row: the row it repeats into
-                let v = t.f32_values()?;
-                Values::Row(std::borrow::Cow::Owned(v.repeat(cols / n)))
+                let row = t.f32_values()?.repeat(cols / n);
+                Values::Elements(std::borrow::Cow::Owned(row), cols)
             }
-            Level::Full => Values::Rows(std::borrow::Cow::Owned(expand(t, &self.full)?)),
+            Level::Full => {
+                Values::Elements(std::borrow::Cow::Owned(expand(t, &self.full)?), rows * cols)
+            }
         })
     }
 
@@ -198,12 +200,10 @@ impl Plan {
                     Src::Stage(i) if self.levels[i] == Level::Full => Arg::Slice(&done[i][..cols]),
                     Src::Stage(i) => Arg::Scalar(one[i]),
                     Src::Ext(j) => match &ext[j] {
-                        Values::Rows(v) => Arg::Slice(&v[r * cols..(r + 1) * cols]),
-                        Values::Periodic(v, period) => {
+                        Values::Elements(v, period) => {
                             let at = (r * cols) % period;
                             Arg::Slice(&v[at..at + cols])
                         }
-                        Values::Row(v) => Arg::Slice(&v[..cols]),
                         Values::PerRow(v) => Arg::Scalar(v[r]),
                         Values::One(c) => Arg::Scalar(*c),
                     },
