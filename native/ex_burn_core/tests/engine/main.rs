@@ -49,6 +49,7 @@ mod creation;
 mod dot;
 mod fold;
 mod fusion;
+mod generated;
 mod hostile;
 mod index;
 mod linalg;

@@ -10,7 +10,9 @@
 //! its `min_max`, libm `expf`, ..., the correctly rounded kernels of `op::exact32` for
 //! `sin`/`cos`/`tanh` where the op table uses them; constants of other types cast to f32 as
 //! the op table casts them), so results are bit-identical to the unfused program
-//! (tests/engine/fusion.rs compares them).
+//! (tests/engine/fusion.rs compares them; tests/engine/generated.rs on generated programs),
+//! but for the sign of a NaN where two NaNs of different signs meet: which one an addition
+//! carries on depends on the operand order the compiler gave the instruction.
 
 use super::{on_threads, Run, CHUNK};
 use crate::dtype::Kind;

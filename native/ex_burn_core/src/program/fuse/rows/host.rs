@@ -7,7 +7,10 @@
 //! runs' loops (the op table's element functions), a sum is [`sum32::sum_all`] of the row (what
 //! the CPU's sum over trailing axes computes for each row), and a max or min is the CPU
 //! reduction's own (Burn's vector kernel for rows of [`VECTOR_EXTREMUM_FROM`] and more, a scan
-//! for shorter ones, NaN wherever the row holds one).
+//! for shorter ones, NaN wherever the row holds one). One exception, as for the fused runs:
+//! where two NaNs of different signs meet in an addition or the like, which one the result
+//! carries depends on the operand order of the compiled instruction (a NaN either way;
+//! `tests/engine/generated.rs`).
 
 use super::super::map32::{run_step, select};
 use super::{Plan, Step};
