@@ -1,7 +1,8 @@
 //! Generated programs: chains of element-wise maps, comparisons, selects and reductions over
 //! the trailing axis (the shapes of softmax, layer norm, cross-entropy and their gradients),
 //! on inputs with NaN, infinities, signed zeros and subnormals, at sizes on both sides of
-//! the thresholds where the compiler fuses element-wise runs and runs row regions. On the
+//! the thresholds where the compiler fuses element-wise runs and runs row regions, some long
+//! enough to run as the variant scheduled for memory (late reads recomputed). On the
 //! CPU each program's outputs equal op-by-op evaluation's bit for bit, as the fused runs and
 //! row regions promise (any NaN for a NaN: where two NaNs of different signs meet, which one
 //! an addition passes on depends on the operand order of the compiled instruction). Other
@@ -162,7 +163,10 @@ fn generate(seed: u64) -> Case {
     let mut instrs: Vec<Instr> = Vec::new();
     let f32_op = |op: Arith| Op::Binary { op, out: None };
     let last_axis = rank - 1;
-    let steps = 3 + g.below(12);
+    // (half of them long enough to run as the variant scheduled for memory: values read late
+    // recomputed where they are read)
+    let longest = if g.below(2) == 0 { 12 } else { 30 };
+    let steps = 3 + g.below(longest);
     for _ in 0..steps {
         let of = |g: &mut Gen, kinds: &[Kind], want: &[Kind]| -> usize {
             let found: Vec<usize> = (0..kinds.len())
@@ -333,7 +337,7 @@ fn generated_programs_equal_op_by_op_evaluation() {
     }
     let count = env_number("EX_BURN_GENERATED_PROGRAMS", 160);
     let start = env_number("EX_BURN_GENERATED_SEED", 1);
-    let (mut fused, mut regions, mut failed) = (0, 0, 0);
+    let (mut fused, mut regions, mut failed, mut scheduled) = (0, 0, 0, 0);
     for seed in start..start + count {
         let case = generate(seed);
         let (runs, rows) = (
@@ -342,6 +346,7 @@ fn generated_programs_equal_op_by_op_evaluation() {
         );
         let got = case.program.run(case.inputs.clone(), dev());
         fused += ex_burn_core::program::loop_runs() - runs;
+        scheduled += usize::from(case.program.scheduled().is_some());
         regions += ex_burn_core::program::row_regions() - rows;
         let want = one_by_one(&case.program, &case.inputs);
         let what = || {
@@ -368,7 +373,10 @@ fn generated_programs_equal_op_by_op_evaluation() {
         }
     }
     // the programs reach the paths they are meant to check, and most of them run
-    eprintln!("{count} programs: {fused} fused runs, {regions} row regions, {failed} errors");
+    eprintln!(
+        "{count} programs: {fused} fused runs, {regions} row regions, {scheduled} run as \
+         scheduled for memory, {failed} errors"
+    );
     if count >= 100 {
         assert!(
             fused > 0 && regions > 0,
