@@ -2,7 +2,9 @@
 //! the trailing axis (the shapes of softmax, layer norm, cross-entropy and their gradients),
 //! on inputs with NaN, infinities, signed zeros and subnormals, at sizes on both sides of
 //! the thresholds where the compiler fuses element-wise runs and runs row regions, some long
-//! enough to run as the variant scheduled for memory (late reads recomputed). On the
+//! enough to run as the variant scheduled for memory (late reads recomputed, weight gradients
+//! moved); every third with products (`x . w`, `x . w^T`, folded weight gradients) on whole
+//! numbers, exact in any order of addition. On the
 //! CPU each program's outputs equal op-by-op evaluation's bit for bit, as the fused runs and
 //! row regions promise (any NaN for a NaN: where two NaNs of different signs meet, which one
 //! an addition passes on depends on the operand order of the compiled instruction). Other
@@ -280,6 +282,197 @@ fn generate(seed: u64) -> Case {
     }
 }
 
+/// 2-axis shapes for programs with products (their square operand is `[cols, cols]`).
+const PRODUCT_SHAPES: [(usize, usize); 6] = [
+    (5, 17),
+    (2, 512),
+    (33, 64),
+    (300, 512),
+    (1024, 130),
+    (129, 1024),
+];
+
+/// A generated program with products: `x . w`, `x . w^T` and the transpose of `x^T . y` (a
+/// weight gradient, folded into its `dot`), between whole-number maps, selects and
+/// reductions. Inputs are small whole numbers and every product's operands are clamped to
+/// [-4, 4] first, so that each product is exact in f32 whichever order the GEMM adds in (a
+/// folded transpose multiplies the swapped operands); inputs `x`, `y` (`[rows, cols]`), `w`
+/// (`[cols, cols]`) and `b` (`[cols]`).
+fn generate_products(seed: u64) -> Case {
+    let mut g = Gen(seed);
+    let (rows, cols) = g.pick(&PRODUCT_SHAPES);
+    let mut whole =
+        |len: usize| -> Vec<f64> { (0..len).map(|_| g.below(7) as f64 - 3.0).collect() };
+    let (x, y, w, b) = (
+        whole(rows * cols),
+        whole(rows * cols),
+        whole(cols * cols),
+        whole(cols),
+    );
+    let inputs = vec![
+        f(&x, &[rows, cols]),
+        f(&y, &[rows, cols]),
+        f(&w, &[cols, cols]),
+        f(&b, &[cols]),
+    ];
+    let mut kinds = vec![Kind::Full, Kind::Full, Kind::Trailing, Kind::Row];
+    let mut instrs: Vec<Instr> = Vec::new();
+    let push = |instrs: &mut Vec<Instr>, kinds: &mut Vec<Kind>, op: Op, args: &[usize], k: Kind| {
+        instrs.push(ins(op, args));
+        kinds.push(k);
+        kinds.len() - 1
+    };
+    // one of the last values of kind `want` (a full one where there is none yet)
+    let of = |g: &mut Gen, kinds: &[Kind], want: Kind| -> usize {
+        let mut found: Vec<usize> = (0..kinds.len()).filter(|&i| kinds[i] == want).collect();
+        if found.is_empty() {
+            found = (0..kinds.len())
+                .filter(|&i| kinds[i] == Kind::Full)
+                .collect();
+        }
+        found[found.len() - 1 - g.below(found.len().min(4))]
+    };
+    // a value clamped to [-4, 4] (NaN stays NaN)
+    let clamp = |g: &mut Gen, instrs: &mut Vec<Instr>, kinds: &mut Vec<Kind>, want: Kind| {
+        let v = of(g, kinds, want);
+        let lo = push(instrs, kinds, lit(-4.0, DType::F32), &[], Kind::Scalar);
+        let hi = push(instrs, kinds, lit(4.0, DType::F32), &[], Kind::Scalar);
+        let m = push(
+            instrs,
+            kinds,
+            Op::Binary {
+                op: Arith::Max,
+                out: None,
+            },
+            &[v, lo],
+            want,
+        );
+        push(
+            instrs,
+            kinds,
+            Op::Binary {
+                op: Arith::Min,
+                out: None,
+            },
+            &[m, hi],
+            want,
+        )
+    };
+    let whole_maps = [
+        Arith::Add,
+        Arith::Subtract,
+        Arith::Multiply,
+        Arith::Max,
+        Arith::Min,
+    ];
+    // (Kind::Trailing stands for the [cols, cols] operands here)
+    let square = Kind::Trailing;
+    for _ in 0..3 + g.below(20) {
+        match g.below(10) {
+            0 | 1 => {
+                let k = g.pick(&[Kind::Full, square]);
+                let a = of(&mut g, &kinds, k);
+                let u = g.pick(&[Unary::Neg, Unary::Abs, Unary::Floor]);
+                push(&mut instrs, &mut kinds, Op::Unary(u), &[a], k);
+            }
+            2 | 3 => {
+                let k = g.pick(&[Kind::Full, square]);
+                let a = of(&mut g, &kinds, k);
+                let other = match (k, g.below(3)) {
+                    (_, 0) => push(
+                        &mut instrs,
+                        &mut kinds,
+                        lit(g.below(5) as f64 - 2.0, DType::F32),
+                        &[],
+                        Kind::Scalar,
+                    ),
+                    (Kind::Full, 1) => {
+                        let want = g.pick(&[Kind::Row, Kind::Column, Kind::Full]);
+                        of(&mut g, &kinds, want)
+                    }
+                    _ => of(&mut g, &kinds, k),
+                };
+                let args = if g.below(2) == 0 {
+                    [a, other]
+                } else {
+                    [other, a]
+                };
+                let op = Op::Binary {
+                    op: g.pick(&whole_maps),
+                    out: None,
+                };
+                push(&mut instrs, &mut kinds, op, &args, k);
+            }
+            4 => {
+                let a = of(&mut g, &kinds, Kind::Full);
+                let want = g.pick(&[Kind::Full, Kind::Row]);
+                let c = of(&mut g, &kinds, want);
+                let m = push(
+                    &mut instrs,
+                    &mut kinds,
+                    Op::Compare(g.pick(&COMPARE)),
+                    &[a, c],
+                    Kind::Mask,
+                );
+                let t = of(&mut g, &kinds, Kind::Full);
+                push(
+                    &mut instrs,
+                    &mut kinds,
+                    Op::Select { out: None },
+                    &[m, t, a],
+                    Kind::Full,
+                );
+            }
+            5 => {
+                let a = of(&mut g, &kinds, Kind::Full);
+                let kind = g.pick(&[ReduceKind::Sum, ReduceKind::Max]);
+                push(
+                    &mut instrs,
+                    &mut kinds,
+                    reduce_op(kind, &[1], true, None),
+                    &[a],
+                    Kind::Column,
+                );
+            }
+            6 | 7 => {
+                // x . w, or x . w^T
+                let a = clamp(&mut g, &mut instrs, &mut kinds, Kind::Full);
+                let w = clamp(&mut g, &mut instrs, &mut kinds, square);
+                let op = contraction(1, g.below(2), ex_burn_core::op::Precision::Default);
+                push(&mut instrs, &mut kinds, op, &[a, w], Kind::Full);
+            }
+            _ => {
+                // transpose(x^T . y): [cols, cols]
+                let a = clamp(&mut g, &mut instrs, &mut kinds, Kind::Full);
+                let c = clamp(&mut g, &mut instrs, &mut kinds, Kind::Full);
+                let op = contraction(0, 0, ex_burn_core::op::Precision::Default);
+                let d = push(&mut instrs, &mut kinds, op, &[a, c], Kind::Other);
+                push(
+                    &mut instrs,
+                    &mut kinds,
+                    Op::Transpose { axes: None },
+                    &[d],
+                    square,
+                );
+            }
+        }
+    }
+    let last = kinds.len() - 1;
+    let mut outputs = vec![last];
+    for _ in 0..g.below(3) {
+        let v = 4 + g.below(kinds.len() - 4);
+        if !outputs.contains(&v) && kinds[v] != Kind::Other {
+            outputs.push(v);
+        }
+    }
+    let program = Program::new(4, instrs, outputs).expect("a valid generated program");
+    Case {
+        program,
+        inputs,
+        shape: vec![rows, cols],
+    }
+}
+
 /// The outputs of `prog` evaluated one instruction at a time, or the first error.
 fn one_by_one(prog: &Program, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     let mut values: Vec<Tensor> = inputs.to_vec();
@@ -339,7 +532,12 @@ fn generated_programs_equal_op_by_op_evaluation() {
     let start = env_number("EX_BURN_GENERATED_SEED", 1);
     let (mut fused, mut regions, mut failed, mut scheduled) = (0, 0, 0, 0);
     for seed in start..start + count {
-        let case = generate(seed);
+        // (every third program with products)
+        let case = if seed % 3 == 0 {
+            generate_products(seed)
+        } else {
+            generate(seed)
+        };
         let (runs, rows) = (
             ex_burn_core::program::loop_runs(),
             ex_burn_core::program::row_regions(),
