@@ -98,8 +98,9 @@ pub(super) fn regions_on(device: Device) -> bool {
 }
 
 /// Runs the longest row region at the start of `run` (instructions that may form one) as one
-/// kernel (on the CPU, row by row): `Ok(results)` for its instructions (`None` where `live_out(len)` says a result is
-/// not read after them), or `Err(n)`: no region starts at the next `n` instructions.
+/// kernel (on the CPU, row by row): `Ok(results)` for its instructions (`None` where
+/// `live_out(len)` says a result is not read after them), or `Err(n)`: no region starts at
+/// the next `n` instructions.
 ///
 /// Operands the region reads for the last time (`dies(value, len)`: no instruction after its
 /// `len` instructions, nor the outputs, reads them) are taken from `values`, so that a result

@@ -72,6 +72,8 @@ enum Kind {
     Trailing,
     /// s32 of the full shape (small whole numbers).
     Int,
+    /// f32 `[cols, cols]` (the operand of products, and a weight gradient).
+    Square,
     /// An f32 scalar literal.
     Scalar,
     /// Anything else (another type or shape): read by no later step.
@@ -315,7 +317,7 @@ fn generate_products(seed: u64) -> Case {
         f(&w, &[cols, cols]),
         f(&b, &[cols]),
     ];
-    let mut kinds = vec![Kind::Full, Kind::Full, Kind::Trailing, Kind::Row];
+    let mut kinds = vec![Kind::Full, Kind::Full, Kind::Square, Kind::Row];
     let mut instrs: Vec<Instr> = Vec::new();
     let push = |instrs: &mut Vec<Instr>, kinds: &mut Vec<Kind>, op: Op, args: &[usize], k: Kind| {
         instrs.push(ins(op, args));
@@ -365,18 +367,16 @@ fn generate_products(seed: u64) -> Case {
         Arith::Max,
         Arith::Min,
     ];
-    // (Kind::Trailing stands for the [cols, cols] operands here)
-    let square = Kind::Trailing;
     for _ in 0..3 + g.below(20) {
         match g.below(10) {
             0 | 1 => {
-                let k = g.pick(&[Kind::Full, square]);
+                let k = g.pick(&[Kind::Full, Kind::Square]);
                 let a = of(&mut g, &kinds, k);
                 let u = g.pick(&[Unary::Neg, Unary::Abs, Unary::Floor]);
                 push(&mut instrs, &mut kinds, Op::Unary(u), &[a], k);
             }
             2 | 3 => {
-                let k = g.pick(&[Kind::Full, square]);
+                let k = g.pick(&[Kind::Full, Kind::Square]);
                 let a = of(&mut g, &kinds, k);
                 let other = match (k, g.below(3)) {
                     (_, 0) => push(
@@ -437,7 +437,7 @@ fn generate_products(seed: u64) -> Case {
             6 | 7 => {
                 // x . w, or x . w^T
                 let a = clamp(&mut g, &mut instrs, &mut kinds, Kind::Full);
-                let w = clamp(&mut g, &mut instrs, &mut kinds, square);
+                let w = clamp(&mut g, &mut instrs, &mut kinds, Kind::Square);
                 let op = contraction(1, g.below(2), ex_burn_core::op::Precision::Default);
                 push(&mut instrs, &mut kinds, op, &[a, w], Kind::Full);
             }
@@ -452,7 +452,7 @@ fn generate_products(seed: u64) -> Case {
                     &mut kinds,
                     Op::Transpose { axes: None },
                     &[d],
-                    square,
+                    Kind::Square,
                 );
             }
         }

@@ -152,7 +152,7 @@ impl Plan {
             .collect();
         let uses = Uses::of(self, &ext);
         let run = |first: usize| -> Result<()> {
-            let mut scratch = Scratch::new(self, per_block);
+            let mut scratch = Scratch::new(self, per_block, &uses);
             let end = (first + per_task).min(rows);
             let mut r = first;
             while r < end {
@@ -369,7 +369,7 @@ impl Uses {
 
 /// Per-task buffers for a block of rows: each full-level step's values, each other step's
 /// value per row, and those per-row values (of steps and external operands) spread over
-/// their rows where full-level steps read them.
+/// their rows where full-level steps read them (`uses`; only for blocks of several rows).
 struct Scratch {
     full: Vec<Vec<f32>>,
     per_row: Vec<Vec<f32>>,
@@ -378,9 +378,15 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(plan: &Plan, per_block: usize) -> Scratch {
+    fn new(plan: &Plan, per_block: usize, uses: &Uses) -> Scratch {
         let n = per_block * plan.cols;
         let sized = |want: bool, len: usize| if want { vec![0f32; len] } else { Vec::new() };
+        let spread = |wanted: &[bool]| -> Vec<Vec<f32>> {
+            wanted
+                .iter()
+                .map(|&w| sized(w && per_block > 1, n))
+                .collect()
+        };
         Scratch {
             full: plan
                 .levels
@@ -392,12 +398,8 @@ impl Scratch {
                 .iter()
                 .map(|&l| sized(l != Level::Full, per_block))
                 .collect(),
-            spread: plan
-                .levels
-                .iter()
-                .map(|&l| sized(l != Level::Full && per_block > 1, n))
-                .collect(),
-            ext_spread: plan.ext.iter().map(|_| sized(per_block > 1, n)).collect(),
+            spread: spread(&uses.spread),
+            ext_spread: spread(&uses.ext_spread),
         }
     }
 }
