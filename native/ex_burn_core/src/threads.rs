@@ -14,6 +14,10 @@
 //! `SCHED_BATCH` at nice 19 keeps most of both, and the short slice bounds the worst delays
 //! (measurements: `bench/results/cpu_peers.md`).
 
+mod claim;
+
+pub(crate) use claim::{for_each_chunk_mut, for_each_claimed, map_claimed};
+
 /// Builds rayon's global pool with ExBurn's compute threads. Call it before any CPU op (the
 /// NIF does at load); `false` when the global pool already exists (it is then used as is).
 pub fn init() -> bool {

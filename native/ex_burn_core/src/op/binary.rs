@@ -371,7 +371,6 @@ fn host_pair<T: Copy + Send + Sync>(
     y: Vec<T>,
     f: impl Fn(T, T) -> T + Sync,
 ) -> Result<Vec<T>> {
-    use rayon::prelude::*;
     if x.len() != y.len() {
         return Err(Error::Execution(format!(
             "operands of {:?} and {:?} elements",
@@ -379,9 +378,10 @@ fn host_pair<T: Copy + Send + Sync>(
             b.shape()
         )));
     }
-    x.par_chunks_mut(util::HOST_PIECE)
-        .zip(y.par_chunks(util::HOST_PIECE))
-        .for_each(|(xs, ys)| xs.iter_mut().zip(ys).for_each(|(p, &q)| *p = f(*p, q)));
+    crate::threads::for_each_chunk_mut(&mut x, util::HOST_PIECE, |i, xs| {
+        let ys = &y[i * util::HOST_PIECE..];
+        xs.iter_mut().zip(ys).for_each(|(p, &q)| *p = f(*p, q))
+    });
     Ok(x)
 }
 

@@ -8,7 +8,6 @@
 use super::host_gemm::gemm_into;
 use crate::kernels::Conv2dGeometry;
 use crate::{DType, Device, Result, Tensor};
-use rayon::prelude::*;
 
 /// Elements of a thread's unfolded tile, at most (4 MiB of f32).
 const TILE_ELEMENTS: usize = 1 << 20;
@@ -59,8 +58,9 @@ pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2dGeometry) -> Result<O
         ow,
         g,
     };
-    (0..n * tiles).into_par_iter().for_each_init(
-        || vec![0f32; depth * tile],
+    crate::threads::for_each_claimed(
+        n * tiles,
+        move || vec![0f32; depth * tile],
         |cols, item| {
             let (img, t) = (item / tiles, item % tiles);
             let first = t * tile;
@@ -82,8 +82,9 @@ pub(super) fn conv2d_f32(x: &Tensor, k: &Tensor, g: &Conv2dGeometry) -> Result<O
                     (len as isize, 1),
                 );
             }
+            Ok(())
         },
-    );
+    )?;
     // SAFETY: the items cover every image's `o x positions` block (all tiles of all images),
     // each element written by its tile's product.
     unsafe { out.set_len(len) };

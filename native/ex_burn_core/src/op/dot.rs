@@ -213,24 +213,21 @@ fn row_major_rhs(b: &Tensor, m: usize) -> Result<Option<Tensor>> {
 /// of 4 KiB apart and share one set of the 8-way L1 cache: a 32-row tile evicted its own lines
 /// (a 1024 x 1024 transpose took 1.3 ms on two EPYC cores, 0.42 ms with 8 x 8 tiles).
 fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [std::mem::MaybeUninit<f32>]) {
-    use rayon::prelude::*;
     const T: usize = 8;
-    dst.par_chunks_mut(T * rows)
-        .enumerate()
-        .for_each(|(cb, block)| {
-            // `block` holds dst rows c0..c0 + T, i.e. source columns c0..
-            let c0 = cb * T;
-            let cn = T.min(cols - c0);
-            for r0 in (0..rows).step_by(T) {
-                let rn = T.min(rows - r0);
-                for c in 0..cn {
-                    let out = &mut block[c * rows + r0..c * rows + r0 + rn];
-                    for (r, o) in out.iter_mut().enumerate() {
-                        o.write(src[(r0 + r) * cols + c0 + c]);
-                    }
+    crate::threads::for_each_chunk_mut(dst, T * rows, |cb, block| {
+        // `block` holds dst rows c0..c0 + T, i.e. source columns c0..
+        let c0 = cb * T;
+        let cn = T.min(cols - c0);
+        for r0 in (0..rows).step_by(T) {
+            let rn = T.min(rows - r0);
+            for c in 0..cn {
+                let out = &mut block[c * rows + r0..c * rows + r0 + rn];
+                for (r, o) in out.iter_mut().enumerate() {
+                    o.write(src[(r0 + r) * cols + c0 + c]);
                 }
             }
-        });
+        }
+    });
 }
 
 /// `[.., m, k] x [.., k, n]` (equal batch axes first) in the operands' type.

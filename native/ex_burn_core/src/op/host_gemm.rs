@@ -9,7 +9,6 @@
 use super::util::SharedPtr;
 use super::view::View;
 use crate::{DType, Device, Result, Tensor};
-use rayon::prelude::*;
 
 /// Products of at least this many multiply-adds per matrix are split over the compute threads
 /// ([`split_product`]): four blocks of [`MIN_CELL_WORK`]. (burn-flex splits from 192^3; the
@@ -69,7 +68,8 @@ fn grid((m, n, k): (usize, usize, usize), threads: usize) -> (usize, usize) {
 }
 
 /// `dst` (`[m, n]`, row-major) = `a` (`[m, k]`) times `b` (`[k, n]`), cut into the blocks of
-/// [`grid`], each block's product on one compute thread.
+/// [`grid`], each block's product on one thread (the caller and the compute threads claim
+/// blocks, [`crate::threads::for_each_claimed`]).
 ///
 /// # Safety
 /// As [`gemm_into`], with `dst` of `m * n` elements of row stride `n`.
@@ -78,7 +78,7 @@ unsafe fn split_product(
     dst: *mut f32,
     (a, a_rc): (*const f32, (isize, isize)),
     (b, b_rc): (*const f32, (isize, isize)),
-) {
+) -> Result<()> {
     let threads = rayon::current_num_threads().max(1);
     let (rows, cols) = grid((m, n, k), threads);
     let block = |len: usize, parts: usize| len.div_ceil(parts).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
@@ -90,7 +90,7 @@ unsafe fn split_product(
         SharedPtr(a.cast_mut()),
         SharedPtr(b.cast_mut()),
     );
-    (0..rows * cols).into_par_iter().for_each(|cell| {
+    let cell = |(): &mut (), cell: usize| {
         let (dst, a, b) = (
             shared.0.get(),
             shared.1.get().cast_const(),
@@ -109,8 +109,10 @@ unsafe fn split_product(
                 b.offset(c0 as isize * b_rc.1),
                 b_rc,
             )
-        }
-    });
+        };
+        Ok(())
+    };
+    crate::threads::for_each_claimed(rows * cols, || (), cell)
 }
 
 /// `dst` (`[m, n]`, unit column stride, row stride `dst_rs`) = `lhs` (`[m, k]`, strides `(row, column)`) times `rhs`
@@ -212,10 +214,7 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     let spare = &mut out.spare_capacity_mut()[..len];
     if per_matrix < PARALLEL_FROM && nb > 1 && nb.saturating_mul(per_matrix) >= BATCH_PARALLEL_FROM
     {
-        spare
-            .par_chunks_mut(m * n)
-            .enumerate()
-            .for_each(|(bi, c)| one(bi, c.as_mut_ptr().cast()));
+        crate::threads::for_each_chunk_mut(spare, m * n, |bi, c| one(bi, c.as_mut_ptr().cast()));
     } else if per_matrix >= PARALLEL_FROM {
         for (bi, c) in spare.chunks_mut(m * n).enumerate() {
             let base = (av.base(bi, batch), bv.base(bi, batch));
@@ -228,7 +227,7 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
                     (av.data.as_ptr().offset(base.0), a_rc),
                     (bv.data.as_ptr().offset(base.1), b_rc),
                 )
-            };
+            }?;
         }
     } else {
         for (bi, c) in spare.chunks_mut(m * n).enumerate() {
@@ -302,7 +301,8 @@ mod tests {
                     split.as_mut_ptr(),
                     (a.as_ptr(), a_rc),
                     (b.as_ptr(), (n as isize, 1)),
-                );
+                )
+                .unwrap();
                 gemm_into(
                     (m, n, k),
                     (whole.as_mut_ptr(), n as isize),

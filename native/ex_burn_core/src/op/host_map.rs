@@ -13,7 +13,6 @@ use crate::tensor::{prim_shape, B};
 use crate::{DType, Device, Result, Tensor};
 use burn::tensor::ops::BoolTensorOps;
 use burn::tensor::TensorData;
-use rayon::prelude::*;
 
 /// Results of at least this many elements are worth this path (smaller ones keep Burn's).
 const FROM: usize = 1 << 16;
@@ -207,12 +206,10 @@ fn rows<T: Copy + Send + Sync>(
     let width = shape[shape.len() - 1];
     let n: usize = shape.iter().product();
     let mut out = vec![init; n];
-    out.par_chunks_mut(width * ROWS_PER_TASK)
-        .enumerate()
-        .for_each(|(task, chunk)| {
-            for (i, row) in chunk.chunks_mut(width).enumerate() {
-                fill(task * ROWS_PER_TASK + i, row);
-            }
-        });
+    crate::threads::for_each_chunk_mut(&mut out, width * ROWS_PER_TASK, |task, chunk| {
+        for (i, row) in chunk.chunks_mut(width).enumerate() {
+            fill(task * ROWS_PER_TASK + i, row);
+        }
+    });
     out
 }

@@ -11,7 +11,6 @@ use super::view::View;
 use crate::tensor::prim_shape;
 use crate::{DType, Device, Result, Tensor};
 use burn::tensor::TensorData;
-use rayon::prelude::*;
 
 /// Copies smaller than this many elements run on the calling thread.
 const PARALLEL_FROM: usize = 1 << 16;
@@ -102,7 +101,7 @@ pub(crate) fn contiguous_f32_values(t: &Tensor) -> Option<Vec<f32>> {
         }
     };
     if n >= PARALLEL_FROM {
-        spare.par_chunks_mut(per_task).enumerate().for_each(copy);
+        crate::threads::for_each_chunk_mut(spare, per_task, |i, dst| copy((i, dst)));
     } else {
         spare.chunks_mut(per_task).enumerate().for_each(copy);
     }

@@ -12,7 +12,6 @@ use super::util;
 use crate::tensor::prim_shape;
 use crate::{DType, Device, Result, Tensor};
 use burn::tensor::TensorData;
-use rayon::prelude::*;
 
 /// Below this many elements one thread sums everything.
 const PER_THREAD: usize = 1 << 16;
@@ -56,7 +55,7 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
     if inner == 1 {
         // Each result sums a contiguous run.
         let per = outer.div_ceil(threads).max(1);
-        out.par_chunks_mut(per).enumerate().for_each(|(i, chunk)| {
+        crate::threads::for_each_chunk_mut(&mut out, per, |i, chunk| {
             for (j, o) in chunk.iter_mut().enumerate() {
                 let at = (i * per + j) * red;
                 *o = round(kernels::run_sum(&values[at..at + red]));
@@ -65,11 +64,9 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
     } else {
         // Each result sums a column: rows of `inner` added into an f64 row, by column blocks.
         let per = inner.div_ceil(threads).max(1);
-        let parts: Vec<(usize, Vec<f32>)> = (0..inner)
-            .step_by(per)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|c0| {
+        let parts: Vec<(usize, Vec<f32>)> =
+            crate::threads::map_claimed(inner.div_ceil(per), |block| {
+                let c0 = block * per;
                 let w = per.min(inner - c0);
                 let mut part = vec![0f32; outer * w];
                 let mut acc = vec![0f64; w];
@@ -84,8 +81,7 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
                     }
                 }
                 (c0, part)
-            })
-            .collect();
+            });
         for (c0, part) in &parts {
             let w = part.len() / outer;
             for o in 0..outer {

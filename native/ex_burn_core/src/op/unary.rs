@@ -194,10 +194,9 @@ fn exact32(op: Unary, x: &Tensor) -> Result<Tensor> {
 /// The values of the f32 host tensor `x`, changed in place by `f` (pieces of [`util::HOST_PIECE`]
 /// elements over the compute threads), as a new tensor.
 fn host_f32(x: &Tensor, f: impl Fn(&mut [f32]) + Sync) -> Result<Tensor> {
-    use rayon::prelude::*;
     let mut values = x.to_f32_vec()?;
     if values.len() > util::HOST_PIECE {
-        values.par_chunks_mut(util::HOST_PIECE).for_each(&f);
+        crate::threads::for_each_chunk_mut(&mut values, util::HOST_PIECE, |_, piece| f(piece));
     } else {
         f(&mut values);
     }

@@ -242,7 +242,6 @@ impl Pooling {
     /// is a chain of dependent comparisons, which one output at a time left latency-bound
     /// and mispredicting (13 ns an output on an EPYC core for 2 x 2 windows).
     fn extremum(&self, data: &[f32], max: bool) -> Vec<f32> {
-        use rayon::prelude::*;
         let &Pooling {
             h,
             w,
@@ -258,11 +257,11 @@ impl Pooling {
         // written once, by the kernel (no zeroing pass first)
         let len = self.planes * oh * ow;
         let mut out: Vec<f32> = Vec::with_capacity(len);
-        out.spare_capacity_mut()[..len]
-            .par_chunks_mut(ow)
-            .with_min_len(MIN_PER_TASK.div_ceil(ow))
-            .enumerate()
-            .for_each(|(row, dst)| {
+        let per_task = MIN_PER_TASK.div_ceil(ow);
+        let spare = &mut out.spare_capacity_mut()[..len];
+        crate::threads::for_each_chunk_mut(spare, ow * per_task, |task, rows| {
+            for (i, dst) in rows.chunks_mut(ow).enumerate() {
+                let row = task * per_task + i;
                 let (plane, y) = (row / oh, row % oh);
                 let base = plane * h * w + y * sh * w;
                 let window = &data[base..base + span];
@@ -277,7 +276,8 @@ impl Pooling {
                         pooling::eight(window.as_ptr(), (w, kh, kw, sw), x0, max, dst)
                     };
                 }
-            });
+            }
+        });
         // SAFETY: every row's outputs `0..ow` were written (the last eight overlap).
         unsafe { out.set_len(len) };
         out
@@ -358,7 +358,6 @@ mod pooling {
 /// [`extremum_f32`] for any window: the flat offsets of the window's positions, output rows in
 /// parallel.
 fn extremum_any(data: &[f32], shape: &[usize], g: &Placement, max: bool) -> Vec<f32> {
-    use rayon::prelude::*;
     let r = shape.len();
     let mut in_strides = vec![1usize; r];
     for i in (0..r.saturating_sub(1)).rev() {
@@ -381,10 +380,10 @@ fn extremum_any(data: &[f32], shape: &[usize], g: &Placement, max: bool) -> Vec<
     let better = |v: f32, acc: f32| v.is_nan() || if max { v > acc } else { v < acc };
     // rows handed out in groups of at least MIN_PER_TASK outputs (rows are short: a task per
     // row costs more than its work)
-    out.par_chunks_mut(row_len)
-        .with_min_len(MIN_PER_TASK.div_ceil(row_len.max(1)))
-        .enumerate()
-        .for_each(|(row, dst)| {
+    let per_task = MIN_PER_TASK.div_ceil(row_len.max(1));
+    crate::threads::for_each_chunk_mut(&mut out, row_len.max(1) * per_task, |task, rows| {
+        for (i, dst) in rows.chunks_mut(row_len.max(1)).enumerate() {
+            let row = task * per_task + i;
             // the input offset of this output row's first window
             let (mut rest, mut base) = (row, 0);
             for i in (0..last).rev() {
@@ -407,7 +406,8 @@ fn extremum_any(data: &[f32], shape: &[usize], g: &Placement, max: bool) -> Vec<
                 }
                 *d = acc;
             }
-        });
+        }
+    });
     out
 }
 

@@ -218,11 +218,8 @@ pub(super) fn execute(
     if n < MIN_ELEMENTS {
         return Ok(None);
     }
-    let workers_for = |chunks: usize| rayon::current_num_threads().clamp(1, chunks.max(1));
     if let Some(plan) = map32::Plan::new(run, &external, &shape, live_out, device, literal)? {
-        if let Some(out) =
-            plan.execute(n, workers_for(n.div_ceil(CHUNK)), live_out, &shape, device)?
-        {
+        if let Some(out) = plan.execute(n, live_out, &shape, device)? {
             LOOP_RUNS.with(|c| c.set(c.get() + 1));
             crate::profile::note_detail(|| {
                 let live = live_out.iter().filter(|&&l| l).count();
@@ -248,9 +245,9 @@ pub(super) fn execute(
         .step_by(CHUNK)
         .map(|s| (s, CHUNK.min(n - s)))
         .collect();
-    let workers = workers_for(chunks.len());
+    let workers = rayon::current_num_threads().clamp(1, chunks.len().max(1));
     type Chunk = Vec<Option<Tensor>>;
-    let results: Vec<Vec<Chunk>> = on_threads((0..workers).collect(), |w| {
+    let results: Vec<Vec<Chunk>> = on_threads(workers, |w| {
         chunks
             .iter()
             .skip(w)
@@ -292,14 +289,26 @@ pub(super) fn execute(
     Ok(Some(out))
 }
 
-/// Runs `f` on every item of `work` on the CPU compute threads (rayon's pool, see
-/// [`crate::threads`]); the results in order (a worker that panics gives an error).
-fn on_threads<W: Send, T: Send>(work: Vec<W>, f: impl Fn(W) -> Result<T> + Sync) -> Result<Vec<T>> {
-    use rayon::prelude::*;
-    work.into_par_iter()
-        .map(|w| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(w)))
-                .unwrap_or_else(|_| Err(Error::Execution("a fused chunk worker panicked".into())))
+/// Runs `f(i)` for every `i` in `0..n` on the calling thread and the CPU compute threads
+/// ([`crate::threads::for_each_claimed`]); the results in order (a panic gives an error).
+fn on_threads<T: Send>(n: usize, f: impl Fn(usize) -> Result<T> + Sync) -> Result<Vec<T>> {
+    let slots: Vec<std::sync::Mutex<Option<T>>> =
+        (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    crate::threads::for_each_claimed(
+        n,
+        || (),
+        |(), i| {
+            let r = f(i)?;
+            *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            Ok(())
+        },
+    )?;
+    slots
+        .into_iter()
+        .map(|s| {
+            s.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .ok_or_else(|| Error::Execution("a fused chunk was not computed".into()))
         })
         .collect()
 }

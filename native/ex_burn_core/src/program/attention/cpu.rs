@@ -7,7 +7,6 @@ use crate::kernels::broadcast_strides;
 use crate::op::host_gemm::gemm_into;
 use crate::op::view::View;
 use crate::{DType, Device, Result, Tensor};
-use rayon::prelude::*;
 
 /// The attention of `ops` with `nb` batch axes, when every operand is an f32 (predicates:
 /// boolean) host tensor of the expected shapes; `Ok(None)` otherwise.
@@ -68,25 +67,23 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
     let len = nbatch * sq * dv;
     let mut out: Vec<f32> = Vec::with_capacity(len);
     let failed = std::sync::atomic::AtomicBool::new(false);
-    out.spare_capacity_mut()[..len]
-        .par_chunks_mut(sq * dv)
-        .enumerate()
-        .for_each(|(bi, o)| {
-            let mut s = vec![0f32; sq * sk];
-            let o = o.as_mut_ptr().cast::<f32>();
-            let ok = matrix(
-                bi,
-                batch,
-                (sq, d, sk, dv),
-                (&qv, &kv, &vv),
-                &steps,
-                &mut s,
-                o,
-            );
-            if !ok {
-                failed.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        });
+    let spare = &mut out.spare_capacity_mut()[..len];
+    crate::threads::for_each_chunk_mut(spare, sq * dv, |bi, o| {
+        let mut s = vec![0f32; sq * sk];
+        let o = o.as_mut_ptr().cast::<f32>();
+        let ok = matrix(
+            bi,
+            batch,
+            (sq, d, sk, dv),
+            (&qv, &kv, &vv),
+            &steps,
+            &mut s,
+            o,
+        );
+        if !ok {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
     if failed.into_inner() {
         return Err(crate::Error::Execution(
             "attention: an operand view lies outside its storage".into(),

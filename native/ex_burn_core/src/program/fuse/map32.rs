@@ -14,7 +14,7 @@
 //! but for the sign of a NaN where two NaNs of different signs meet: which one an addition
 //! carries on depends on the operand order the compiler gave the instruction.
 
-use super::{on_threads, Run, CHUNK};
+use super::{Run, CHUNK};
 use crate::dtype::Kind;
 use crate::kernels::{DeviceKernels, Layout, Map, MapRun, Src, Stage};
 use crate::op::f32_map::{map_of, run_step_any, Arg};
@@ -22,6 +22,7 @@ use crate::op::{self, Op};
 use crate::{DType, Device, Error, Result, Tensor};
 use burn::tensor::TensorData;
 use std::mem::MaybeUninit;
+use std::sync::Mutex;
 
 /// An external operand: its values (row-major) and how the run reads them.
 pub(super) struct Ext {
@@ -368,12 +369,12 @@ impl Plan {
         self.results(live_out, computed).map(Some)
     }
 
-    /// Runs the plan over `n` elements in `chunks` on `workers` threads; returns the live
-    /// results (shaped `shape`) in instruction order.
+    /// Runs the plan over `n` elements in chunks, on the calling thread and the compute
+    /// threads ([`crate::threads::for_each_claimed`]); returns the live results (shaped
+    /// `shape`) in instruction order.
     pub(super) fn execute(
         &self,
         n: usize,
-        workers: usize,
         live_out: &[bool],
         shape: &[usize],
         device: Device,
@@ -409,18 +410,24 @@ impl Plan {
         // Outputs are written once, by the workers (no zeroing pass on this thread first).
         let mut outs: Vec<Vec<f32>> = live.iter().map(|_| Vec::with_capacity(n)).collect();
         let n_chunks = n.div_ceil(CHUNK);
-        // per chunk, its slice of every live output
+        // per chunk, its slice of every live output (taken by the thread that claims it)
         let mut per_chunk: Vec<Parts> = (0..n_chunks).map(|_| Vec::new()).collect();
         for buf in outs.iter_mut() {
             for (c, part) in buf.spare_capacity_mut()[..n].chunks_mut(CHUNK).enumerate() {
                 per_chunk[c].push(part);
             }
         }
-        let mut per_worker: Vec<Vec<(usize, Parts)>> = (0..workers).map(|_| Vec::new()).collect();
-        for (c, parts) in per_chunk.into_iter().enumerate() {
-            per_worker[c % workers].push((c, parts));
-        }
-        on_threads(per_worker, |work| self.run_chunks(work, &live, &sources))?;
+        let per_chunk: Vec<Mutex<Parts>> = per_chunk.into_iter().map(Mutex::new).collect();
+        let steps = self.steps.len();
+        let ext = self.ext.len();
+        crate::threads::for_each_claimed(
+            n_chunks,
+            move || Scratch::new(steps, ext),
+            |scratch, c| {
+                let mut parts = per_chunk[c].lock().unwrap_or_else(|p| p.into_inner());
+                self.run_chunk(scratch, c, &mut parts, &live, &sources)
+            },
+        )?;
         for buf in outs.iter_mut() {
             // SAFETY: every worker returned Ok, so every chunk of every output was written in
             // full by `run_chunks` (the chunks cover `0..n` exactly once).
@@ -436,65 +443,80 @@ impl Plan {
         self.results(live_out, computed).map(Some)
     }
 
-    /// Computes the chunks of one worker.
-    fn run_chunks(
+    /// Computes chunk `c` into its slices `parts` of the live outputs.
+    fn run_chunk(
         &self,
-        work: Vec<(usize, Parts)>,
+        scratch: &mut Scratch,
+        c: usize,
+        parts: &mut Parts,
         live: &[usize],
         sources: &[Source],
     ) -> Result<()> {
-        let mut regs: Vec<Vec<f32>> = self.steps.iter().map(|_| vec![0f32; BLOCK]).collect();
-        let mut small: Vec<Vec<f32>> = vec![Vec::new(); self.ext.len()];
-        for (c, mut parts) in work {
-            let start = c * CHUNK;
-            let len = parts.first().map_or(0, |p| p.len());
-            for (buf, source) in small.iter_mut().zip(sources) {
-                if let Source::Small(v, layout) = *source {
-                    broadcast_chunk(v, layout, start, len, buf)?;
+        let Scratch { regs, small } = scratch;
+        let start = c * CHUNK;
+        let len = parts.first().map_or(0, |p| p.len());
+        for (buf, source) in small.iter_mut().zip(sources) {
+            if let Source::Small(v, layout) = *source {
+                broadcast_chunk(v, layout, start, len, buf)?;
+            }
+        }
+        // the chunk in blocks whose step buffers stay in the core's L1 cache
+        let mut ext: Vec<&[f32]> = Vec::with_capacity(sources.len());
+        for b in (0..len).step_by(BLOCK) {
+            let bl = BLOCK.min(len - b);
+            ext.clear();
+            ext.extend(
+                sources
+                    .iter()
+                    .zip(small.iter())
+                    .map(|(source, buf)| match source {
+                        Source::Flat(v) => &v[start + b..start + b + bl],
+                        Source::Small(..) => &buf[b..b + bl],
+                    }),
+            );
+            for k in 0..self.steps.len() {
+                let (done, rest) = regs.split_at_mut(k);
+                let out = &mut rest[0][..bl];
+                let arg = |s: Src| match s {
+                    Src::Stage(i) => Arg::Slice(&done[i][..bl]),
+                    Src::Ext(j) => Arg::Slice(ext[j]),
+                    Src::Const(v) => Arg::Scalar(v),
+                };
+                match self.steps[k] {
+                    Stage::Const(_) => {}
+                    Stage::Unary(m, a) => run_step(m, arg(a), None, out),
+                    Stage::Binary(m, a, b) => run_step(m, arg(a), Some(arg(b)), out),
+                    Stage::Select(p, t, f) => select(arg(p), arg(t), arg(f), out),
                 }
             }
-            // the chunk in blocks whose step buffers stay in the core's L1 cache
-            let mut ext: Vec<&[f32]> = Vec::with_capacity(sources.len());
-            for b in (0..len).step_by(BLOCK) {
-                let bl = BLOCK.min(len - b);
-                ext.clear();
-                ext.extend(
-                    sources
-                        .iter()
-                        .zip(&small)
-                        .map(|(source, buf)| match source {
-                            Source::Flat(v) => &v[start + b..start + b + bl],
-                            Source::Small(..) => &buf[b..b + bl],
-                        }),
-                );
-                for k in 0..self.steps.len() {
-                    let (done, rest) = regs.split_at_mut(k);
-                    let out = &mut rest[0][..bl];
-                    let arg = |s: Src| match s {
-                        Src::Stage(i) => Arg::Slice(&done[i][..bl]),
-                        Src::Ext(j) => Arg::Slice(ext[j]),
-                        Src::Const(v) => Arg::Scalar(v),
-                    };
-                    match self.steps[k] {
-                        Stage::Const(_) => {}
-                        Stage::Unary(m, a) => run_step(m, arg(a), None, out),
-                        Stage::Binary(m, a, b) => run_step(m, arg(a), Some(arg(b)), out),
-                        Stage::Select(p, t, f) => select(arg(p), arg(t), arg(f), out),
-                    }
-                }
-                for (part, &k) in parts.iter_mut().zip(live) {
-                    let (dst, src) = (&mut part[b..b + bl], &regs[k][..bl]);
-                    // SAFETY: `MaybeUninit<f32>` has `f32`'s layout; `dst` and `src` are `bl`
-                    // elements each and do not overlap (an output and a step buffer). A copy
-                    // (the library's vector loop) rather than an element loop compiled for
-                    // the baseline CPU, 16 bytes a store.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast(), bl)
-                    };
-                }
+            for (part, &k) in parts.iter_mut().zip(live) {
+                let (dst, src) = (&mut part[b..b + bl], &regs[k][..bl]);
+                // SAFETY: `MaybeUninit<f32>` has `f32`'s layout; `dst` and `src` are `bl`
+                // elements each and do not overlap (an output and a step buffer). A copy
+                // (the library's vector loop) rather than an element loop compiled for
+                // the baseline CPU, 16 bytes a store.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast(), bl) };
             }
         }
         Ok(())
+    }
+}
+
+/// A thread's buffers while it computes chunks of a plan.
+struct Scratch {
+    /// A block of each step's values.
+    regs: Vec<Vec<f32>>,
+    /// A chunk of each broadcast operand's values.
+    small: Vec<Vec<f32>>,
+}
+
+impl Scratch {
+    /// Buffers for `steps` steps and `ext` external operands.
+    fn new(steps: usize, ext: usize) -> Scratch {
+        Scratch {
+            regs: (0..steps).map(|_| vec![0f32; BLOCK]).collect(),
+            small: vec![Vec::new(); ext],
+        }
     }
 }
 

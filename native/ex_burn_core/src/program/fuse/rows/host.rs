@@ -23,7 +23,6 @@ use crate::op::util::SharedPtr;
 use crate::op::{self, sum32, Op};
 use crate::{DType, Device, Result, Tensor};
 use burn::tensor::TensorData;
-use rayon::prelude::*;
 
 /// Longest rows the CPU takes as regions (256 KiB of f32 per value of a row: a few such
 /// values stay in a core's L2 cache).
@@ -192,11 +191,8 @@ impl Plan {
             Ok(())
         };
         if rows * cols >= PARALLEL_FROM && rows > 1 {
-            (0..rows)
-                .step_by(per_task)
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .try_for_each(run)?;
+            let task = |(): &mut (), t: usize| run(t * per_task);
+            crate::threads::for_each_claimed(rows.div_ceil(per_task), || (), task)?;
         } else {
             (0..rows).step_by(per_task).try_for_each(run)?;
         }
