@@ -8,6 +8,11 @@
 //! node (`test/ex_burn/resources_test.exs` measures it). They still take every cycle nothing
 //! else wants.
 //!
+//! ExBurn's own parallel loops run on the calling thread and these threads together
+//! ([`for_each_claimed`]: items claimed from a shared counter, so nothing waits for a thread
+//! still waking), and a thread that finished a loop watches briefly for the next one
+//! (`team`) instead of going back to sleep between a program's loops.
+//!
 //! Why this policy: at normal priority a long matmul delays the schedulers' wake-ups by a
 //! whole time slice of every compute thread; `SCHED_IDLE` keeps them prompt but starves the
 //! compute threads whenever anything else runs (a slower training step on a quiet node);
@@ -15,6 +20,7 @@
 //! (measurements: `bench/results/cpu_peers.md`).
 
 mod claim;
+mod team;
 
 pub(crate) use claim::{for_each_chunk_mut, for_each_claimed, map_claimed};
 

@@ -9,8 +9,9 @@
 //! thread at the compute threads' low priority (see [`super`]) waited for a core: a 512 x
 //! 1024 element-wise run took 230-290 us on two EPYC cores although each half took 105-140
 //! us, the halves running one after the other. Here a helper that starts late finds the
-//! items taken and ends.
+//! items taken and ends; helpers still watching after an earlier loop (`team`) join at once.
 
+use super::team::{self, Open};
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -65,11 +66,24 @@ impl<S: Send + 'static> Shared<S> {
                 return;
             }
             let shared = Arc::clone(self);
+            let member = team::enlist();
             rayon::spawn(move || {
                 shared.spawn_helpers(2);
-                shared.participate();
+                team::inside(|| shared.participate());
+                drop(shared);
+                team::linger(member);
             });
         }
+    }
+}
+
+impl<S: Send + 'static> Open for Shared<S> {
+    fn join(&self) {
+        self.participate();
+    }
+
+    fn open(&self) -> bool {
+        self.next.load(Ordering::Relaxed) < self.n
     }
 }
 
@@ -131,7 +145,12 @@ pub(crate) fn for_each_claimed<S: Send + 'static>(
     if n == 0 {
         return Ok(());
     }
-    let helpers = rayon::current_num_threads().saturating_sub(1).min(n - 1);
+    if team::nested() {
+        // a loop inside an item of another: the other keeps the threads busy
+        let mut state = init();
+        return (0..n).try_for_each(|i| work(&mut state, i));
+    }
+    let wanted = rayon::current_num_threads().saturating_sub(1).min(n - 1);
     let work: &(dyn Fn(&mut S, usize) -> Result<()> + Sync + '_) = &work;
     let init: &(dyn Fn() -> S + Sync + '_) = &init;
     // SAFETY: only the closures' lifetimes are erased (the same fat pointers); see `Shared`
@@ -143,16 +162,20 @@ pub(crate) fn for_each_claimed<S: Send + 'static>(
         init,
         n,
         next: AtomicUsize::new(0),
-        unspawned: AtomicUsize::new(helpers),
+        // helpers still watching from earlier loops join without being started
+        unspawned: AtomicUsize::new(wanted.saturating_sub(team::members())),
         done: AtomicUsize::new(0),
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
         finished: Mutex::new(false),
         wake: Condvar::new(),
     });
+    let open: Arc<dyn Open> = shared.clone();
+    team::post(Arc::clone(&open));
     shared.spawn_helpers(1);
-    shared.participate();
+    team::inside(|| shared.participate());
     shared.wait();
+    team::unpost(&open);
     let error = shared
         .error
         .lock()
