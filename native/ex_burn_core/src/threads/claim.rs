@@ -71,7 +71,12 @@ impl<S: Send + 'static> Shared<S> {
                 shared.spawn_helpers(2);
                 team::inside(|| shared.participate());
                 drop(shared);
-                team::linger(member);
+                if team::lingering() {
+                    // run from the queue by a watching helper: its watch goes on
+                    drop(member);
+                } else {
+                    team::linger(member);
+                }
             });
         }
     }

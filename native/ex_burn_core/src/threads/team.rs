@@ -33,6 +33,14 @@ static MEMBERS: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     /// Whether this thread is running a loop's items (a loop inside one runs on its thread).
     static IN_LOOP: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is a helper watching for loops ([`linger`]).
+    static LINGERING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is already watching for loops (a helper job that it ran from
+/// the pool's queue while watching ends after its loop: the watch goes on around it).
+pub(super) fn lingering() -> bool {
+    LINGERING.with(Cell::get)
 }
 
 /// Whether the calling thread is running a loop's items.
@@ -84,10 +92,13 @@ pub(super) fn enlist() -> Member {
 }
 
 /// After a helper's first loop: joins loops posted until none has come for [`LINGER`]; then
-/// the thread goes back to the pool (and `member` leaves the team).
+/// the thread goes back to the pool (and `member` leaves the team). Meanwhile it also runs
+/// the pool's other jobs (Burn's own parallel loops), so that watching never holds them back.
 pub(super) fn linger(member: Member) {
+    LINGERING.with(|c| c.set(true));
     let mut seen = EPOCH.load(Ordering::Acquire);
     let mut since = Instant::now();
+    let mut spins = 0u32;
     loop {
         let epoch = EPOCH.load(Ordering::Acquire);
         if epoch != seen {
@@ -99,6 +110,11 @@ pub(super) fn linger(member: Member) {
             since = Instant::now();
             continue;
         }
+        spins = spins.wrapping_add(1);
+        if spins % 8 == 0 && rayon::yield_now() == Some(rayon::Yield::Executed) {
+            since = Instant::now();
+            continue;
+        }
         if since.elapsed() >= LINGER {
             break;
         }
@@ -106,5 +122,6 @@ pub(super) fn linger(member: Member) {
             std::hint::spin_loop();
         }
     }
+    LINGERING.with(|c| c.set(false));
     drop(member);
 }
