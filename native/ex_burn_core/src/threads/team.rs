@@ -111,7 +111,7 @@ pub(super) fn linger(member: Member) {
             continue;
         }
         spins = spins.wrapping_add(1);
-        if spins % 8 == 0 && rayon::yield_now() == Some(rayon::Yield::Executed) {
+        if spins.is_multiple_of(8) && rayon::yield_now() == Some(rayon::Yield::Executed) {
             since = Instant::now();
             continue;
         }
