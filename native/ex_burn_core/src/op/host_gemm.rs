@@ -68,7 +68,7 @@ fn grid((m, n, k): (usize, usize, usize), threads: usize) -> (usize, usize) {
 }
 
 /// `dst` (`[m, n]`, row-major) = `a` (`[m, k]`) times `b` (`[k, n]`), cut into the blocks of
-/// [`grid`], each block's product on one thread (the caller and the compute threads claim
+/// [`grid`] ([`Cells`]), each block's product on one thread (the caller and the compute threads claim
 /// blocks, [`crate::threads::for_each_claimed`]).
 ///
 /// # Safety
@@ -80,10 +80,7 @@ unsafe fn split_product(
     (b, b_rc): (*const f32, (isize, isize)),
 ) -> Result<()> {
     let threads = rayon::current_num_threads().max(1);
-    let (rows, cols) = grid((m, n, k), threads);
-    let block = |len: usize, parts: usize| len.div_ceil(parts).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
-    let (rb, cb) = (block(m, rows), block(n, cols));
-    let (rows, cols) = (m.div_ceil(rb), n.div_ceil(cb));
+    let cells = Cells::new((m, n), grid((m, n, k), threads));
     // the blocks write disjoint parts of `dst` and only read `a` and `b`
     let shared = (
         SharedPtr(dst),
@@ -96,8 +93,7 @@ unsafe fn split_product(
             shared.1.get().cast_const(),
             shared.2.get().cast_const(),
         );
-        let (r0, c0) = ((cell / cols) * rb, (cell % cols) * cb);
-        let (rl, cl) = (rb.min(m - r0), cb.min(n - c0));
+        let (r0, rl, c0, cl) = cells.rect(cell);
         // SAFETY: the block covers rows `r0..r0 + rl` and columns `c0..c0 + cl`, inside the
         // matrices; its part of `dst` is written by this block only.
         unsafe {
@@ -112,7 +108,78 @@ unsafe fn split_product(
         };
         Ok(())
     };
-    crate::threads::for_each_claimed(rows * cols, || (), cell)
+    crate::threads::for_each_claimed(cells.count(), || (), cell)
+}
+
+/// The blocks of a split product in the order they are claimed: the [`grid`]'s blocks row by
+/// row, the last row of blocks cut into two rows of half the height where it is tall enough.
+/// Each thread's last block is then more likely a small one, so the threads finish closer
+/// together: with equal blocks the caller waited ~50 us for helpers' last blocks in product
+/// loops of ~390 us on a 16-core Xeon.
+struct Cells {
+    /// The product's rows and columns.
+    m: usize,
+    n: usize,
+    /// Block height and width.
+    rb: usize,
+    cb: usize,
+    /// Rows and columns of blocks.
+    rows: usize,
+    cols: usize,
+    /// The height of the first half of the last row of blocks (0: that row is not cut).
+    half: usize,
+}
+
+impl Cells {
+    /// The blocks of an `[m, n]` result cut into the `(rows, cols)` of [`grid`].
+    fn new((m, n): (usize, usize), (rows, cols): (usize, usize)) -> Cells {
+        let block =
+            |len: usize, parts: usize| len.div_ceil(parts).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
+        let (rb, cb) = (block(m, rows), block(n, cols));
+        let (rows, cols) = (m.div_ceil(rb), n.div_ceil(cb));
+        let last = m - (rows - 1) * rb;
+        let half = (last / 2).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
+        let half = if rows >= 2 && half < last { half } else { 0 };
+        Cells {
+            m,
+            n,
+            rb,
+            cb,
+            rows,
+            cols,
+            half,
+        }
+    }
+
+    /// How many blocks there are.
+    fn count(&self) -> usize {
+        self.rows * self.cols + if self.half > 0 { self.cols } else { 0 }
+    }
+
+    /// Block `i`: its first row, rows, first column and columns.
+    fn rect(&self, i: usize) -> (usize, usize, usize, usize) {
+        let whole = if self.half > 0 {
+            (self.rows - 1) * self.cols
+        } else {
+            self.rows * self.cols
+        };
+        let (r0, rl, c) = if i < whole {
+            let r0 = (i / self.cols) * self.rb;
+            (r0, self.rb.min(self.m - r0), i % self.cols)
+        } else {
+            // the last row of blocks, in two halves
+            let (h, c) = ((i - whole) / self.cols, (i - whole) % self.cols);
+            let base = (self.rows - 1) * self.rb;
+            let rl = if h == 0 {
+                self.half
+            } else {
+                self.m - base - self.half
+            };
+            (base + h * self.half, rl, c)
+        };
+        let c0 = c * self.cb;
+        (r0, rl, c0, self.cb.min(self.n - c0))
+    }
 }
 
 /// `dst` (`[m, n]`, unit column stride, row stride `dst_rs`) = `lhs` (`[m, k]`, strides `(row, column)`) times `rhs`
@@ -276,6 +343,42 @@ mod tests {
         // a whole number of blocks per thread where there is room and work for them
         assert_eq!(grid((784, 1024, 512), 12), (6, 8));
         assert_eq!(grid((784, 1024, 512), 3), (3, 4));
+    }
+
+    #[test]
+    fn blocks_cover_every_element_once() {
+        for (m, n) in [
+            (512, 1024),
+            (784, 1024),
+            (17, 5000),
+            (5000, 17),
+            (33, 33),
+            (1, 1),
+            (100, 3),
+        ] {
+            for threads in [1, 2, 3, 16] {
+                let cells = Cells::new((m, n), grid((m, n, 4096), threads));
+                let mut hits = vec![0u8; m * n];
+                for i in 0..cells.count() {
+                    let (r0, rl, c0, cl) = cells.rect(i);
+                    assert!(rl > 0 && cl > 0, "{m} {n} {threads} block {i}");
+                    for r in r0..r0 + rl {
+                        for c in c0..c0 + cl {
+                            hits[r * n + c] += 1;
+                        }
+                    }
+                }
+                assert!(hits.iter().all(|&h| h == 1), "{m} {n} {threads}");
+            }
+        }
+        // 16 threads, 512 x 1024 x 1024: 4 x 16 blocks of 128 rows, the last row cut in two
+        let cells = Cells::new((512, 1024), grid((512, 1024, 1024), 16));
+        assert_eq!(cells.count(), 80);
+        assert_eq!(cells.rect(47), (256, 128, 960, 64));
+        assert_eq!(
+            (cells.rect(48), cells.rect(79)),
+            ((384, 64, 0, 64), (448, 64, 960, 64))
+        );
     }
 
     #[test]
