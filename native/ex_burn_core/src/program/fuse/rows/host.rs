@@ -36,6 +36,11 @@ const VECTOR_EXTREMUM_FROM: usize = 512;
 /// Below this many elements a region runs on the calling thread.
 const PARALLEL_FROM: usize = 1 << 15;
 
+/// The same for regions with a transcendental step (`exp`, `log`, `tanh`, ...: tens of
+/// nanoseconds an element, where arithmetic takes one): a classifier's log-softmax over
+/// 512 x 10 logits took 90-100 us on one Xeon core inside an MLP step.
+const PARALLEL_FROM_TRANSCENDENTAL: usize = 1 << 9;
+
 /// An external operand's values as the rows read them.
 enum Values<'a> {
     /// Per element: values repeating with period `.1` (a multiple of the row length) over the
@@ -67,6 +72,20 @@ fn expand(t: &Tensor, shape: &[usize]) -> Result<Vec<f32>> {
 }
 
 impl Plan {
+    /// Whether a step computes a transcendental function (many times an addition's cost).
+    fn transcendental(&self) -> bool {
+        use crate::kernels::Map;
+        self.steps.iter().any(|s| {
+            matches!(
+                s,
+                Step::Map(Stage::Unary(
+                    Map::Exp | Map::Log | Map::Exact(_) | Map::Tanh | Map::Sin | Map::Cos,
+                    _
+                )) | Step::Map(Stage::Binary(Map::Pow, _, _))
+            )
+        })
+    }
+
     /// How the rows read external operand `j`.
     fn values(&self, j: usize) -> Result<Values<'_>> {
         let e = &self.ext[j];
@@ -138,7 +157,12 @@ impl Plan {
             .collect();
         let ptrs: Vec<SharedPtr<f32>> =
             outs.iter_mut().map(|o| SharedPtr(o.as_mut_ptr())).collect();
-        let per_task = (PARALLEL_FROM / cols.max(1)).max(1);
+        let parallel_from = if self.transcendental() {
+            PARALLEL_FROM_TRANSCENDENTAL
+        } else {
+            PARALLEL_FROM
+        };
+        let per_task = (parallel_from / cols.max(1)).max(1);
         let per_block = (BLOCK_ELEMENTS / cols.max(1)).clamp(1, per_task);
         // rows after which an operand's values start over (a causal mask under every head's
         // scores): no block reads across that point
@@ -190,7 +214,7 @@ impl Plan {
             }
             Ok(())
         };
-        if rows * cols >= PARALLEL_FROM && rows > 1 {
+        if rows * cols >= parallel_from && rows > 1 {
             let task = |(): &mut (), t: usize| run(t * per_task);
             crate::threads::for_each_claimed(rows.div_ceil(per_task), || (), task)?;
         } else {
