@@ -174,15 +174,16 @@ impl Plan {
             })
             .collect();
         let uses = Uses::of(self, &ext);
-        let run = |first: usize| -> Result<()> {
-            let mut scratch = Scratch::new(self, per_block, &uses);
+        // each thread's buffers, made once and reused for every group of rows it takes
+        let new_scratch = || Scratch::new(self, per_block, &uses);
+        let run = |scratch: &mut Scratch, first: usize| -> Result<()> {
             let end = (first + per_task).min(rows);
             let mut r = first;
             while r < end {
                 let nr = periods
                     .iter()
                     .fold(per_block.min(end - r), |n, &p| n.min(p - r % p));
-                self.block(r, nr, &ext, &uses, &mut scratch)?;
+                self.block(r, nr, &ext, &uses, scratch)?;
                 let n = nr * cols;
                 for ((&k, p), &each) in written.iter().zip(&ptrs).zip(&per_element) {
                     // SAFETY: each output has room for `rows` rows (of `cols` values where
@@ -215,10 +216,13 @@ impl Plan {
             Ok(())
         };
         if rows * cols >= parallel_from && rows > 1 {
-            let task = |(): &mut (), t: usize| run(t * per_task);
-            crate::threads::for_each_claimed(rows.div_ceil(per_task), || (), task)?;
+            let task = |scratch: &mut Scratch, t: usize| run(scratch, t * per_task);
+            crate::threads::for_each_claimed(rows.div_ceil(per_task), new_scratch, task)?;
         } else {
-            (0..rows).step_by(per_task).try_for_each(run)?;
+            let mut scratch = new_scratch();
+            (0..rows)
+                .step_by(per_task)
+                .try_for_each(|first| run(&mut scratch, first))?;
         }
         written
             .iter()
