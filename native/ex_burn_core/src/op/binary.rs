@@ -381,7 +381,7 @@ fn host_pair<T: Copy + Send + Sync>(
     crate::threads::for_each_chunk_mut(&mut x, util::HOST_PIECE, |i, xs| {
         let ys = &y[i * util::HOST_PIECE..];
         xs.iter_mut().zip(ys).for_each(|(p, &q)| *p = f(*p, q))
-    });
+    })?;
     Ok(x)
 }
 

@@ -281,7 +281,7 @@ pub(crate) fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     let spare = &mut out.spare_capacity_mut()[..len];
     if per_matrix < PARALLEL_FROM && nb > 1 && nb.saturating_mul(per_matrix) >= BATCH_PARALLEL_FROM
     {
-        crate::threads::for_each_chunk_mut(spare, m * n, |bi, c| one(bi, c.as_mut_ptr().cast()));
+        crate::threads::for_each_chunk_mut(spare, m * n, |bi, c| one(bi, c.as_mut_ptr().cast()))?;
     } else if per_matrix >= PARALLEL_FROM {
         for (bi, c) in spare.chunks_mut(m * n).enumerate() {
             let base = (av.base(bi, batch), bv.base(bi, batch));

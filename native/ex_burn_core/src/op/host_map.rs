@@ -42,7 +42,7 @@ pub(crate) fn compare_f32(c: Compare, a: &Tensor, b: &Tensor) -> Result<Option<T
         Compare::LessEqual => compare_rows(&av, &bv, &shape, |x, y| x <= y),
         Compare::Greater => compare_rows(&av, &bv, &shape, |x, y| x > y),
         Compare::GreaterEqual => compare_rows(&av, &bv, &shape, |x, y| x >= y),
-    };
+    }?;
     let data = TensorData::new(out, prim_shape(&shape));
     let prim = B::bool_from_data(data, &Device::Cpu.to_dispatch()?);
     Ok(Some(super::util::bool_tensor(prim, shape)))
@@ -97,7 +97,7 @@ pub(crate) fn select_f32(pred: &Tensor, t: &Tensor, f: &Tensor) -> Result<Option
                 }
             }
         }
-    });
+    })?;
     let data = TensorData::new(out, prim_shape(&shape));
     Tensor::from_data(data, DType::F32, shape, Device::Cpu).map(Some)
 }
@@ -131,7 +131,7 @@ fn compare_rows(
     bv: &View<f32>,
     shape: &[usize],
     f: impl Fn(f32, f32) -> bool + Sync,
-) -> Vec<bool> {
+) -> Result<Vec<bool>> {
     rows(shape, false, |row, out: &mut [bool]| {
         let (pa, pb) = (row_of(av, shape, row), row_of(bv, shape, row));
         match (pa.lane(av, out.len()), pb.lane(bv, out.len())) {
@@ -202,7 +202,7 @@ fn rows<T: Copy + Send + Sync>(
     shape: &[usize],
     init: T,
     fill: impl Fn(usize, &mut [T]) + Sync,
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let width = shape[shape.len() - 1];
     let n: usize = shape.iter().product();
     let mut out = vec![init; n];
@@ -210,6 +210,6 @@ fn rows<T: Copy + Send + Sync>(
         for (i, row) in chunk.chunks_mut(width).enumerate() {
             fill(task * ROWS_PER_TASK + i, row);
         }
-    });
-    out
+    })?;
+    Ok(out)
 }

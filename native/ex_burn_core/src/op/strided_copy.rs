@@ -57,7 +57,7 @@ pub(crate) fn reshape(t: &Tensor, shape: &[usize]) -> Result<Tensor> {
 /// its innermost run (after merging axes) has unit stride and at least [`MIN_RUN`]
 /// elements, all strides are non-negative and it is not contiguous already; `None` otherwise.
 pub(crate) fn contiguous_f32(t: &Tensor) -> Result<Option<Tensor>> {
-    let Some(out) = contiguous_f32_values(t) else {
+    let Some(out) = contiguous_f32_values(t)? else {
         return Ok(None);
     };
     let shape = t.shape().to_vec();
@@ -66,14 +66,16 @@ pub(crate) fn contiguous_f32(t: &Tensor) -> Result<Option<Tensor>> {
 }
 
 /// [`contiguous_f32`]'s values, without making a tensor of them.
-pub(crate) fn contiguous_f32_values(t: &Tensor) -> Option<Vec<f32>> {
-    let v = View::of_f32(t)?;
+pub(crate) fn contiguous_f32_values(t: &Tensor) -> Result<Option<Vec<f32>>> {
+    let Some(v) = View::of_f32(t) else {
+        return Ok(None);
+    };
     if v.strides.len() != t.rank() || v.strides.iter().any(|&s| s < 0) || t.numel() == 0 {
-        return None;
+        return Ok(None);
     }
     let (dims, steps) = collapse(t.shape(), &v.strides);
     let (Some(&run), Some(&1)) = (dims.last(), steps.last()) else {
-        return None;
+        return Ok(None);
     };
     // the same storage read over the merged axes, every element of it inside the storage
     let v = View {
@@ -81,7 +83,7 @@ pub(crate) fn contiguous_f32_values(t: &Tensor) -> Option<Vec<f32>> {
         ..v
     };
     if dims.len() < 2 || run < MIN_RUN || !v.fits(&dims) {
-        return None;
+        return Ok(None);
     }
     let n = t.numel();
     let outer = &dims[..dims.len() - 1];
@@ -101,13 +103,13 @@ pub(crate) fn contiguous_f32_values(t: &Tensor) -> Option<Vec<f32>> {
         }
     };
     if n >= PARALLEL_FROM {
-        crate::threads::for_each_chunk_mut(spare, per_task, |i, dst| copy((i, dst)));
+        crate::threads::for_each_chunk_mut(spare, per_task, |i, dst| copy((i, dst)))?;
     } else {
         spare.chunks_mut(per_task).enumerate().for_each(copy);
     }
     // SAFETY: the runs cover all `n` elements, each written above.
     unsafe { out.set_len(n) };
-    Some(out)
+    Ok(Some(out))
 }
 
 #[cfg(test)]

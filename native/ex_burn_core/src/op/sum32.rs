@@ -60,7 +60,7 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
                 let at = (i * per + j) * red;
                 *o = round(kernels::run_sum(&values[at..at + red]));
             }
-        });
+        })?;
     } else {
         // Each result sums a column: rows of `inner` added into an f64 row, by column blocks.
         let per = inner.div_ceil(threads).max(1);
@@ -81,7 +81,7 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
                     }
                 }
                 (c0, part)
-            });
+            })?;
         for (c0, part) in &parts {
             let w = part.len() / outer;
             for o in 0..outer {

@@ -196,7 +196,7 @@ fn exact32(op: Unary, x: &Tensor) -> Result<Tensor> {
 fn host_f32(x: &Tensor, f: impl Fn(&mut [f32]) + Sync) -> Result<Tensor> {
     let mut values = x.to_f32_vec()?;
     if values.len() > util::HOST_PIECE {
-        crate::threads::for_each_chunk_mut(&mut values, util::HOST_PIECE, |_, piece| f(piece));
+        crate::threads::for_each_chunk_mut(&mut values, util::HOST_PIECE, |_, piece| f(piece))?;
     } else {
         f(&mut values);
     }

@@ -200,13 +200,12 @@ unsafe impl<T: Send> Send for Elements<T> {}
 unsafe impl<T: Send> Sync for Elements<T> {}
 
 /// `f(i, chunk)` for every chunk of `len` elements of `data` (chunk `i` starts at `i * len`;
-/// the last may be shorter), as [`for_each_claimed`] runs items. A panic in `f` panics the
-/// caller once every chunk is done (as rayon's parallel iterators do).
+/// the last may be shorter), as [`for_each_claimed`] runs items; a panic in `f` is an error.
 pub(crate) fn for_each_chunk_mut<T: Send>(
     data: &mut [T],
     len: usize,
     f: impl Fn(usize, &mut [T]) + Sync,
-) {
+) -> Result<()> {
     let (total, len) = (data.len(), len.max(1));
     let elements = Elements(data.as_mut_ptr());
     let chunk = |(): &mut (), i: usize| {
@@ -221,29 +220,25 @@ pub(crate) fn for_each_chunk_mut<T: Send>(
         f(i, part);
         Ok(())
     };
-    if let Err(e) = for_each_claimed(total.div_ceil(len), || (), chunk) {
-        panic!("{e}");
-    }
+    for_each_claimed(total.div_ceil(len), || (), chunk)
 }
 
-/// `f(i)` for every `i` in `0..n`, as [`for_each_claimed`] runs items; the results in order.
-/// A panic in `f` panics the caller once every item is done.
-pub(crate) fn map_claimed<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
+/// `f(i)` for every `i` in `0..n`, as [`for_each_claimed`] runs items; the results in order
+/// (a panic in `f` is an error).
+pub(crate) fn map_claimed<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Result<Vec<R>> {
     let slots: Vec<Mutex<Option<R>>> = (0..n).map(|_| Mutex::new(None)).collect();
     let item = |(): &mut (), i: usize| {
         let r = f(i);
         *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         Ok(())
     };
-    if let Err(e) = for_each_claimed(n, || (), item) {
-        panic!("{e}");
-    }
+    for_each_claimed(n, || (), item)?;
     slots
         .into_iter()
         .map(|s| {
             s.into_inner()
                 .unwrap_or_else(|p| p.into_inner())
-                .expect("every item ran")
+                .ok_or_else(|| Error::Execution("a parallel item was not run".into()))
         })
         .collect()
 }
@@ -327,8 +322,8 @@ mod tests {
             },
         );
         assert!(matches!(r, Err(Error::Execution(_))));
-        let p = std::panic::catch_unwind(|| map_claimed(8, |i| if i == 5 { panic!() } else { i }));
-        assert!(p.is_err());
+        let r = map_claimed(8, |i| if i == 5 { panic!() } else { i });
+        assert!(matches!(r, Err(Error::Execution(_))));
     }
 
     #[test]
@@ -339,11 +334,12 @@ mod tests {
                 for (j, x) in part.iter_mut().enumerate() {
                     *x = i * chunk.max(1) + j;
                 }
-            });
+            })
+            .unwrap();
             assert!(v.iter().enumerate().all(|(i, &x)| x == i), "{len} {chunk}");
         }
         assert_eq!(
-            map_claimed(100, |i| i * i),
+            map_claimed(100, |i| i * i).unwrap(),
             (0..100).map(|i| i * i).collect::<Vec<_>>()
         );
     }
@@ -359,7 +355,7 @@ mod tests {
                 data.len(),
                 || (),
                 |(), i| {
-                    let inner = map_claimed(3, |j| data[i] + j);
+                    let inner = map_claimed(3, |j| data[i] + j)?;
                     total.fetch_add(inner.iter().sum::<usize>(), Ordering::Relaxed);
                     Ok(())
                 },

@@ -83,7 +83,7 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
         if !ok {
             failed.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-    });
+    })?;
     if failed.into_inner() {
         return Err(crate::Error::Execution(
             "attention: an operand view lies outside its storage".into(),

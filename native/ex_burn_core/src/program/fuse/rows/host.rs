@@ -65,7 +65,7 @@ fn expand(t: &Tensor, shape: &[usize]) -> Result<Vec<f32>> {
         .first()
         .ok_or_else(|| crate::Error::Execution("broadcast gave no result".into()))?;
     // (a broadcast view: copied on the compute threads where its rows allow)
-    match op::strided_copy::contiguous_f32_values(b) {
+    match op::strided_copy::contiguous_f32_values(b)? {
         Some(v) => Ok(v),
         None => b.to_f32_vec(),
     }
