@@ -80,7 +80,7 @@ pub(super) fn sum(x: &Tensor, axes: &[usize], shape: Vec<usize>) -> Result<Tenso
                         *p = round(*a);
                     }
                 }
-                (c0, part)
+                Ok((c0, part))
             })?;
         for (c0, part) in &parts {
             let w = part.len() / outer;

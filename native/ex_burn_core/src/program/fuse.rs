@@ -245,26 +245,10 @@ pub(super) fn execute(
         .step_by(CHUNK)
         .map(|s| (s, CHUNK.min(n - s)))
         .collect();
-    let workers = rayon::current_num_threads().clamp(1, chunks.len().max(1));
-    type Chunk = Vec<Option<Tensor>>;
-    let results: Vec<Vec<Chunk>> = on_threads(workers, |w| {
-        chunks
-            .iter()
-            .skip(w)
-            .step_by(workers)
-            .map(|&c| run_chunk(run, &flat, c, live_out, device))
-            .collect::<Result<Vec<_>>>()
+    // one piece per chunk, the results in chunk order
+    let ordered = crate::threads::map_claimed(chunks.len(), |i| {
+        run_chunk(run, &flat, chunks[i], live_out, device)
     })?;
-    // Put the chunks back in order: worker w computed chunks w, w + workers, ...
-    let mut per_worker: Vec<std::vec::IntoIter<Chunk>> =
-        results.into_iter().map(|v| v.into_iter()).collect();
-    let mut ordered = Vec::with_capacity(chunks.len());
-    for i in 0..chunks.len() {
-        match per_worker[i % workers].next() {
-            Some(c) => ordered.push(c),
-            None => return Err(Error::Execution("fused run lost a chunk".into())),
-        }
-    }
     let mut out = Vec::with_capacity(run.instrs.len());
     for (k, &live) in live_out.iter().enumerate() {
         if !live {
@@ -287,30 +271,6 @@ pub(super) fn execute(
         ));
     }
     Ok(Some(out))
-}
-
-/// Runs `f(i)` for every `i` in `0..n` on the calling thread and the CPU compute threads
-/// ([`crate::threads::for_each_claimed`]); the results in order (a panic gives an error).
-fn on_threads<T: Send>(n: usize, f: impl Fn(usize) -> Result<T> + Sync) -> Result<Vec<T>> {
-    let slots: Vec<std::sync::Mutex<Option<T>>> =
-        (0..n).map(|_| std::sync::Mutex::new(None)).collect();
-    crate::threads::for_each_claimed(
-        n,
-        || (),
-        |(), i| {
-            let r = f(i)?;
-            *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-            Ok(())
-        },
-    )?;
-    slots
-        .into_iter()
-        .map(|s| {
-            s.into_inner()
-                .unwrap_or_else(|p| p.into_inner())
-                .ok_or_else(|| Error::Execution("a fused chunk was not computed".into()))
-        })
-        .collect()
 }
 
 /// Runs every instruction of `run` on one chunk; keeps the live results.

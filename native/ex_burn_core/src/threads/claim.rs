@@ -223,12 +223,15 @@ pub(crate) fn for_each_chunk_mut<T: Send>(
     for_each_claimed(total.div_ceil(len), || (), chunk)
 }
 
-/// `f(i)` for every `i` in `0..n`, as [`for_each_claimed`] runs items; the results in order
-/// (a panic in `f` is an error).
-pub(crate) fn map_claimed<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Result<Vec<R>> {
+/// `f(i)` for every `i` in `0..n`, as [`for_each_claimed`] runs items; the results in order,
+/// or the first error (a panic in `f` is an error).
+pub(crate) fn map_claimed<R: Send>(
+    n: usize,
+    f: impl Fn(usize) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
     let slots: Vec<Mutex<Option<R>>> = (0..n).map(|_| Mutex::new(None)).collect();
     let item = |(): &mut (), i: usize| {
-        let r = f(i);
+        let r = f(i)?;
         *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         Ok(())
     };
@@ -322,7 +325,7 @@ mod tests {
             },
         );
         assert!(matches!(r, Err(Error::Execution(_))));
-        let r = map_claimed(8, |i| if i == 5 { panic!() } else { i });
+        let r = map_claimed(8, |i| if i == 5 { panic!() } else { Ok(i) });
         assert!(matches!(r, Err(Error::Execution(_))));
     }
 
@@ -339,7 +342,7 @@ mod tests {
             assert!(v.iter().enumerate().all(|(i, &x)| x == i), "{len} {chunk}");
         }
         assert_eq!(
-            map_claimed(100, |i| i * i).unwrap(),
+            map_claimed(100, |i| Ok(i * i)).unwrap(),
             (0..100).map(|i| i * i).collect::<Vec<_>>()
         );
     }
@@ -355,7 +358,7 @@ mod tests {
                 data.len(),
                 || (),
                 |(), i| {
-                    let inner = map_claimed(3, |j| data[i] + j)?;
+                    let inner = map_claimed(3, |j| Ok(data[i] + j))?;
                     total.fetch_add(inner.iter().sum::<usize>(), Ordering::Relaxed);
                     Ok(())
                 },

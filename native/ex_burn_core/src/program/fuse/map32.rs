@@ -407,7 +407,7 @@ impl Plan {
             .collect::<Result<_>>()?;
         // live constants are returned as they are; the loops write the other live results
         let live = self.written(live_out);
-        // Outputs are written once, by the workers (no zeroing pass on this thread first).
+        // Outputs are written once, by the threads that claim their chunks (no zeroing pass first).
         let mut outs: Vec<Vec<f32>> = live.iter().map(|_| Vec::with_capacity(n)).collect();
         let n_chunks = n.div_ceil(CHUNK);
         // per chunk, its slice of every live output (taken by the thread that claims it)
@@ -429,8 +429,8 @@ impl Plan {
             },
         )?;
         for buf in outs.iter_mut() {
-            // SAFETY: every worker returned Ok, so every chunk of every output was written in
-            // full by `run_chunks` (the chunks cover `0..n` exactly once).
+            // SAFETY: the loop returned Ok, so every chunk of every output was written in
+            // full by `run_chunk` (the chunks cover `0..n` exactly once).
             unsafe { buf.set_len(n) };
         }
         let computed = outs
