@@ -407,7 +407,7 @@ impl Plan {
             .collect::<Result<_>>()?;
         // live constants are returned as they are; the loops write the other live results
         let live = self.written(live_out);
-        // Outputs are written once, by the threads that claim their chunks (no zeroing pass first).
+        // Outputs are written once, by the threads that claim their chunks (no zeroing first).
         let mut outs: Vec<Vec<f32>> = live.iter().map(|_| Vec::with_capacity(n)).collect();
         let n_chunks = n.div_ceil(CHUNK);
         // per chunk, its slice of every live output (taken by the thread that claims it)
