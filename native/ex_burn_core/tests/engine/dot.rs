@@ -445,7 +445,7 @@ fn small_f32_products_are_rounded_once_from_f64() {
 }
 
 /// A column-major right operand (a transposed weight: `g . W^T`) of a large product on the
-/// CPU is copied to row-major before the GEMM (`dot::row_major_rhs`): the values are those
+/// CPU is copied to row-major before the GEMM (`dot::row_major_copy`): the values are those
 /// of the same product with the transposed weight materialised.
 #[test]
 fn transposed_right_operands_give_the_materialised_product() {
@@ -475,6 +475,43 @@ fn transposed_right_operands_give_the_materialised_product() {
             (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
             "entry {i}: {a} vs {b}"
         );
+    }
+}
+
+/// A column-major left operand (`h^T . g`, a weight gradient) of a large product on the CPU
+/// is copied to row-major before the GEMM where its columns lie a multiple of 256 elements
+/// apart, and read in place otherwise (`dot::row_major_copy`): either way the values are
+/// those of the same product with the transposed operand materialised.
+#[test]
+fn transposed_left_operands_give_the_materialised_product() {
+    for (m, k, n) in [(512, 256, 300), (1024, 64, 257), (300, 256, 310)] {
+        let hv: Vec<f64> = (0..k * m)
+            .map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0)
+            .collect();
+        let gv: Vec<f64> = (0..k * n)
+            .map(|i| ((i * 53) % 97) as f64 / 48.0 - 1.0)
+            .collect();
+        let (h, g) = (f(&hv, &[k, m]), f(&gv, &[k, n]));
+        let dot = |contract_a: usize| Op::Dot {
+            contract_a: vec![contract_a],
+            batch_a: vec![],
+            contract_b: vec![0],
+            batch_b: vec![],
+            out: None,
+            precision: ex_burn_core::op::Precision::Highest,
+        };
+        // h^T . g through the transposed view
+        let got = v(&ev(dot(0), &[&h, &g]));
+        // the same with h^T materialised as a row-major [m, k] tensor
+        let ht: Vec<f64> = (0..m * k).map(|i| hv[(i % k) * m + i / k]).collect();
+        let want = v(&ev(dot(1), &[&f(&ht, &[m, k]), &g]));
+        assert_eq!(got.len(), m * n);
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "{m} x {k} x {n} entry {i}: {a} vs {b}"
+            );
+        }
     }
 }
 
