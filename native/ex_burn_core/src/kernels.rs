@@ -451,6 +451,69 @@ impl Conv2dGeometry {
     }
 }
 
+/// The windows of `window_scatter_max` / `window_scatter_min` (XLA's select-and-scatter, the
+/// gradient of max and min pooling) over an input of `shape`: `counts` windows along each
+/// axis, each of `window` elements, `strides` apart, the first starting `lo` elements before
+/// the input (padding read as the init value).
+///
+/// The values, as `Nx.BinaryBackend` computes them: each window selects, scanning its
+/// elements in row-major order from the first, each element `x` for which `x >= best`
+/// (`x <= best` for min) holds, so ties go to the last and a NaN is never selected unless it
+/// is the first; each element of the result is the init value plus, one at a time in
+/// row-major order of the windows, the source value of every window that selected it
+/// (elements no window selected, and selections in the padding, leave the init value alone).
+#[derive(Clone, Copy, Debug)]
+pub struct WindowScatterGeometry<'a> {
+    /// The input's (and the result's) shape.
+    pub shape: &'a [usize],
+    /// Windows along each axis (the source's shape).
+    pub counts: &'a [usize],
+    /// Window size along each axis.
+    pub window: &'a [usize],
+    /// Window strides.
+    pub strides: &'a [usize],
+    /// Padding before each axis.
+    pub lo: &'a [usize],
+    /// Whether windows select their largest element (else their smallest).
+    pub max: bool,
+}
+
+impl WindowScatterGeometry<'_> {
+    /// Number of windows.
+    pub fn windows(&self) -> usize {
+        self.counts.iter().product()
+    }
+
+    /// Number of elements of a window.
+    pub fn window_len(&self) -> usize {
+        self.window.iter().product()
+    }
+
+    /// Along `axis`, the windows (first, last) that cover padded coordinate `pp`; `None`
+    /// where none does.
+    pub fn covering(&self, axis: usize, pp: usize) -> Option<(usize, usize)> {
+        let (w, s, c) = (self.window[axis], self.strides[axis], self.counts[axis]);
+        // windows j with j * s <= pp < j * s + w
+        let first = (pp + 1).saturating_sub(w).div_ceil(s);
+        let last = (pp / s).min(c.checked_sub(1)?);
+        (first <= last).then_some((first, last))
+    }
+}
+
+/// A window scatter for [`DeviceKernels::window_scatter`]: f32 `input`, `source` (one value
+/// per window) and scalar `init`, the result of the input's shape.
+#[derive(Clone, Copy, Debug)]
+pub struct WindowScatterCall<'a> {
+    /// The tensor whose windows select.
+    pub input: Operand<'a>,
+    /// A value per window.
+    pub source: Operand<'a>,
+    /// The init value (a scalar).
+    pub init: Operand<'a>,
+    /// The windows.
+    pub geometry: WindowScatterGeometry<'a>,
+}
+
 /// The gradient of a 2-D convolution's kernel for [`DeviceKernels::conv2d_kernel_gradient`]:
 /// the convolution of `input` `[n, c, h, w]` by a kernel of shape `kernel` `[o, c, kh, kw]`
 /// (strides, symmetric padding, kernel dilations, one group) gave a result whose gradient is
@@ -678,6 +741,13 @@ pub trait DeviceKernels: Send + Sync {
     /// The results of a row region's written steps, in order, as one kernel.
     fn row_region(&self, region: &RowRegion) -> Result<Option<Vec<DispatchTensor>>> {
         let _ = region;
+        Ok(None)
+    }
+
+    /// A window scatter of f32 tensors as kernels of the device (the values as
+    /// [`WindowScatterGeometry`] says).
+    fn window_scatter(&self, call: &WindowScatterCall) -> Result<Option<DispatchTensor>> {
+        let _ = call;
         Ok(None)
     }
 

@@ -17,6 +17,7 @@
 //! | [`views`]     | strided reshapes, `slice`, `put_slice`, row sums and scatter-adds      |
 //! | [`fused`]     | fused element-wise runs and row regions as CUDA C                      |
 //! | [`attention`] | fused attention (TF32 `mma.sync`)                                      |
+//! | [`window`]    | window scatters (max and min pooling's gradients)                      |
 //! | [`events`]    | CUDA events for the GPU-time profile                                   |
 //!
 //! ## Cargo features
@@ -42,11 +43,12 @@ pub mod gemm;
 pub mod memory;
 pub mod queue;
 pub mod views;
+pub mod window;
 
 use burn::DispatchTensor;
 use ex_burn_core::kernels::{
     self, AttentionCall, ConvCall, Counts, DeviceKernels, KernelGradientCall, MapRun, Mark,
-    Operand, Precision, Rounded, RowRegion, Start,
+    Operand, Precision, Rounded, RowRegion, Start, WindowScatterCall,
 };
 use ex_burn_core::Result;
 use std::time::Duration;
@@ -192,6 +194,10 @@ impl DeviceKernels for Cuda {
 
     fn attention(&self, call: &AttentionCall) -> Result<Option<DispatchTensor>> {
         attention::run(call)
+    }
+
+    fn window_scatter(&self, call: &WindowScatterCall) -> Result<Option<DispatchTensor>> {
+        window::run(call)
     }
 
     fn mark(&self, index: usize) -> Option<Mark> {

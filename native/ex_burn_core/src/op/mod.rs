@@ -32,6 +32,7 @@ mod table;
 mod unary;
 mod wide;
 mod window;
+mod window_scatter32;
 
 pub(crate) mod util;
 pub(crate) mod view;

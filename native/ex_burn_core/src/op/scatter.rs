@@ -3,7 +3,10 @@
 //! (smallest) element, the last one on ties as `Nx.BinaryBackend` does, and the source value
 //! of that window is added there; untouched positions keep the init value.
 //!
-//! Composed from the op table on the device: the K = prod(window) strided views of the padded
+//! f32 on the CPU and on devices with kernels for it: [`super::window_scatter32`] and
+//! [`crate::kernels::DeviceKernels::window_scatter`], the sources added in the windows' order
+//! after the init value as `Nx.BinaryBackend` adds them. Otherwise composed from the op table
+//! on the device: the K = prod(window) strided views of the padded
 //! input are stacked and reduced with `argmax`/`argmin`; for each window offset, the source
 //! values whose window chose that offset are placed back with interior padding and summed.
 
@@ -11,7 +14,8 @@ use super::binary;
 use super::reduce;
 use super::{shape, util, ArgKind, Op, ScatterKind, TieBreak};
 use super::{Arith, Compare};
-use crate::{DType, Error, Result, Scalar, Tensor};
+use crate::kernels::{WindowScatterCall, WindowScatterGeometry};
+use crate::{DType, Device, Error, Result, Scalar, Tensor};
 
 /// Runs a window scatter op on `[input, source, init]` (all of one type).
 pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
@@ -63,10 +67,24 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
         )));
     }
     let init = init.cast(dtype)?;
-    let out_init = util::broadcast_to(&init, t.shape())?;
     if t.numel() == 0 || source.numel() == 0 {
-        return Ok(out_init);
+        return util::broadcast_to(&init, t.shape());
     }
+    if dtype == DType::F32 {
+        let lo: Vec<usize> = padding.iter().map(|p| p.0 as usize).collect();
+        let geometry = WindowScatterGeometry {
+            shape: t.shape(),
+            counts: &counts,
+            window: dims,
+            strides: &strides,
+            lo: &lo,
+            max,
+        };
+        if let Some(r) = f32_windows(t, &source.cast(dtype)?, &init, geometry)? {
+            return Ok(r);
+        }
+    }
+    let out_init = util::broadcast_to(&init, t.shape())?;
     let config: Vec<(i64, i64, i64)> = padding.iter().map(|&(lo, hi)| (lo, hi, 0)).collect();
     let padded = shape::pad(t, &init, &config)?;
 
@@ -107,6 +125,35 @@ pub(super) fn eval(op: &Op, x: &[Tensor]) -> Result<Tensor> {
     let lo: Vec<usize> = padding.iter().map(|p| p.0 as usize).collect();
     let cropped = shape::slice_static(&acc, &lo, t.shape(), &vec![1; r])?;
     binary::binary(Arith::Add, &cropped, &out_init, dtype)
+}
+
+/// The f32 window scatter by the device's kernels or, on the CPU, by
+/// [`super::window_scatter32`]: the values [`WindowScatterGeometry`] defines. `None`: another
+/// device without such kernels (the composed path below computes it).
+fn f32_windows(
+    t: &Tensor,
+    source: &Tensor,
+    init: &Tensor,
+    geometry: WindowScatterGeometry,
+) -> Result<Option<Tensor>> {
+    if let Some(k) = t.kernels() {
+        let call = WindowScatterCall {
+            input: t.operand(),
+            source: source.operand(),
+            init: init.operand(),
+            geometry,
+        };
+        return Ok(k
+            .window_scatter(&call)?
+            .map(|p| Tensor::from_kernel(p, t.shape().to_vec())));
+    }
+    if t.device() != Device::Cpu {
+        return Ok(None);
+    }
+    let init = util::read_scalar(init)?.to_f64() as f32;
+    let values =
+        super::window_scatter32::host(&t.to_f32_vec()?, &source.to_f32_vec()?, init, &geometry)?;
+    Tensor::from_host_f32(values, t.shape().to_vec()).map(Some)
 }
 
 /// Every offset inside a window, in row-major order (the order ties are broken in).
