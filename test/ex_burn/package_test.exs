@@ -131,8 +131,9 @@ defmodule ExBurn.PackageTest do
     # formatting, size checks and cancellation (2026-11-27), 2.55 MB with the small-loop
     # interpreter, host convolutions, the generated op table and the engine's configuration
     # (2026-11-28), 2.75 MB with the small loops' machine code and the host's f64-rounded
-    # functions (2026-11-29); a budget, not a hex limit
-    assert total < 2_850_000, "package #{total} bytes"
+    # functions (2026-11-29), 2.87 MB with the window scatters' and the sums' kernels
+    # (2026-11-29, later); a budget, not a hex limit
+    assert total < 3_000_000, "package #{total} bytes"
   end
 
   test "nothing built, no maintainers' tools" do

@@ -699,6 +699,18 @@ pub trait DeviceKernels: Send + Sync {
         Ok(None)
     }
 
+    /// The f32 sum of `t` over every axis outside `kept` (a run of axes with reduced axes on
+    /// both sides: a batch normalization's statistics over `[n, c, h, w]`, kept `1..2`),
+    /// shaped as the kept axes.
+    fn sum_around(
+        &self,
+        t: Operand,
+        kept: std::ops::Range<usize>,
+    ) -> Result<Option<DispatchTensor>> {
+        let _ = (t, kept);
+        Ok(None)
+    }
+
     /// `x ** e` for f32 `x` and an f32 scalar `e` read on the device: exponents 2 and 3 as
     /// products rounded once, others by `powf`.
     fn small_power(&self, x: Operand, e: Operand) -> Result<Option<DispatchTensor>> {

@@ -164,6 +164,14 @@ impl DeviceKernels for Cuda {
         views::leading_sum(t, lead)
     }
 
+    fn sum_around(
+        &self,
+        t: Operand,
+        kept: std::ops::Range<usize>,
+    ) -> Result<Option<DispatchTensor>> {
+        views::sum_around(t, kept)
+    }
+
     fn small_power(&self, x: Operand, e: Operand) -> Result<Option<DispatchTensor>> {
         elementwise::small_power(x, e)
     }

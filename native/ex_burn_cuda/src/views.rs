@@ -439,9 +439,179 @@ pub fn leading_sum(t: Operand, lead: usize) -> Result<Option<DispatchTensor>> {
     Ok(out.and_then(|mut o| o.pop()))
 }
 
+/// Threads of a block of [`sum_around`]'s first kernel.
+const AROUND_THREADS: usize = 256;
+
+/// The sum of an f32 CUDA tensor over every axis outside `kept` (reduced axes on both
+/// sides: a batch normalization's statistics over `[n, c, h, w]`), as two kernels of ours:
+/// partial sums, a block of threads for each kept element and slice of the outer axes (the
+/// block's threads read consecutive elements of the inner axes, then add their sums in a
+/// tree), then each kept element's partial sums in order. Burn reduced such axes in two
+/// passes of its reduction kernel. The result has the kept axes' shape; `None` where this
+/// does not apply.
+pub fn sum_around(t: Operand, kept: std::ops::Range<usize>) -> Result<Option<DispatchTensor>> {
+    let Some(strides) = elementwise::strides(t) else {
+        return Ok(None);
+    };
+    let shape = t.shape;
+    if strides.len() != shape.len() || !elementwise::available() {
+        return Ok(None);
+    }
+    let Some(plan) = Around::of(shape, &strides, kept.clone()) else {
+        return Ok(None);
+    };
+    let (partial, total) = plan.sources();
+    let n = plan.k * plan.splits;
+    let Some(part) = submit(
+        &partial,
+        &[t],
+        &[vec![plan.k, plan.splits]],
+        (n.min(65_535) as u32, AROUND_THREADS as u32),
+        n,
+    )?
+    .and_then(|mut o| o.pop()) else {
+        return Ok(None);
+    };
+    let part = Operand {
+        prim: &part,
+        shape: &[plan.k, plan.splits],
+    };
+    let out = submit(
+        &total,
+        &[part],
+        &[shape[kept].to_vec()],
+        grid(plan.k),
+        plan.k,
+    )?;
+    ex_burn_core::profile::note_detail(|| {
+        format!("sum around {}x{}x{}", plan.outer, plan.k, plan.inner)
+    });
+    Ok(out.and_then(|mut o| o.pop()))
+}
+
+/// How [`sum_around`] cuts a tensor: `outer` x `k` x `inner` elements (the axes before, in
+/// and after the kept run), the outer axes in `splits` slices of `per`.
+struct Around {
+    outer: usize,
+    k: usize,
+    inner: usize,
+    splits: usize,
+    per: usize,
+    /// CUDA C offsets of outer index `o`, kept index `kk` and inner index `ii`.
+    at: [String; 3],
+}
+
+impl Around {
+    /// The plan for a tensor of `shape` stored with `strides`; `None` where the kept run does
+    /// not have reduced axes on both sides, or something is empty or too large.
+    fn of(shape: &[usize], strides: &[usize], kept: std::ops::Range<usize>) -> Option<Around> {
+        let rank = shape.len();
+        if kept.start == 0 || kept.end >= rank || kept.is_empty() {
+            return None;
+        }
+        let size = |r: std::ops::Range<usize>| shape[r].iter().product::<usize>();
+        let (outer, k, inner) = (
+            size(0..kept.start),
+            size(kept.clone()),
+            size(kept.end..rank),
+        );
+        if outer == 0 || k == 0 || inner == 0 || outer * inner > u32::MAX as usize {
+            return None;
+        }
+        // about 1,024 blocks in all, each over at least one outer slice
+        let splits = 1024usize.div_ceil(k).clamp(1, outer);
+        let per = outer.div_ceil(splits);
+        let splits = outer.div_ceil(per);
+        // an index's coordinates along `axes`, times their strides
+        let offset = |var: &str, axes: std::ops::Range<usize>| {
+            let total: usize = shape[axes.clone()].iter().product();
+            let terms: Vec<String> = axes
+                .clone()
+                .filter(|&a| shape[a] != 1)
+                .map(|a| {
+                    let inner: usize = shape[a + 1..axes.end].iter().product();
+                    let (v, u) = if total <= u32::MAX as usize {
+                        (format!("(unsigned int){var}"), "u")
+                    } else {
+                        (var.to_string(), "ULL")
+                    };
+                    format!("({v} / {inner}{u} % {}{u}) * {}ULL", shape[a], strides[a])
+                })
+                .collect();
+            if terms.is_empty() {
+                "0ULL".to_string()
+            } else {
+                terms.join(" + ")
+            }
+        };
+        let at = [
+            offset("o", 0..kept.start),
+            offset("kk", kept.clone()),
+            offset("ii", kept.end..rank),
+        ];
+        Some(Around {
+            outer,
+            k,
+            inner,
+            splits,
+            per,
+            at,
+        })
+    }
+
+    /// The two kernels: partial sums (`[k, splits]`, contiguous), then their sums per kept
+    /// element.
+    fn sources(&self) -> (String, String) {
+        let Around {
+            outer,
+            inner,
+            splits,
+            per,
+            ..
+        } = *self;
+        let [at_o, at_k, at_i] = &self.at;
+        let warps = AROUND_THREADS / 32;
+        let partial = format!(
+            "{}  __shared__ float warp[{warps}];\n  for (unsigned long long b = blockIdx.x; b < n; b \
+             += gridDim.x) {{\n    const unsigned long long kk = b / {splits}ULL, first = b % \
+             {splits}ULL * {per}ULL;\n    const unsigned long long last = first + {per}ULL < \
+             {outer}ULL ? first + {per}ULL : {outer}ULL;\n    const unsigned long long base = \
+             {at_k};\n    float a = 0.0f;\n    for (unsigned int j = threadIdx.x; j < (unsigned \
+             int)((last - first) * {inner}ULL); j += blockDim.x) {{\n      const unsigned long long \
+             o = first + j / {inner}u, ii = j % {inner}u;\n      a += e0[base + {at_o} + \
+             {at_i}];\n    }}\n    for (int d = 16; d > 0; d >>= 1) a += \
+             __shfl_down_sync(0xffffffffu, a, d);\n    if ((threadIdx.x & 31u) == 0u) \
+             warp[threadIdx.x >> 5] = a;\n    __syncthreads();\n    if (threadIdx.x < 32u) {{\n      \
+             a = threadIdx.x < {warps}u ? warp[threadIdx.x] : 0.0f;\n      for (int d = 16; d > 0; \
+             d >>= 1) a += __shfl_down_sync(0xffffffffu, a, d);\n      if (threadIdx.x == 0u) \
+             o0[b] = a;\n    }}\n    __syncthreads();\n  }}\n}}\n",
+            header("", 1, 1),
+        );
+        let total = format!(
+            "{}{}    float a = 0.0f;\n    for (unsigned long long s = 0; s < {splits}ULL; s++) a += \
+             e0[c * {splits}ULL + s];\n    o0[c] = a;\n  }}\n}}\n",
+            header("", 1, 1),
+            grid_loop("c"),
+        );
+        (partial, total)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::view_strides;
+
+    #[test]
+    fn sum_around_sources_compile() {
+        for (shape, strides, kept) in [
+            (vec![64, 256, 56, 56], vec![802816, 3136, 56, 1], 1..2),
+            (vec![8, 2, 3, 5, 7], vec![210, 105, 35, 7, 1], 1..3),
+        ] {
+            let (partial, total) = super::Around::of(&shape, &strides, kept).unwrap().sources();
+            crate::elementwise::assert_compiles(&partial);
+            crate::elementwise::assert_compiles(&total);
+        }
+    }
 
     #[test]
     fn put_slice_source_compiles() {

@@ -139,6 +139,20 @@ fn reduce(
             }
         }
     }
+    if red == ReduceKind::Sum && out == DType::F32 {
+        // over axes on both sides of a run of kept ones (batch-norm statistics)
+        let first = (0..x.rank()).find(|a| !axes.contains(a)).unwrap_or(0);
+        let end = (first..x.rank())
+            .find(|a| axes.contains(a))
+            .unwrap_or(x.rank());
+        let around = first > 0 && end < x.rank() && axes.len() == x.rank() - (end - first);
+        if let (true, Some(k)) = (around, x.kernels()) {
+            if let Some(p) = k.sum_around(x.operand(), first..end)? {
+                let rest = x.shape()[first..end].to_vec();
+                return Tensor::from_kernel(p, rest).reshape(shape);
+            }
+        }
+    }
     if red == ReduceKind::Sum && super::sum32::applies(x, out) {
         return super::sum32::sum(x, &axes, shape);
     }
@@ -166,6 +180,7 @@ fn reduce(
     // data): one kernel launch per run of adjacent axes instead of one per axis. Float sums
     // and products then add in another order, so the CPU (whose f32 sums are f64 sums, and
     // whose results the conformance suites pin) keeps reducing axis by axis.
+    let reduced = axes.clone();
     let exact = !(kind == Kind::Float && matches!(red, ReduceKind::Sum | ReduceKind::Product));
     let axes = if exact || !matches!(x.dispatch_device(), burn::DispatchDevice::Flex(_)) {
         let (merged_shape, merged_axes) = merge_adjacent(t.shape(), &axes);
@@ -191,7 +206,29 @@ fn reduce(
             (_, _) => B::int_min_dim(p, a),
         };
     }
-    Ok(Tensor::from_prim(p, kind, shape))
+    let result = Tensor::from_prim(p, kind, shape);
+    if kind == Kind::Float
+        && matches!(red, ReduceKind::Max | ReduceKind::Min)
+        && !x.device().is_host()
+    {
+        return with_nan(&t, &reduced, keep, result);
+    }
+    Ok(result)
+}
+
+/// `result`, a GPU maximum or minimum of `t` over `axes`, NaN wherever the values reduced
+/// held a NaN, as Nx's are: the GPU backends' `max`/`min` skip NaN (CUDA's `fmaxf`), and a
+/// row with a NaN came back as the largest of its other values.
+fn with_nan(t: &Tensor, axes: &[usize], keep: bool, result: Tensor) -> Result<Tensor> {
+    let nan = super::binary::compare(super::Compare::NotEqual, t, t)?;
+    let any = reduce(ReduceKind::Any, &nan, &Some(axes.to_vec()), keep, DType::U8)?;
+    let nans = util::full(
+        result.shape(),
+        result.dtype(),
+        Scalar::Nan,
+        &t.dispatch_device(),
+    )?;
+    Ok(util::select(&any, &nans, &result))
 }
 
 fn arg(

@@ -534,3 +534,89 @@ fn sums_of_a_scalar_start_from_zero() {
         assert!(v(&ev(sum(None, false), &[&nan]))[0].is_nan());
     }
 }
+
+/// f32 sums over the axes on both sides of kept ones (a batch normalization's statistics:
+/// `[n, c, h, w]` over `[0, 2, 3]`; on a GPU one kernel of the device's), with and without
+/// `keep_axes`, against the f64 sum: within f32 rounding of the partial sums.
+#[test]
+fn sums_around_kept_axes_match_the_f64_sum() {
+    for (shape, axes) in [
+        (vec![4, 3, 5, 7], vec![0, 2, 3]),
+        (vec![64, 8, 14, 14], vec![0, 2, 3]),
+        (vec![3, 2, 5, 4, 6], vec![0, 3, 4]),
+        (vec![2, 3, 4, 5, 2], vec![0, 1, 4]),
+        (vec![9, 1, 300], vec![0, 2]),
+    ] {
+        let n: usize = shape.iter().product();
+        let xv: Vec<f64> = (0..n)
+            .map(|i| ((i * 7919) % 1013) as f64 / 101.0 - 5.0)
+            .collect();
+        let x = f(&xv, &shape);
+        let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+        let out_len: usize = kept.iter().map(|&a| shape[a]).product();
+        // the f64 sums of the (f32-exact) inputs, by kept index
+        let mut want = vec![0f64; out_len];
+        for (i, &v) in xv.iter().enumerate() {
+            let (mut rest, mut at, mut scale) = (i, 0, 1);
+            for a in (0..shape.len()).rev() {
+                let c = rest % shape[a];
+                rest /= shape[a];
+                if kept.contains(&a) {
+                    at += c * scale;
+                    scale *= shape[a];
+                }
+            }
+            want[at] += v as f32 as f64;
+        }
+        for keep in [false, true] {
+            let got = ev(sum(Some(axes.clone()), keep), &[&x]);
+            let want_shape: Vec<usize> = (0..shape.len())
+                .filter_map(|a| match (kept.contains(&a), keep) {
+                    (true, _) => Some(shape[a]),
+                    (false, true) => Some(1),
+                    (false, false) => None,
+                })
+                .collect();
+            assert_eq!(got.shape(), want_shape, "{shape:?} over {axes:?}");
+            let per = (n / out_len) as f64;
+            for (j, (g, w)) in v(&got).iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-6 * per * 5.0 + 1e-4,
+                    "{shape:?} over {axes:?} element {j}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+/// A maximum or minimum over values holding a NaN is NaN, as in Nx, on every device (the GPU
+/// backends' own `max`/`min` skip NaN), over one axis, several and all; rows without NaN keep
+/// their extremum.
+#[test]
+fn extrema_over_a_nan_are_nan() {
+    let mut xv: Vec<f64> = (0..24).map(|i| ((i * 5) % 11) as f64 - 5.0).collect();
+    xv[7] = f64::NAN; // row 1 of [4, 6], element [0, 1, 3] of [2, 3, 4]
+    for kind in [ReduceKind::Max, ReduceKind::Min] {
+        let op = |axes: Option<Vec<usize>>| Op::Reduce {
+            kind,
+            axes,
+            keep_axes: false,
+            out: None,
+        };
+        let rows = v(&ev(op(Some(vec![1])), &[&f(&xv, &[4, 6])]));
+        assert!(rows[1].is_nan(), "{kind:?}: {rows:?}");
+        assert!(
+            rows.iter().enumerate().all(|(i, r)| i == 1 || !r.is_nan()),
+            "{kind:?}: {rows:?}"
+        );
+        let around = v(&ev(op(Some(vec![0, 2])), &[&f(&xv, &[2, 3, 4])]));
+        assert!(
+            around[1].is_nan() && !around[0].is_nan() && !around[2].is_nan(),
+            "{kind:?}: {around:?}"
+        );
+        assert!(
+            v(&ev(op(None), &[&f(&xv, &[4, 6])]))[0].is_nan(),
+            "{kind:?}"
+        );
+    }
+}
