@@ -4,6 +4,7 @@
 use super::util;
 use super::{ArgKind, Op, ReduceKind, TieBreak};
 use crate::dtype::Kind;
+use crate::kernels::{Fold, Level, RowOperand, RowRegion, RowStep, Src};
 use crate::tensor::{Prim, B};
 use crate::{DType, Error, Result, Scalar, Tensor};
 use burn::tensor::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
@@ -165,6 +166,11 @@ fn reduce(
         return super::wide::in_f64(&[x], |w| reduce(red, &w[0], &axes, keep, DType::F64));
     }
     let t = x.cast(out)?;
+    if matches!(red, ReduceKind::Max | ReduceKind::Min) && out == DType::F32 {
+        if let Some(r) = row_extremum(&t, &axes, red == ReduceKind::Max, &shape)? {
+            return Ok(r);
+        }
+    }
     let kind = t.kind();
     let mut p: Prim = t.prim();
     if axes.len() == x.rank() && matches!(red, ReduceKind::Sum | ReduceKind::Product) {
@@ -214,6 +220,48 @@ fn reduce(
         return with_nan(&t, &reduced, keep, result);
     }
     Ok(result)
+}
+
+/// The maximum or minimum of f32 `t` over trailing `axes` as one row-region kernel of the
+/// device's (one fold over each row: NaN wins, as Nx's), of `shape`; `None` where the device
+/// has no such kernel or the rows are longer than it takes.
+fn row_extremum(t: &Tensor, axes: &[usize], max: bool, shape: &[usize]) -> Result<Option<Tensor>> {
+    let (Some(k), Some(&lead)) = (t.kernels(), axes.first()) else {
+        return Ok(None);
+    };
+    let rank = t.rank();
+    if lead == 0
+        || axes.len() != rank - lead
+        || axes.iter().enumerate().any(|(j, &a)| a != lead + j)
+    {
+        return Ok(None);
+    }
+    let (rows, cols) = (
+        t.shape()[..lead].iter().product::<usize>(),
+        t.shape()[lead..].iter().product::<usize>(),
+    );
+    if cols > k.row_limit() {
+        return Ok(None);
+    }
+    let fold = if max { Fold::Max } else { Fold::Min };
+    let shapes = [shape.to_vec()];
+    let region = RowRegion {
+        steps: &[RowStep::Fold(fold, Src::Ext(0))],
+        levels: &[Level::Row],
+        shapes: &shapes,
+        operands: vec![RowOperand {
+            operand: t.operand(),
+            level: Level::Full,
+            donated: false,
+        }],
+        full: t.shape(),
+        rows,
+        cols,
+        written: &[0],
+    };
+    Ok(k.row_region(&region)?
+        .and_then(|mut r| r.pop())
+        .map(|p| Tensor::from_kernel(p, shape.to_vec())))
 }
 
 /// `result`, a GPU maximum or minimum of `t` over `axes`, NaN wherever the values reduced
