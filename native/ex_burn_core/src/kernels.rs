@@ -4,11 +4,11 @@
 //! The engine is written against Burn's `Dispatch` backend and runs on every device without
 //! this module. An accelerator with kernels of its own (ExBurn's CUDA crate,
 //! `native/ex_burn_cuda`: cuBLAS products, fused element-wise runs and row regions, strided
-//! views, attention, memory statistics) implements [`DeviceKernels`] and is [`install`]ed
-//! once, at load time (the NIF's `load`). The engine asks the kernels serving a tensor's
-//! device first; every method may decline (`Ok(None)`, what the defaults return), and the
-//! engine then computes the same result with Burn. Nothing here knows CUDA: the plug-in
-//! reaches the backend tensors behind the primitives it is handed.
+//! views, sums, window scatters, attention, memory statistics) implements [`DeviceKernels`]
+//! and is [`install`]ed once, at load time (the NIF's `load`). The engine asks the kernels
+//! serving a tensor's device first; every method may decline (`Ok(None)`, what the defaults
+//! return), and the engine then computes the same result with Burn. Nothing here knows CUDA:
+//! the plug-in reaches the backend tensors behind the primitives it is handed.
 //!
 //! This module sits on the engine's lowest floor (it names only errors, Burn's primitives and
 //! the types below), so that devices, tensors, ops and programs all call down into it. The

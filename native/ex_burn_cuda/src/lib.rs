@@ -14,7 +14,7 @@
 //! | [`gemm`]      | matrix products by cuBLAS (also Burn's own, through `burn-cubecl`)     |
 //! | [`conv`]      | 2-D convolutions by cuDNN (loaded at run time)                         |
 //! | [`elementwise`] | element-wise kernels compiled with NVRTC, and their launches         |
-//! | [`views`]     | strided reshapes, `slice`, `put_slice`, row sums and scatter-adds      |
+//! | [`views`]     | strided reshapes, `slice`, `put_slice`, sums and scatter-adds          |
 //! | [`fused`]     | fused element-wise runs and row regions as CUDA C                      |
 //! | [`attention`] | fused attention (TF32 `mma.sync`)                                      |
 //! | [`window`]    | window scatters (max and min pooling's gradients)                      |

@@ -6,8 +6,9 @@
 //! the same buffer with other strides. Here such a reshape is a view with computed strides
 //! (cuBLAS then reads a transposed operand as it is stored), and one that cannot be a view is
 //! one copy by an element-wise kernel of ours. More of Burn's strided paths are kernels of ours
-//! here: `put_slice` (one pass writing the result), f32 sums over leading axes, `slice` at
-//! starts read on the device, and the scatter-add of rows behind an embedding's gradient.
+//! here: `put_slice` (one pass writing the result), f32 sums over leading axes and around kept
+//! ones (batch normalization's statistics), `slice` at starts read on the device, and the
+//! scatter-add of rows behind an embedding's gradient.
 
 use crate::elementwise::{
     self, f32_cube, grid, grid_loop, header, header_with, map_source, strided_index, submit,
