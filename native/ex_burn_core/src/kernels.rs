@@ -711,6 +711,13 @@ pub trait DeviceKernels: Send + Sync {
         Ok(None)
     }
 
+    /// Nx's element-wise `max` (`min`) of f32 `a` and `b` of one shape (either may be a
+    /// broadcast view): `a` where `a > b` (`a < b`) or `a` is NaN, else `b`.
+    fn extremum_pair(&self, a: Operand, b: Operand, max: bool) -> Result<Option<DispatchTensor>> {
+        let _ = (a, b, max);
+        Ok(None)
+    }
+
     /// `x ** e` for f32 `x` and an f32 scalar `e` read on the device: exponents 2 and 3 as
     /// products rounded once, others by `powf`.
     fn small_power(&self, x: Operand, e: Operand) -> Result<Option<DispatchTensor>> {

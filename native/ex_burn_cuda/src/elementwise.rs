@@ -255,6 +255,36 @@ fn small_power_source(shape: &[usize], strides: &[usize]) -> String {
     )
 }
 
+/// Nx's element-wise `max` (`min`) of f32 CUDA tensors `a` and `b` of one shape (either may
+/// be a broadcast view), in one kernel: `a` where `a > b` (`a < b`) or `a` is NaN, else `b`,
+/// as the engine's composed path (a comparison, a NaN test, an `or`, a select: four passes)
+/// and the fused kernels compute it. `None` where it does not apply (see [`submit`]).
+pub fn extremum_pair(a: Operand, b: Operand, max: bool) -> Result<Option<DispatchTensor>> {
+    let (Some(sa), Some(sb)) = (strides(a), strides(b)) else {
+        return Ok(None);
+    };
+    let shape = a.shape;
+    if sa.len() != shape.len() || sb.len() != shape.len() || b.shape != shape || shape.is_empty() {
+        return Ok(None);
+    }
+    let source = extremum_pair_source(shape, &sa, &sb, max);
+    let n = a.numel();
+    Ok(submit(&source, &[a, b], &[shape.to_vec()], grid(n), n)?.and_then(|mut o| o.pop()))
+}
+
+/// The kernel of [`extremum_pair`] for operands of `shape` stored with strides `sa`, `sb`.
+fn extremum_pair_source(shape: &[usize], sa: &[usize], sb: &[usize], max: bool) -> String {
+    let (ia, ib) = (
+        strided_index(shape, sa, shape),
+        strided_index(shape, sb, shape),
+    );
+    let wins = if max { ">" } else { "<" };
+    map_source(
+        2,
+        &format!("float x = e0[{ia}], y = e1[{ib}]; o0[i] = (x {wins} y || isnan(x)) ? x : y;"),
+    )
+}
+
 /// `f` (a CUDA math library function of a double) of an f32 CUDA tensor, computed in f64 and
 /// rounded once to f32 in one kernel (the fused kernels compute the same, [`crate::fused`]);
 /// `None` where it does not apply (see [`submit`]).
@@ -525,6 +555,23 @@ pub(crate) fn submit_for(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn extremum_pair_sources_compile() {
+        // a ReLU's max against a broadcast zero, and a min of two transposed views
+        super::assert_compiles(&super::extremum_pair_source(
+            &[64, 256, 56, 56],
+            &[802816, 3136, 56, 1],
+            &[0, 0, 0, 0],
+            true,
+        ));
+        super::assert_compiles(&super::extremum_pair_source(
+            &[96, 40],
+            &[1, 96],
+            &[1, 96],
+            false,
+        ));
+    }
+
     #[test]
     fn small_power_source_compiles() {
         // a transposed [40, 96] view

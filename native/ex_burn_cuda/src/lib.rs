@@ -172,6 +172,10 @@ impl DeviceKernels for Cuda {
         views::sum_around(t, kept)
     }
 
+    fn extremum_pair(&self, a: Operand, b: Operand, max: bool) -> Result<Option<DispatchTensor>> {
+        elementwise::extremum_pair(a, b, max)
+    }
+
     fn small_power(&self, x: Operand, e: Operand) -> Result<Option<DispatchTensor>> {
         elementwise::small_power(x, e)
     }

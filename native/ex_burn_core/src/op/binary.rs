@@ -385,8 +385,17 @@ fn host_pair<T: Copy + Send + Sync>(
     Ok(x)
 }
 
-/// NaN-propagating element-wise min/max.
+/// NaN-propagating element-wise min/max: on a GPU with such a kernel one pass of it
+/// ([`crate::kernels::DeviceKernels::extremum_pair`]), else a comparison, a NaN test, an `or`
+/// and a select (the same values).
 fn min_max(a: &Tensor, b: &Tensor, max: bool) -> Result<Tensor> {
+    if a.dtype() == DType::F32 && b.dtype() == DType::F32 && a.shape() == b.shape() {
+        if let Some(k) = a.kernels() {
+            if let Some(p) = k.extremum_pair(a.operand(), b.operand(), max)? {
+                return Ok(Tensor::from_kernel(p, a.shape().to_vec()));
+            }
+        }
+    }
     let a_wins = compare_same(if max { Compare::Greater } else { Compare::Less }, a, b);
     let a_wins = if a.kind() == Kind::Float {
         let a_nan = util::bool_tensor(

@@ -948,3 +948,62 @@ fn float_remainders_are_exact() {
     ));
     assert_eq!(got64, want64);
 }
+
+/// `max` / `min` pick as Nx's (and the fused kernels') do, bit for bit: `a` where `a > b`
+/// (`a < b`) or `a` is NaN, else `b` (so of two zeros the second, of two NaN the first), over
+/// a full operand against a broadcast row and a transposed view, with NaN, infinities and
+/// signed zeros (one device kernel on a GPU, four ops elsewhere).
+#[test]
+fn max_and_min_pick_bit_for_bit() {
+    let (rows, cols) = (64, 130);
+    let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0];
+    let value = |i: usize, salt: usize| {
+        if (i + salt).is_multiple_of(7) {
+            special[((i + salt) / 7) % special.len()]
+        } else {
+            ((i * 7919 + salt) % 9) as f64 - 4.0
+        }
+    };
+    let xv: Vec<f64> = (0..rows * cols).map(|i| value(i, 0)).collect();
+    let rv: Vec<f64> = (0..cols).map(|i| value(i, 3)).collect();
+    let tv: Vec<f64> = (0..rows * cols).map(|i| value(i, 5)).collect();
+    let x = f(&xv, &[rows, cols]);
+    let row = ev(
+        Op::Broadcast {
+            shape: vec![rows, cols],
+            axes: Some(vec![1]),
+        },
+        &[&f(&rv, &[cols])],
+    );
+    // [cols, rows] transposed to [rows, cols]: element (r, c) is tv[c * rows + r]
+    let t = ev(
+        Op::Transpose {
+            axes: Some(vec![1, 0]),
+        },
+        &[&f(&tv, &[cols, rows])],
+    );
+    for (other, at) in [
+        (
+            &row,
+            &(|_r: usize, c: usize| rv[c]) as &dyn Fn(usize, usize) -> f64,
+        ),
+        (&t, &|r: usize, c: usize| tv[c * rows + r]),
+    ] {
+        for (op, wins) in [
+            (Arith::Max, (|a: f32, b: f32| a > b) as fn(f32, f32) -> bool),
+            (Arith::Min, |a: f32, b: f32| a < b),
+        ] {
+            let got = ev(Op::Binary { op, out: None }, &[&x, other]);
+            let got = v(&got);
+            for (i, g) in got.iter().enumerate() {
+                let (a, b) = (xv[i] as f32, at(i / cols, i % cols) as f32);
+                let want = if wins(a, b) || a.is_nan() { a } else { b };
+                let g = *g as f32;
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "{op:?} element {i}: {a} and {b} gave {g}, want {want}"
+                );
+            }
+        }
+    }
+}
