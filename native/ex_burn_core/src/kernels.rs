@@ -374,6 +374,15 @@ impl<'a> AttentionSizes<'a> {
     }
 }
 
+/// The element strides of a row-major tensor of `dims`.
+pub fn row_major_strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for a in (0..dims.len().saturating_sub(1)).rev() {
+        s[a] = s[a + 1] * dims[a + 1];
+    }
+    s
+}
+
 /// Strides of a tensor of `shape` (its own element `strides`) broadcast to `full`
 /// (trailing-aligned): zero on axes it lacks or has as 1 (a mask's layout over attention
 /// scores, say); `None` if it does not broadcast.

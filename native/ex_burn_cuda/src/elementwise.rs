@@ -341,10 +341,15 @@ pub(crate) fn assert_compiles_for(arch: Option<&'static str>, source: &str) {
 /// and the 64-bit divisions by constants of every operand's index made element-wise kernels
 /// instruction-bound (a put_slice of [8, 512, 2304] ran at a third of the memory's speed).
 pub fn coordinate(inner: usize, dim: usize, total: usize) -> String {
+    coordinate_of("i", inner, dim, total)
+}
+
+/// [`coordinate`] of the flat index held in the variable `var`.
+pub fn coordinate_of(var: &str, inner: usize, dim: usize, total: usize) -> String {
     let (i, u) = if total <= u32::MAX as usize {
-        ("(unsigned int)i", "u")
+        (format!("(unsigned int){var}"), "u")
     } else {
-        ("i", "ULL")
+        (var.to_string(), "ULL")
     };
     match (inner, dim) {
         (1, 0) => format!("({i})"),

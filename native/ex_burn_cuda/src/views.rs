@@ -531,12 +531,8 @@ impl Around {
                 .filter(|&a| shape[a] != 1)
                 .map(|a| {
                     let inner: usize = shape[a + 1..axes.end].iter().product();
-                    let (v, u) = if total <= u32::MAX as usize {
-                        (format!("(unsigned int){var}"), "u")
-                    } else {
-                        (var.to_string(), "ULL")
-                    };
-                    format!("({v} / {inner}{u} % {}{u}) * {}ULL", shape[a], strides[a])
+                    let c = elementwise::coordinate_of(var, inner, shape[a], total);
+                    format!("{c} * {}ULL", strides[a])
                 })
                 .collect();
             if terms.is_empty() {

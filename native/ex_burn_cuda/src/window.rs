@@ -7,18 +7,9 @@
 
 use crate::elementwise::{self, coordinate, grid, grid_loop, header, submit};
 use burn::DispatchTensor;
-use ex_burn_core::kernels::{Operand, WindowScatterCall, WindowScatterGeometry};
+use ex_burn_core::kernels::{row_major_strides, Operand, WindowScatterCall, WindowScatterGeometry};
 use ex_burn_core::Result;
 use std::fmt::Write;
-
-/// Row-major strides of `dims`.
-fn dense(dims: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; dims.len()];
-    for a in (0..dims.len().saturating_sub(1)).rev() {
-        s[a] = s[a + 1] * dims[a + 1];
-    }
-    s
-}
 
 /// The window scatter `call` as two kernels; `None` where it does not apply (an operand not
 /// an f32 CUDA tensor, or strides of another rank).
@@ -80,7 +71,11 @@ pub fn run(call: &WindowScatterCall) -> Result<Option<DispatchTensor>> {
 /// input `e0` is read with `strides`, padding as the init value `e1[0]`.
 fn select_source(g: &WindowScatterGeometry, strides: &[usize]) -> String {
     let rank = g.shape.len();
-    let (windows, wst, est) = (g.windows(), dense(g.counts), dense(g.window));
+    let (windows, wst, est) = (
+        g.windows(),
+        row_major_strides(g.counts),
+        row_major_strides(g.window),
+    );
     let mut s = header("", 2, 1);
     s.push_str(&grid_loop("i"));
     s.push_str(
@@ -129,8 +124,8 @@ fn gather_source(g: &WindowScatterGeometry, chosen: &[usize], source: &[usize]) 
     let rank = g.shape.len();
     let (n, xst, est) = (
         g.shape.iter().product::<usize>(),
-        dense(g.shape),
-        dense(g.window),
+        row_major_strides(g.shape),
+        row_major_strides(g.window),
     );
     let mut s = header("", 3, 1);
     s.push_str(&grid_loop("i"));
@@ -191,8 +186,12 @@ mod tests {
             lo: &[0, 0, 1, 1],
             max: true,
         };
-        elementwise::assert_compiles(&select_source(&g, &dense(g.shape)));
-        elementwise::assert_compiles(&gather_source(&g, &dense(g.counts), &dense(g.counts)));
+        elementwise::assert_compiles(&select_source(&g, &row_major_strides(g.shape)));
+        elementwise::assert_compiles(&gather_source(
+            &g,
+            &row_major_strides(g.counts),
+            &row_major_strides(g.counts),
+        ));
         let scalar = WindowScatterGeometry {
             shape: &[],
             counts: &[],

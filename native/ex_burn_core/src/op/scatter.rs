@@ -152,8 +152,17 @@ fn f32_windows(
     }
     let init = util::read_scalar(init)?.to_f64() as f32;
     let values =
-        super::window_scatter32::host(&t.to_f32_vec()?, &source.to_f32_vec()?, init, &geometry)?;
+        super::window_scatter32::host(&host_values(t)?, &host_values(source)?, init, &geometry)?;
     Tensor::from_host_f32(values, t.shape().to_vec()).map(Some)
+}
+
+/// The values of an f32 host tensor in row-major order: read in place when it is contiguous,
+/// else copied once.
+fn host_values(x: &Tensor) -> Result<std::borrow::Cow<'_, [f32]>> {
+    Ok(match x.host_f32() {
+        Some(v) => std::borrow::Cow::Borrowed(v),
+        None => std::borrow::Cow::Owned(x.to_f32_vec()?),
+    })
 }
 
 /// Every offset inside a window, in row-major order (the order ties are broken in).

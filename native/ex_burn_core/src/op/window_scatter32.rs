@@ -7,7 +7,7 @@
 //! one pass per window offset; for the gradient of a 3 x 3 max pooling that is ~36 passes
 //! over the input's size, and it adds the sources in another order.
 
-use crate::kernels::WindowScatterGeometry;
+use crate::kernels::{row_major_strides, WindowScatterGeometry};
 use crate::Result;
 
 /// Elements a parallel piece computes.
@@ -23,30 +23,27 @@ pub(crate) fn host(
 ) -> Result<Vec<f32>> {
     let rank = g.shape.len();
     // row-major strides of the input, the windows and a window's elements
-    let strides_of = |dims: &[usize]| {
-        let mut s = vec![1usize; dims.len()];
-        for a in (0..dims.len().saturating_sub(1)).rev() {
-            s[a] = s[a + 1] * dims[a + 1];
-        }
-        s
-    };
     let (in_st, win_st, el_st) = (
-        strides_of(g.shape),
-        strides_of(g.counts),
-        strides_of(g.window),
+        row_major_strides(g.shape),
+        row_major_strides(g.counts),
+        row_major_strides(g.window),
     );
     let (windows, len) = (g.windows(), g.window_len());
     // pass 1: the element (row-major index inside its window) each window selects
     let mut chosen = vec![0u32; windows];
     crate::threads::for_each_chunk_mut(&mut chosen, PIECE, |piece, out| {
+        let mut origin = vec![0usize; rank];
         for (j, c) in out.iter_mut().enumerate() {
             let w = piece * PIECE + j;
+            // the window's first element, in padded coordinates
+            for (a, o) in origin.iter_mut().enumerate() {
+                *o = (w / win_st[a] % g.counts[a]) * g.strides[a];
+            }
             let value = |q: usize| {
                 // the element's padded coordinates, then the input's
                 let mut offset = 0;
                 for a in 0..rank {
-                    let pp =
-                        (w / win_st[a] % g.counts[a]) * g.strides[a] + q / el_st[a] % g.window[a];
+                    let pp = origin[a] + q / el_st[a] % g.window[a];
                     match pp.checked_sub(g.lo[a]).filter(|&x| x < g.shape[a]) {
                         Some(x) => offset += x * in_st[a],
                         None => return init,

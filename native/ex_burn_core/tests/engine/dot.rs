@@ -457,14 +457,7 @@ fn transposed_right_operands_give_the_materialised_product() {
         .map(|i| ((i * 53) % 97) as f64 / 48.0 - 1.0)
         .collect();
     let (g, w) = (f(&gv, &[m, k]), f(&wv, &[n, k]));
-    let dot = |contract_b: usize| Op::Dot {
-        contract_a: vec![1],
-        batch_a: vec![],
-        contract_b: vec![contract_b],
-        batch_b: vec![],
-        out: None,
-        precision: ex_burn_core::op::Precision::Highest,
-    };
+    let dot = |contract_b: usize| contraction(1, contract_b, ex_burn_core::op::Precision::Highest);
     // g . w^T through the transposed view
     let got = v(&ev(dot(1), &[&g, &w]));
     // the same with w^T materialised as a row-major [k, n] tensor
@@ -492,14 +485,8 @@ fn transposed_left_operands_give_the_materialised_product() {
             .map(|i| ((i * 53) % 97) as f64 / 48.0 - 1.0)
             .collect();
         let (h, g) = (f(&hv, &[k, m]), f(&gv, &[k, n]));
-        let dot = |contract_a: usize| Op::Dot {
-            contract_a: vec![contract_a],
-            batch_a: vec![],
-            contract_b: vec![0],
-            batch_b: vec![],
-            out: None,
-            precision: ex_burn_core::op::Precision::Highest,
-        };
+        let dot =
+            |contract_a: usize| contraction(contract_a, 0, ex_burn_core::op::Precision::Highest);
         // h^T . g through the transposed view
         let got = v(&ev(dot(0), &[&h, &g]));
         // the same with h^T materialised as a row-major [m, k] tensor
