@@ -31,6 +31,7 @@ pub mod memory;
 pub mod op;
 pub mod profile;
 pub mod program;
+pub mod quick;
 mod rng;
 pub mod scalar;
 pub mod size;

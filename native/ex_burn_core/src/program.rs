@@ -141,6 +141,49 @@ pub struct Program {
     /// only where it runs (devices that fuse the recomputations) or is asked for.
     #[serde(skip)]
     scheduled: OnceLock<Option<Box<Program>>>,
+    /// What [`Program::run_small`] keeps between runs.
+    #[serde(skip)]
+    small: Box<SmallRuns>,
+}
+
+/// What [`Program::run_small`] keeps: whether the program was found not for the
+/// interpreter, and the code compiled for the last inputs. Clones start afresh; not part of a
+/// program's equality.
+#[derive(Default)]
+struct SmallRuns {
+    refused: std::sync::atomic::AtomicBool,
+    kept: std::sync::Mutex<Option<small::Once>>,
+}
+
+impl SmallRuns {
+    fn refused(&self) -> bool {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn refuse(&self) {
+        self.refused
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Clone for SmallRuns {
+    fn clone(&self) -> SmallRuns {
+        SmallRuns::default()
+    }
+}
+
+impl PartialEq for SmallRuns {
+    fn eq(&self, _: &SmallRuns) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for SmallRuns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmallRuns")
+            .field("refused", &self.refused())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Program {
@@ -200,6 +243,7 @@ impl Program {
             input_free: vec![],
             made: literal::Made::default(),
             scheduled: OnceLock::new(),
+            small: Box::default(),
         };
         p.validate()?;
         Ok(p)
@@ -369,6 +413,40 @@ impl Program {
         let out = self.run(inputs, device);
         HOOKS.with(|h| *h.borrow_mut() = outer);
         out
+    }
+
+    /// Runs a straight-line program of small host tensors (at most 4,096 elements a value)
+    /// once with the small-tensor interpreter of `while` loops, without a tensor per op: the
+    /// values of [`Program::run`] (the interpreter computes each op as the op table does).
+    /// `Ok(None)` when the program does not qualify (other ops or types, larger tensors,
+    /// constants, a `u8` result); a program refused once is not tried again. The compiled
+    /// code is kept for the next run on inputs of the same types and shapes (a run that finds
+    /// it in use by another thread compiles its own).
+    pub fn run_small(&self, inputs: &[Tensor], device: Device) -> Result<Option<Vec<Tensor>>> {
+        if self.small.refused() || self.consts != 0 || !self.straight_line() {
+            return Ok(None);
+        }
+        let Some(code) = step::small_code(self) else {
+            self.small.refuse();
+            return Ok(None);
+        };
+        let mut own = None;
+        let mut held = self.small.kept.try_lock().ok();
+        let kept = match held.as_deref_mut() {
+            Some(k) => k,
+            None => &mut own,
+        };
+        let out = small::once(&code, inputs, device, kept)?;
+        if out.is_none() && device.is_host() {
+            self.small.refuse();
+        }
+        Ok(out)
+    }
+
+    /// Whether every step is a tensor op: no loops, branches, hooks or folds of a function,
+    /// so that the work of a run is fixed by the inputs' shapes.
+    pub fn straight_line(&self) -> bool {
+        self.instrs.iter().all(|i| matches!(i.op, Step::Op(_)))
     }
 
     /// The devices of the program's constant tensors (a run moves them to its device).

@@ -90,6 +90,19 @@ impl Drop for TensorRes {
 pub struct ProgramRes {
     /// The program.
     pub program: Program,
+    /// How its host runs went: whether it may run on a normal scheduler (see
+    /// [`ex_burn_core::quick::Quick`]).
+    pub quick: ex_burn_core::quick::Quick,
+}
+
+impl ProgramRes {
+    /// A handle to `program`, with no runs recorded yet.
+    pub fn new(program: Program) -> ProgramRes {
+        ProgramRes {
+            program,
+            quick: ex_burn_core::quick::Quick::default(),
+        }
+    }
 }
 
 #[rustler::resource_impl]

@@ -1,4 +1,5 @@
-//! `while` loops over small tensors, run whole by an interpreter on the host.
+//! `while` loops over small tensors, run whole by an interpreter on the host (and small
+//! straight-line programs, run once by it: [`once`]).
 //!
 //! A loop whose state is a few small tensors (counters, a point, a 16-element vector) and
 //! whose condition and body are element-wise arithmetic, comparisons, selects and full sums
@@ -14,6 +15,8 @@
 
 mod code;
 mod compile;
+
+pub use compile::Once;
 mod native;
 
 use crate::op::Op;
@@ -72,6 +75,29 @@ pub fn run(
         n += 1;
     }
     m.state().map(Some)
+}
+
+/// Runs the straight-line program `p` (tensor ops only) once on `inputs` with the
+/// interpreter when it qualifies (host tensors of at most [`MAX_ELEMENTS`] elements, ops and
+/// types the interpreter has, no `u8` result): the same values as running it op by op
+/// without allocating a tensor per op; `Ok(None)` when it does not qualify. `kept` holds the
+/// code compiled by an earlier call, reused when the inputs have the same types and shapes.
+pub fn once(
+    p: &Code,
+    inputs: &[Tensor],
+    device: Device,
+    kept: &mut Option<compile::Once>,
+) -> Result<Option<Vec<Tensor>>> {
+    if !device.is_host() || inputs.iter().any(|t| !t.device().is_host()) {
+        return Ok(None);
+    }
+    if !kept.as_ref().is_some_and(|k| k.fits(inputs)) {
+        *kept = compile::Once::new(p, inputs)?;
+    }
+    match kept {
+        Some(k) => k.run(inputs).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// How many loops this thread has run with the interpreter (lets tests tell it ran).

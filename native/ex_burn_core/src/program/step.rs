@@ -234,7 +234,7 @@ fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
 }
 
 /// `p` as the small-loop interpreter reads it, when it is tensor ops only.
-fn small_code(p: &Program) -> Option<super::small::Code<'_>> {
+pub(super) fn small_code(p: &Program) -> Option<super::small::Code<'_>> {
     if p.consts != 0 {
         return None;
     }

@@ -185,3 +185,75 @@ fn unsupported_combinations_are_argument_errors() {
     let e = bn.train_epoch(&data, &epoch(4, devices(2), 1), &mut |_, _, _| {});
     assert!(matches!(e, Err(Error::Argument(m)) if m.contains("batch normalization")));
 }
+
+/// Sums across devices of many parameter sets (a model's worth) while another thread keeps
+/// compiling new kernels on the first device: every sum has the right values and all of them
+/// end (a watchdog turns a wait that never ends into a failure instead of a hung suite). On
+/// GPUs a server that loads a new kernel waits for the device's running kernels, NCCL's
+/// among them, which wait for the other participants' parts of the sum.
+#[test]
+fn sums_across_devices_finish_while_kernels_compile() {
+    use ex_burn_core::{collective, DType, Op, Tensor};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    let devs = devices(2);
+    let (done, finished) = mpsc::channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    let compiling = {
+        let stop = stop.clone();
+        let d = devs[0];
+        std::thread::spawn(move || {
+            // element-wise maxima of a new shape each time: a new kernel each on GPUs
+            let mut cols = 3;
+            while !stop.load(Ordering::Relaxed) && cols < 400 {
+                let a: Vec<f64> = (0..5 * cols).map(|i| (i % 7) as f64).collect();
+                let x = Tensor::from_bytes(&bytes_of(&a, DType::F32), &[5, cols], DType::F32, d)
+                    .unwrap();
+                let op = Op::Binary {
+                    op: Arith::Max,
+                    out: None,
+                };
+                let m = ex_burn_core::program::eval(&op.into(), &[x.clone(), x], d).unwrap();
+                assert_eq!(values_of(&m[0].to_bytes(None).unwrap(), DType::F32), a);
+                cols += 1;
+            }
+        })
+    };
+    let summing = std::thread::spawn(move || {
+        for round in 0..12 {
+            let sets: Vec<Vec<Tensor>> = (0..150)
+                .map(|k| {
+                    devs.iter()
+                        .enumerate()
+                        .map(|(j, &d)| {
+                            let x = [(round * 1000 + k) as f64, j as f64 + 0.5];
+                            Tensor::from_bytes(&bytes_of(&x, DType::F32), &[2], DType::F32, d)
+                                .unwrap()
+                        })
+                        .collect()
+                })
+                .collect();
+            let sums = collective::all_reduce(sets).unwrap();
+            for (k, set) in sums.iter().enumerate() {
+                let want = [2.0 * (round * 1000 + k) as f64, 2.0];
+                for s in set {
+                    assert_eq!(values_of(&s.to_bytes(None).unwrap(), DType::F32), want);
+                }
+            }
+        }
+        let _ = done.send(());
+    });
+    let result = finished.recv_timeout(std::time::Duration::from_secs(240));
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        result.is_ok(),
+        "the sums did not finish within 240 s: {}",
+        if summing.is_finished() {
+            "the summing thread failed"
+        } else {
+            "still waiting (a deadlock)"
+        }
+    );
+    summing.join().unwrap();
+    compiling.join().unwrap();
+}

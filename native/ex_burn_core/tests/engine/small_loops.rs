@@ -409,3 +409,103 @@ fn a_body_too_long_to_keep_every_value_runs_op_by_op() {
     same(&looped, &by_hand);
     assert!(!ran);
 }
+
+/// `p` without its results that are `u8` (comparison results: booleans op by op).
+fn returning(p: &Program, outputs: Vec<usize>) -> Program {
+    Program::new(p.inputs, p.instrs.clone(), outputs).unwrap()
+}
+
+/// Straight-line programs over small host tensors run once by the interpreter
+/// (`Program::run_small`, what a compiled call of such a function takes on the CPU) give the
+/// bits of their ops run one at a time: the benchmark loop's body (f32 with NaN, infinities,
+/// signed zeros) and the integer body (wrapping, comparisons, selects, casts), twice each
+/// with other values (the code compiled by the first run is kept) and once with another
+/// shape (compiled anew).
+#[test]
+fn small_straight_line_programs_give_the_bits_of_their_ops() {
+    let host = dev().is_host();
+    let f32_inputs = |x: &[f64], v: &[f64]| {
+        vec![
+            t(&[3.], &[], DType::S32),
+            f(x, &[x.len()]),
+            f(v, &[v.len()]),
+            t(&[40.], &[], DType::S32),
+        ]
+    };
+    let body = bench_body();
+    let x: Vec<f64> = (0..16).map(|k| k as f64 / 16.0).collect();
+    let mut special = SPECIAL.to_vec();
+    special.extend((0..8).map(|k| -(k as f64) * 0.3));
+    let runs = [
+        f32_inputs(&x, &special),
+        f32_inputs(&special, &x),
+        f32_inputs(&SPECIAL, &[0.25, -3.0, 1e-20, 7.0, 0.0, -0.0, 2.0, 1.5]),
+    ];
+    for inputs in &runs {
+        let got = body.run_small(inputs, dev()).unwrap();
+        assert_eq!(got.is_some(), host, "the CPU interprets small programs");
+        if let Some(got) = got {
+            same(&got, &op_by_op(&body, inputs));
+        }
+    }
+    // the integer body without its u8 result
+    let ints = returning(&integer_body(), vec![7, 29, 28]);
+    let inputs = vec![
+        t(&[0.], &[], DType::S32),
+        t(&[0., 1., 2., 200., 255., 9.], &[2, 3], DType::U8),
+        t(&[3., -2., 1e9, -7., 0., 5.], &[2, 3], DType::S64),
+        f(&[0.5, -1.5, 2.0, 1e-3, 7.0, -0.0], &[2, 3]),
+        t(&[-4., 100., 3.], &[3], DType::S16),
+        t(&[6.], &[], DType::S32),
+    ];
+    let got = ints.run_small(&inputs, dev()).unwrap();
+    assert_eq!(got.is_some(), host);
+    if let Some(got) = got {
+        same(&got, &op_by_op(&ints, &inputs));
+    }
+}
+
+/// What the interpreter does not run once: a `u8` result (a comparison's, a boolean op by
+/// op), an op it does not have, tensors over its size, programs with constants; a program
+/// refused once stays refused; `Program::run` gives the same values either way.
+#[test]
+fn other_straight_line_programs_are_left_to_op_by_op_evaluation() {
+    let u8_result = integer_body();
+    let inputs = vec![
+        t(&[0.], &[], DType::S32),
+        t(&[0., 1., 2., 200., 255., 9.], &[2, 3], DType::U8),
+        t(&[3., -2., 1e9, -7., 0., 5.], &[2, 3], DType::S64),
+        f(&[0.5, -1.5, 2.0, 1e-3, 7.0, -0.0], &[2, 3]),
+        t(&[-4., 100., 3.], &[3], DType::S16),
+        t(&[6.], &[], DType::S32),
+    ];
+    assert!(u8_result.run_small(&inputs, dev()).unwrap().is_none());
+    same(
+        &u8_result.run(inputs.clone(), dev()).unwrap(),
+        &op_by_op(&u8_result, &inputs),
+    );
+    // a product
+    let dot = Program::new(
+        2,
+        vec![ins(
+            matmul_op(ex_burn_core::op::Precision::Highest),
+            &[0, 1],
+        )],
+        vec![2],
+    )
+    .unwrap();
+    let (a, b) = (f(&[1., 2., 3., 4.], &[2, 2]), f(&[5., 6., 7., 8.], &[2, 2]));
+    assert!(dot.run_small(&[a, b], dev()).unwrap().is_none());
+    // 5,000 elements, then (refused for good) 16
+    let exp = Program::new(1, vec![ins(un(Unary::Exp), &[0])], vec![1]).unwrap();
+    assert!(exp
+        .run_small(&[f(&vec![0.5; 5000], &[5000])], dev())
+        .unwrap()
+        .is_none());
+    let small = [f(&[0.5; 16], &[16])];
+    assert!(exp.run_small(&small, dev()).unwrap().is_none());
+    // a fresh copy of the program is tried again
+    let fresh = Program::new(1, vec![ins(un(Unary::Exp), &[0])], vec![1]).unwrap();
+    let got = fresh.run_small(&small, dev()).unwrap();
+    assert_eq!(got.is_some(), dev().is_host());
+}

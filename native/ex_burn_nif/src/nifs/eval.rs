@@ -9,7 +9,8 @@ use ex_burn_core::{cancel, guard, Program};
 use rustler::{Encoder, Env, LocalPid, ResourceArc, Term};
 
 rustler::atoms! { ex_burn_hook }
-use std::time::Duration;
+use ex_burn_core::Device;
+use std::time::{Duration, Instant};
 
 /// `(op, inputs, device)`: runs one op; creation ops place their result on `device`, the
 /// others run where their inputs are. Small host ops answer on the normal scheduler.
@@ -61,7 +62,7 @@ pub fn program_build<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
     sched::always(env, a, here, Class::DirtyCpu, || {
         let p: Program = decode::decode(a[0], "program")?;
         let p = p.with_constants(args::tensors(a[1])?)?;
-        Ok(ResourceArc::new(ProgramRes { program: p }).encode(env))
+        Ok(ResourceArc::new(ProgramRes::new(p)).encode(env))
     })
 }
 
@@ -82,9 +83,17 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 Some(t) => sched::compute(args::tensor(t)?.device()),
                 None => sched::compute(device),
             };
-            Ok((device, class))
+            let quick = match class {
+                Class::DirtyCpu => quick_elements(a, device)?,
+                _ => None,
+            };
+            let class = match quick {
+                Some((_, true)) => Class::Normal,
+                _ => class,
+            };
+            Ok(((device, quick.map(|(elements, _)| elements)), class))
         },
-        |device| {
+        |(device, recorded)| {
             let p = args::program(a[0])?;
             let inputs = args::tensors(a[1])?;
             let timeout: Option<u64> = args::get(a[3], "timeout (milliseconds or nil)")?;
@@ -93,6 +102,7 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 &inputs,
                 p.program.constant_devices().into_iter().chain([device]),
             );
+            let started = Instant::now();
             let (out, log) = cancel::within(timeout.map(Duration::from_millis), || {
                 guard::exclusive(&touched, || match hooks {
                     Some(pid) => {
@@ -101,9 +111,15 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                             .run_streaming(inputs, device, hook_sender(env, pid))?;
                         Ok((out, vec![]))
                     }
-                    None => p.program.run_hooked(inputs, device),
+                    None => match p.program.run_small(&inputs, device)? {
+                        Some(out) => Ok((out, vec![])),
+                        None => p.program.run_hooked(inputs, device),
+                    },
                 })
             })?;
+            if let Some(elements) = recorded {
+                p.quick.record(elements, started.elapsed());
+            }
             let log: Vec<Term> = log
                 .into_iter()
                 .map(|(id, values)| (id, reply::tensors(env, values)).encode(env))
@@ -111,6 +127,25 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
             Ok((reply::tensors(env, out), log).encode(env))
         },
     )
+}
+
+/// For a host run of a program of tensor ops only, without a timeout or hooks, over a short
+/// list of host tensors: its input elements and whether it may run on a normal scheduler (see
+/// [`ex_burn_core::quick::Quick`]); `None` for other runs, which record nothing.
+fn quick_elements(a: &[Term], device: Device) -> ex_burn_core::Result<Option<(u64, bool)>> {
+    if !device.is_host() || !args::is_nil(a[3]) || !args::is_nil(a[4]) || args::many(a[1]) {
+        return Ok(None);
+    }
+    let p = args::program(a[0])?;
+    if !p.program.straight_line() || p.program.constant_devices().iter().any(|d| !d.is_host()) {
+        return Ok(None);
+    }
+    let inputs = args::tensors(a[1])?;
+    if inputs.iter().any(|t| !t.device().is_host()) {
+        return Ok(None);
+    }
+    let elements = inputs.iter().map(|t| t.numel() as u64).sum();
+    Ok(Some((elements, p.quick.allows(elements))))
 }
 
 /// Sends each hook's values to `pid` as `{:ex_burn_hook, id, [tensor]}` from the calling

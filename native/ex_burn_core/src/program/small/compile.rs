@@ -201,6 +201,81 @@ impl Machine {
     }
 }
 
+/// A straight-line program compiled for inputs of given types and shapes, run once per
+/// call (see [`super::once`]); kept to run again on inputs of the same types and shapes.
+pub struct Once {
+    regs: Regs,
+    info: Vec<Reg>,
+    code: Vec<Ins>,
+    /// The registers of the results.
+    outs: Vec<usize>,
+    /// Number of inputs (registers `0..inputs`).
+    inputs: usize,
+}
+
+impl Once {
+    /// Compiles `p` (tensor ops only, no loop) for `inputs`: `Ok(None)` when something in it
+    /// is not for the interpreter, or when a result is `u8` (op by op a comparison's result
+    /// is a boolean tensor, which the interpreter does not make).
+    pub fn new(p: &Code, inputs: &[Tensor]) -> Result<Option<Once>> {
+        if p.inputs != inputs.len() {
+            return Ok(None);
+        }
+        let mut info: Vec<Reg> = Vec::with_capacity(inputs.len() + p.instrs.len());
+        let mut regs = Regs::default();
+        for t in inputs {
+            let Some(ty) = Ty::of(t.dtype()) else {
+                return Ok(None);
+            };
+            if t.numel() == 0 || t.numel() > MAX_ELEMENTS {
+                return Ok(None);
+            }
+            let src = regs.alloc(ty == Ty::F32, t.numel());
+            info.push(Reg {
+                ty,
+                shape: t.shape().to_vec(),
+                src,
+            });
+        }
+        let Some((code, outs)) = Builder::program(p, &mut info, &mut regs)? else {
+            return Ok(None);
+        };
+        if !code.iter().all(Ins::reads_below)
+            || outs.iter().any(|&o| info[o].ty == Ty::Int(DType::U8))
+        {
+            return Ok(None);
+        }
+        Ok(Some(Once {
+            regs,
+            info,
+            code,
+            outs,
+            inputs: inputs.len(),
+        }))
+    }
+
+    /// Whether `inputs` have the types and shapes this was compiled for.
+    pub fn fits(&self, inputs: &[Tensor]) -> bool {
+        inputs.len() == self.inputs
+            && inputs
+                .iter()
+                .zip(&self.info)
+                .all(|(t, r)| Ty::of(t.dtype()) == Some(r.ty) && t.shape() == r.shape.as_slice())
+    }
+
+    /// Runs the program on `inputs` (which [`Once::fits`]) and returns its results.
+    pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        for (t, r) in inputs.iter().zip(&self.info) {
+            load(t, r.ty, &mut self.regs, r.src)?;
+        }
+        code::run(&self.code, &mut self.regs);
+        self.outs
+            .iter()
+            .map(|&o| store(&self.regs, &self.info[o]))
+            .collect()
+    }
+}
+
 /// Splits the instructions of `codes` (the condition's, then the body's) into those that
 /// read, directly or through earlier instructions, a slot of `state` (kept, in order) and
 /// the others (returned first, in order): their operands (constants, the loop's invariants,
