@@ -620,6 +620,15 @@ impl Builder<'_> {
     fn binary(&mut self, f: Arith, out: Option<DType>, a: usize, b: usize) -> Option<usize> {
         let shape = broadcast(&[self.shape(a), self.shape(b)])?;
         match self.result(out, &[a, b])? {
+            // the op table divides two integers' f64 values and rounds the quotient once
+            // (`op::binary`); in f32 the operands would be rounded first
+            Ty::F32
+                if f == Arith::Divide
+                    && matches!(self.ty(a), Ty::Int(_))
+                    && matches!(self.ty(b), Ty::Int(_)) =>
+            {
+                None
+            }
             Ty::F32 => {
                 let m = f32_map::map_of(&Op::Binary {
                     op: f,
