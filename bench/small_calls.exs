@@ -127,6 +127,13 @@ Bench.write(
   speeds against the peer in the same run (above 1.0x: ExBurn faster). Largest difference of
   ExBurn's 20-op result from the Evaluator's: #{diff}.
   """,
-  ["call", "ExBurn (ExBurn.Compiler)", "XLA (jax.jit)", "ExBurn / XLA", "Evaluator (BinaryBackend)", "ExBurn / Evaluator"],
+  [
+    "call",
+    "ExBurn (ExBurn.Compiler)",
+    "XLA (jax.jit)",
+    "ExBurn / XLA",
+    "Evaluator (BinaryBackend)",
+    "ExBurn / Evaluator"
+  ],
   rows
 )

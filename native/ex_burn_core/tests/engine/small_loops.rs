@@ -682,3 +682,32 @@ fn generated_small_programs_give_the_bits_of_their_ops() {
         "{interpreted} of 40 interpreted"
     );
 }
+
+/// A loop whose body divides two integers (a float result) gives the op table's quotient,
+/// the f64 values' divided and rounded once (its f32 roundings' quotient differs: 1080715965
+/// / 782 is 1381989.75, not 1381989.625).
+#[test]
+fn a_loop_dividing_integers_rounds_the_quotient_once() {
+    // state (i: s32, q: f32), invariants (n: s32 = 1080715965, d: s32 = 782, stop: s32)
+    let body = Program::new(
+        5,
+        vec![
+            ins(lit(1., DType::S32), &[]),                      // 5
+            ins(bin(Arith::Add, Some(DType::S32)), &[0, 5]),    // 6: i + 1
+            ins(bin(Arith::Divide, Some(DType::F32)), &[2, 3]), // 7: n / d
+            ins(bin(Arith::Add, Some(DType::F32)), &[1, 7]),    // 8: q + n / d
+        ],
+        vec![6, 8],
+    )
+    .unwrap();
+    let inputs = vec![
+        t(&[0.], &[], DType::S32),
+        f(&[0.], &[]),
+        t(&[1080715965.], &[], DType::S32),
+        t(&[782.], &[], DType::S32),
+        t(&[1.], &[], DType::S32),
+    ];
+    let [looped, by_hand] = both(&counter_cond(5), &body, 2, &inputs);
+    same(&looped, &by_hand);
+    check(&looped[1], &[], DType::F32, &[1381989.75]);
+}
