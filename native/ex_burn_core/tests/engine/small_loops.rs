@@ -250,16 +250,22 @@ fn integer_body() -> Program {
     Program::new(6, i, vec![7, 10, 29, 28]).unwrap()
 }
 
-#[test]
-fn integers_wrap_compare_select_and_cast_as_the_ops_do() {
-    let inputs = vec![
+/// The inputs of `integer_body`: state (i: s32, a: u8, b: s64, x: f32), invariants (k: s16,
+/// n: s32).
+fn integer_inputs() -> Vec<Tensor> {
+    vec![
         t(&[0.], &[], DType::S32),
         t(&[0., 1., 2., 200., 255., 9.], &[2, 3], DType::U8),
         t(&[3., -2., 1e9, -7., 0., 5.], &[2, 3], DType::S64),
         f(&[0.5, -1.5, 2.0, 1e-3, 7.0, -0.0], &[2, 3]),
         t(&[-4., 100., 3.], &[3], DType::S16),
         t(&[6.], &[], DType::S32),
-    ];
+    ]
+}
+
+#[test]
+fn integers_wrap_compare_select_and_cast_as_the_ops_do() {
+    let inputs = integer_inputs();
     let mut out = None;
     let ran = interpreted(|| out = Some(both(&counter_cond(6), &integer_body(), 4, &inputs)));
     let [looped, by_hand] = out.unwrap();
@@ -450,14 +456,7 @@ fn small_straight_line_programs_give_the_bits_of_their_ops() {
     }
     // the integer body without its u8 result
     let ints = returning(&integer_body(), vec![7, 29, 28]);
-    let inputs = vec![
-        t(&[0.], &[], DType::S32),
-        t(&[0., 1., 2., 200., 255., 9.], &[2, 3], DType::U8),
-        t(&[3., -2., 1e9, -7., 0., 5.], &[2, 3], DType::S64),
-        f(&[0.5, -1.5, 2.0, 1e-3, 7.0, -0.0], &[2, 3]),
-        t(&[-4., 100., 3.], &[3], DType::S16),
-        t(&[6.], &[], DType::S32),
-    ];
+    let inputs = integer_inputs();
     let got = ints.run_small(&inputs, dev()).unwrap();
     assert_eq!(got.is_some(), host);
     if let Some(got) = got {
@@ -471,14 +470,7 @@ fn small_straight_line_programs_give_the_bits_of_their_ops() {
 #[test]
 fn other_straight_line_programs_are_left_to_op_by_op_evaluation() {
     let u8_result = integer_body();
-    let inputs = vec![
-        t(&[0.], &[], DType::S32),
-        t(&[0., 1., 2., 200., 255., 9.], &[2, 3], DType::U8),
-        t(&[3., -2., 1e9, -7., 0., 5.], &[2, 3], DType::S64),
-        f(&[0.5, -1.5, 2.0, 1e-3, 7.0, -0.0], &[2, 3]),
-        t(&[-4., 100., 3.], &[3], DType::S16),
-        t(&[6.], &[], DType::S32),
-    ];
+    let inputs = integer_inputs();
     assert!(u8_result.run_small(&inputs, dev()).unwrap().is_none());
     same(
         &u8_result.run(inputs.clone(), dev()).unwrap(),
@@ -572,7 +564,7 @@ fn generated_small_programs_give_the_bits_of_their_ops() {
         let (mut full, mut any): (Vec<usize>, Vec<usize>) = (vec![0, 1], vec![0, 1, 2, 3]);
         let mut instrs: Vec<Instr> = Vec::new();
         let n0 = inputs.len();
-        let mut push = |instrs: &mut Vec<Instr>, op: Op, args: &[usize]| {
+        let push = |instrs: &mut Vec<Instr>, op: Op, args: &[usize]| {
             instrs.push(ins(op, args));
             n0 + instrs.len() - 1
         };

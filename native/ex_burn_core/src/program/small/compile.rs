@@ -92,22 +92,9 @@ impl Machine {
         }
         let mut info: Vec<Reg> = Vec::with_capacity(n + cond.instrs.len() + body.instrs.len());
         let mut regs = Regs::default();
-        for (k, t) in inputs.iter().enumerate() {
-            let Some(ty) = Ty::of(t.dtype()) else {
-                return Ok(None);
-            };
-            // booleans come back as their own kind; the interpreter makes integers
-            let kind_ok = t.kind() != Kind::Bool || k >= state;
-            if !kind_ok || t.numel() == 0 || t.numel() > MAX_ELEMENTS {
-                return Ok(None);
-            }
-            let src = regs.alloc(ty == Ty::F32, t.numel());
-            load(t, ty, &mut regs, src)?;
-            info.push(Reg {
-                ty,
-                shape: t.shape().to_vec(),
-                src,
-            });
+        // booleans come back as their own kind (the interpreter makes integers): invariants only
+        if !load_inputs(inputs, |k| k >= state, &mut info, &mut regs)? {
+            return Ok(None);
         }
         let Some((cond_code, pred)) = Builder::program(cond, &mut info, &mut regs)? else {
             return Ok(None);
@@ -223,19 +210,8 @@ impl Once {
         }
         let mut info: Vec<Reg> = Vec::with_capacity(inputs.len() + p.instrs.len());
         let mut regs = Regs::default();
-        for t in inputs {
-            let Some(ty) = Ty::of(t.dtype()) else {
-                return Ok(None);
-            };
-            if t.numel() == 0 || t.numel() > MAX_ELEMENTS {
-                return Ok(None);
-            }
-            let src = regs.alloc(ty == Ty::F32, t.numel());
-            info.push(Reg {
-                ty,
-                shape: t.shape().to_vec(),
-                src,
-            });
+        if !load_inputs(inputs, |_| true, &mut info, &mut regs)? {
+            return Ok(None);
         }
         let Some((code, outs)) = Builder::program(p, &mut info, &mut regs)? else {
             return Ok(None);
@@ -310,6 +286,34 @@ fn copy_between(from: &Regs, a: Src, to: &mut Regs, b: Src) {
         (Src::I(a), Src::I(b)) => to.i[b.off..b.off + b.len].copy_from_slice(from.ints(a)),
         _ => {}
     }
+}
+
+/// Puts `inputs` in new registers (`0..inputs.len()`, their values loaded); `false` when one
+/// is not for the interpreter: a type it lacks, no elements or more than [`MAX_ELEMENTS`], or
+/// a boolean where `booleans` (given the input's index) refuses it.
+fn load_inputs(
+    inputs: &[Tensor],
+    booleans: impl Fn(usize) -> bool,
+    info: &mut Vec<Reg>,
+    regs: &mut Regs,
+) -> Result<bool> {
+    for (k, t) in inputs.iter().enumerate() {
+        let Some(ty) = Ty::of(t.dtype()) else {
+            return Ok(false);
+        };
+        let kind_ok = t.kind() != Kind::Bool || booleans(k);
+        if !kind_ok || t.numel() == 0 || t.numel() > MAX_ELEMENTS {
+            return Ok(false);
+        }
+        let src = regs.alloc(ty == Ty::F32, t.numel());
+        load(t, ty, regs, src)?;
+        info.push(Reg {
+            ty,
+            shape: t.shape().to_vec(),
+            src,
+        });
+    }
+    Ok(true)
 }
 
 /// Writes a host tensor's values, of register type `ty`, into slot `src`.
