@@ -423,7 +423,8 @@ impl Program {
     /// code is kept for the next run on inputs of the same types and shapes (a run that finds
     /// it in use by another thread compiles its own).
     pub fn run_small(&self, inputs: &[Tensor], device: Device) -> Result<Option<Vec<Tensor>>> {
-        if self.small.refused() || self.consts != 0 || !self.straight_line() {
+        // (before the scan of the instructions: GPU programs are never for the interpreter)
+        if !device.is_host() || self.small.refused() || self.consts != 0 || !self.straight_line() {
             return Ok(None);
         }
         let Some(code) = step::small_code(self) else {
@@ -437,7 +438,7 @@ impl Program {
             None => &mut own,
         };
         let out = small::once(&code, inputs, device, kept)?;
-        if out.is_none() && device.is_host() {
+        if out.is_none() {
             self.small.refuse();
         }
         Ok(out)

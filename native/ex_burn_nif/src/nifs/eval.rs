@@ -88,14 +88,19 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
                 _ => None,
             };
             let class = match quick {
-                Some((_, true)) => Class::Normal,
+                Some((_, true, _)) => Class::Normal,
                 _ => class,
             };
-            Ok(((device, quick.map(|(elements, _)| elements)), class))
+            let decoded = quick.map(|(elements, _, inputs)| (elements, inputs));
+            Ok(((device, decoded), class))
         },
-        |(device, recorded)| {
+        |(device, decoded)| {
             let p = args::program(a[0])?;
-            let inputs = args::tensors(a[1])?;
+            // the inputs `quick_elements` decoded, else decoded here
+            let (recorded, inputs) = match decoded {
+                Some((elements, inputs)) => (Some(elements), inputs),
+                None => (None, args::tensors(a[1])?),
+            };
             let timeout: Option<u64> = args::get(a[3], "timeout (milliseconds or nil)")?;
             let hooks = args::opt_pid(a[4])?;
             let touched = devices(
@@ -130,9 +135,13 @@ pub fn program_run<'a>(env: Env<'a>, a: &[Term<'a>], here: Here) -> Term<'a> {
 }
 
 /// For a host run of a program of tensor ops only, without a timeout or hooks, over a short
-/// list of host tensors: its input elements and whether it may run on a normal scheduler (see
-/// [`ex_burn_core::quick::Quick`]); `None` for other runs, which record nothing.
-fn quick_elements(a: &[Term], device: Device) -> ex_burn_core::Result<Option<(u64, bool)>> {
+/// list of host tensors: its input elements, whether it may run on a normal scheduler (see
+/// [`ex_burn_core::quick::Quick`]) and the inputs (decoded once for the run); `None` for
+/// other runs, which record nothing.
+fn quick_elements(
+    a: &[Term],
+    device: Device,
+) -> ex_burn_core::Result<Option<(u64, bool, Vec<ex_burn_core::Tensor>)>> {
     if !device.is_host() || !args::is_nil(a[3]) || !args::is_nil(a[4]) || args::many(a[1]) {
         return Ok(None);
     }
@@ -145,7 +154,7 @@ fn quick_elements(a: &[Term], device: Device) -> ex_burn_core::Result<Option<(u6
         return Ok(None);
     }
     let elements = inputs.iter().map(|t| t.numel() as u64).sum();
-    Ok(Some((elements, p.quick.allows(elements))))
+    Ok(Some((elements, p.quick.allows(elements), inputs)))
 }
 
 /// Sends each hook's values to `pid` as `{:ex_burn_hook, id, [tensor]}` from the calling
