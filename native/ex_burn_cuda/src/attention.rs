@@ -10,12 +10,14 @@
 //! Values as the op-by-op program computes them on the GPU up to the rounding of its two
 //! TF32 products and of the softmax's order of operations; NaN and infinities as there: a
 //! NaN score (NaN wins the maximum) or a `+inf` one makes its row NaN, a row whose every
-//! score is `-inf` is NaN. Not taken (the instructions run op by op): products asking for
-//! full f32 accuracy, products small enough that op by op they are not TF32 (below
-//! [`crate::gemm::threshold`]: full f32, or exact), head sizes above 128, GPUs before compute
-//! capability 8.0.
+//! score is `-inf` is NaN. Products small enough that op by op they are full f32 (below
+//! [`crate::gemm::threshold`]) over at most 64 query rows go to the full-f32 kernel of one
+//! row per block instead ([`crate::attention_rows`]). Not taken (the instructions run op by
+//! op): products asking for full f32 accuracy, other full-f32 products, exact ones (at most
+//! `EXACT_F32_WORK` multiply-adds), head sizes above 128, GPUs before compute capability 8.0
+//! (for the TF32 kernel).
 
-use crate::elementwise;
+use crate::{attention_rows, elementwise};
 use burn::DispatchTensor;
 use ex_burn_core::kernels::{broadcast_strides, AttentionCall, AttentionSizes, Operand, ScoreStep};
 use ex_burn_core::Result;
@@ -43,10 +45,10 @@ const BUILD: elementwise::Build = elementwise::Build {
 const SHARED: usize = 48 * 1024;
 
 /// A tensor's element strides over the scores' axes `[batch.., rows, cols]`, for the kernel.
-struct Layout {
-    batch: Vec<usize>,
-    row: usize,
-    col: usize,
+pub(crate) struct Layout {
+    pub(crate) batch: Vec<usize>,
+    pub(crate) row: usize,
+    pub(crate) col: usize,
 }
 
 /// The attention `call` on the GPU, when every operand is an f32 CUDA tensor of the
@@ -62,22 +64,31 @@ pub fn run(call: &AttentionCall) -> Result<Option<DispatchTensor>> {
         .checked_mul(sq)
         .and_then(|w| w.checked_mul(sk))
         .and_then(|w| w.checked_mul(d.min(dv)));
-    // rows and keys are counted in 32 bits in the kernel
+    // rows and keys are counted in 32 bits in the kernels
     if d > MAX_HEAD || dv > MAX_HEAD || sq > i32::MAX as usize || sk > i32::MAX as usize {
         return Ok(None);
     }
-    // only where the op-by-op products multiply in TF32 too (smaller ones are full f32 or,
-    // below `EXACT_F32_WORK`, exact)
-    if work.is_none_or(|w| w <= ex_burn_core::op::EXACT_F32_WORK || w < crate::gemm::threshold()) {
+    // Products below `EXACT_F32_WORK` are exact op by op: left to the instructions. Those
+    // below the TF32 threshold are full f32 op by op: the kernel of one query row per block
+    // (full f32 too) takes a few rows (generation's one new token), else the instructions run.
+    let Some(work) = work.filter(|&w| w > ex_burn_core::op::EXACT_F32_WORK) else {
+        return Ok(None);
+    };
+    let full_f32 = work < crate::gemm::threshold();
+    if full_f32 && !attention_rows::takes(sq, sk) {
         return Ok(None);
     }
     let Some(index) = crate::queue::cube(q.prim).map(|c| c.device.index) else {
         return Ok(None);
     };
-    if crate::device::compute_capability(index)?.0 < 8 {
+    if !full_f32 && crate::device::compute_capability(index)?.0 < 8 {
         return Ok(None);
     }
-    let blocks = nbatch.checked_mul(sq.div_ceil(ROWS));
+    let blocks = if full_f32 {
+        nbatch.checked_mul(sq)
+    } else {
+        nbatch.checked_mul(sq.div_ceil(ROWS))
+    };
     let Some(blocks) = blocks.filter(|&b| b <= i32::MAX as usize) else {
         return Ok(None);
     };
@@ -134,20 +145,26 @@ pub fn run(call: &AttentionCall) -> Result<Option<DispatchTensor>> {
         d,
         dv,
     };
-    if stages(&shape).is_none() {
-        return Ok(None);
-    }
     let steps: Vec<(ScoreStep, f32)> = call.steps.iter().map(|&(s, _, c)| (s, c)).collect();
-    let source = source(&shape, [&ql, &kl, &vl], &mask_layouts, &steps);
+    let (build, source, threads) = if full_f32 {
+        let source = attention_rows::source(&shape, [&ql, &kl, &vl], &mask_layouts, &steps);
+        (attention_rows::BUILD, source, attention_rows::THREADS)
+    } else {
+        if stages(&shape).is_none() {
+            return Ok(None);
+        }
+        let source = source(&shape, [&ql, &kl, &vl], &mask_layouts, &steps);
+        (BUILD, source, THREADS)
+    };
     let mut inputs: Vec<Operand> = vec![q, k, v];
     inputs.extend(masks);
     let out: Vec<usize> = [batch, &[sq, dv]].concat();
     Ok(elementwise::submit_for(
-        BUILD,
+        build,
         &source,
         &inputs,
         &[out],
-        (blocks as u32, THREADS as u32),
+        (blocks as u32, threads as u32),
         blocks,
         &[],
     )?
@@ -155,12 +172,12 @@ pub fn run(call: &AttentionCall) -> Result<Option<DispatchTensor>> {
 }
 
 /// The sizes a kernel is generated for.
-struct Shape {
-    batch: Vec<usize>,
-    sq: usize,
-    sk: usize,
-    d: usize,
-    dv: usize,
+pub(crate) struct Shape {
+    pub(crate) batch: Vec<usize>,
+    pub(crate) sq: usize,
+    pub(crate) sk: usize,
+    pub(crate) d: usize,
+    pub(crate) dv: usize,
 }
 
 /// Head sizes rounded up to the products' 8.
@@ -182,7 +199,7 @@ fn stages(s: &Shape) -> Option<usize> {
 }
 
 /// The mask element of `select` step `m` (its operand `e{3 + m}`) at score `(row, col)`.
-fn mask_at(m: usize, l: &Layout, row: &str, col: &str) -> String {
+pub(crate) fn mask_at(m: usize, l: &Layout, row: &str, col: &str) -> String {
     format!(
         "e{}[mo{m} + ({row}) * {}ULL + ({col}) * {}ULL]",
         3 + m,
@@ -219,6 +236,35 @@ fn skipping(masks: &[(&str, Layout)], steps: &[(ScoreStep, f32)]) -> String {
     )
 }
 
+/// CUDA C declaring `qo`, `ko`, `vo` and `mo0..` (one per mask): the element offsets of batch
+/// matrix `bi` (the kernel's variable) in `q`, `k`, `v` and each mask, from its coordinates
+/// over the `batch` axes (row-major).
+pub(crate) fn offsets(
+    batch: &[usize],
+    [q, k, v]: [&Layout; 3],
+    masks: &[(&str, Layout)],
+) -> String {
+    let mut s = String::from("  unsigned long long qo = 0, ko = 0, vo = 0;\n");
+    for m in 0..masks.len() {
+        let _ = writeln!(s, "  unsigned long long mo{m} = 0;");
+    }
+    s.push_str("  { unsigned int r = bi, c;\n");
+    for (a, &len) in batch.iter().enumerate().rev() {
+        let _ = writeln!(s, "    c = r % {len}u; r /= {len}u;");
+        let _ = write!(
+            s,
+            "    qo += c * {}ULL; ko += c * {}ULL; vo += c * {}ULL;",
+            q.batch[a], k.batch[a], v.batch[a]
+        );
+        for (m, (_, l)) in masks.iter().enumerate() {
+            let _ = write!(s, " mo{m} += c * {}ULL;", l.batch[a]);
+        }
+        s.push('\n');
+    }
+    s.push_str("  }\n");
+    s
+}
+
 /// Whether a `[rows, cols]` operand of `cols` columns can be copied 16 bytes at a time:
 /// contiguous rows of whole groups of four, every row and batch matrix starting at a multiple
 /// of four elements (the kernel also checks the buffer's own alignment).
@@ -236,7 +282,7 @@ fn exact_reciprocal(c: f32) -> bool {
 }
 
 /// The CUDA C of a float constant, exactly (infinities and NaN included).
-fn float(c: f32) -> String {
+pub(crate) fn float(c: f32) -> String {
     format!("__int_as_float(0x{:08x})", c.to_bits())
 }
 
@@ -335,28 +381,10 @@ extern "C" __global__ void __launch_bounds__({threads}, 4) exburn_attention(cons
   if (tile >= n) return;
   /* the last query blocks first: under a causal mask they have the most keys to visit */
   const unsigned int qb = QBLOCKS - 1u - tile % QBLOCKS, bi = tile / QBLOCKS;
-  unsigned long long qo = 0, ko = 0, vo = 0;
 "#,
         warps = ROWS / 16
     );
-    for m in 0..masks.len() {
-        let _ = writeln!(s, "  unsigned long long mo{m} = 0;");
-    }
-    // batch offsets: the coordinates of matrix `bi` over the batch axes (row-major)
-    s.push_str("  { unsigned int r = bi, c;\n");
-    for (a, &len) in shape.batch.iter().enumerate().rev() {
-        let _ = writeln!(s, "    c = r % {len}u; r /= {len}u;");
-        let _ = write!(
-            s,
-            "    qo += c * {}ULL; ko += c * {}ULL; vo += c * {}ULL;",
-            q.batch[a], k.batch[a], v.batch[a]
-        );
-        for (m, (_, l)) in masks.iter().enumerate() {
-            let _ = write!(s, " mo{m} += c * {}ULL;", l.batch[a]);
-        }
-        s.push('\n');
-    }
-    s.push_str("  }\n");
+    s.push_str(&offsets(&shape.batch, [q, k, v], masks));
     let _ = write!(
         s,
         r#"  const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;

@@ -3,12 +3,24 @@
 //! work queued so far on its compute stream, and the compute stream waits for it before any
 //! later work. One communicator per set of GPUs (the devices are always given in index order,
 //! so a set never gets a second one).
+//!
+//! Work that waits for the other devices is handed to every device before anything else of the
+//! sum is queued: NCCL's communicator setup (each device thread waits in it until all have
+//! entered it) for all devices first, then each device's part handed to its device thread at
+//! once ([`deliver`]) instead of when its channel's batch fills. A device thread waiting for
+//! the other devices cannot take more work; with other threads queuing work on the same GPUs,
+//! its channel fills, and the summing thread, blocked on that channel, never queued the other
+//! devices' setup or parts: a deadlock, seen with two GPUs while the engine's tests ran on
+//! four threads (in the setup, and with a part queued behind a device thread that was loading
+//! a kernel module, which waits for the device's running NCCL kernel).
 
 use crate::queue;
 use burn::DispatchTensor;
 use burn_cubecl::tensor::CubeTensor;
-use cubecl_common::device::Device as _;
+use cubecl_common::device::{Device as _, DeviceId};
+use cubecl_common::device_handle::DeviceHandle;
 use cubecl_cuda::{CudaDevice, CudaRuntime};
+use cubecl_runtime::runtime::Runtime;
 use cubecl_runtime::server::ReduceOperation;
 use ex_burn_core::kernels::Operand;
 use ex_burn_core::{DType, Result};
@@ -19,6 +31,12 @@ pub fn nccl_loads() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: loading the library runs its initialisers only; nothing is called through it.
     *PRESENT.get_or_init(|| unsafe { cudarc::nccl::sys::is_culib_present() })
+}
+
+/// Hands what was queued for device `id` so far (a part of a sum) to its device thread now,
+/// instead of when its channel's batch fills.
+fn deliver(id: DeviceId) {
+    DeviceHandle::<<CudaRuntime as Runtime>::Server>::new(id).flush_queue();
 }
 
 /// The CUDA tensor of an operand and its GPU index.
@@ -71,10 +89,14 @@ pub fn all_reduce(sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor
     // not covered)
     static LOADED: std::sync::Once = std::sync::Once::new();
     LOADED.call_once(ex_burn_core::exit::after_load);
+    // every device's communicator (set up once per set of devices) before any part
+    for &(c, _) in &tensors[0] {
+        c.client.clone().ensure_init_collective(ids.clone());
+    }
     let mut out = Vec::with_capacity(sets.len());
     for (set, cubes) in sets.iter().zip(&tensors) {
         let mut sums = Vec::with_capacity(set.len());
-        for (t, &(c, _)) in set.iter().zip(cubes) {
+        for (t, &(c, index)) in set.iter().zip(cubes) {
             let src = burn_cubecl::kernel::into_contiguous(c.clone());
             let dtype = DType::from_burn(src.dtype)?;
             let mut client = src.client.clone();
@@ -86,6 +108,7 @@ pub fn all_reduce(sets: &[Vec<Operand>]) -> Result<Option<Vec<Vec<DispatchTensor
                 ids.clone(),
                 ReduceOperation::Sum,
             );
+            deliver(CudaDevice::new(index).to_id());
             sums.push(queue::output(
                 &src,
                 dst,

@@ -32,6 +32,7 @@
 #![cfg(feature = "cuda")]
 
 pub mod attention;
+pub mod attention_rows;
 pub mod cache;
 pub mod collective;
 pub mod conv;

@@ -20,6 +20,14 @@ pub(super) fn run(nb: usize, ops: &Operands) -> Result<Option<Tensor>> {
         return Ok(None);
     };
     let (batch, nbatch, (sq, d, sk, dv)) = (sizes.batch, sizes.matrices(), sizes.dims());
+    // products this small are exact op by op (f64 sums rounded once, as Nx.BinaryBackend's),
+    // not the GEMM's f32 sums: left to the instructions
+    let work = [nbatch, sq, sk, d.min(dv)]
+        .iter()
+        .try_fold(1usize, |w, &x| w.checked_mul(x));
+    if work.is_some_and(|w| w <= crate::op::EXACT_F32_WORK) {
+        return Ok(None);
+    }
     let (Some(qv), Some(kv), Some(vv)) = (View::of_f32(q), View::of_f32(k), View::of_f32(v)) else {
         return Ok(None);
     };
