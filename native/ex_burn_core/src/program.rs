@@ -569,6 +569,14 @@ impl Program {
                 let out = crate::op::eval(&op, &swapped, device)?;
                 profile::record(t, || format!("{} (transpose folded)", op.name()));
                 out
+            } else if let Some(args) = self.handed_over(i, &mut values)? {
+                let t = profile::start();
+                let out = eval(&ins.op, &args, device)?;
+                profile::note_detail(|| {
+                    format!("{:?}", out.first().map(Tensor::shape).unwrap_or(&[]))
+                });
+                profile::record(t, || ins.op.name());
+                out
             } else {
                 self.eval_one(i, &values, device)?
             };
@@ -774,6 +782,32 @@ impl Program {
         profile::note_detail(|| format!("{:?}", out.first().map(Tensor::shape).unwrap_or(&[])));
         profile::record(t, || ins.op.name());
         Ok(out)
+    }
+
+    /// The operands of instruction `i` when it is a `put_slice` that reads its target for the
+    /// last time (and only as its target), with the program's own hold on the target dropped:
+    /// the op is then the only holder, and the device kernels may write the update into the
+    /// target's buffer instead of a copy of it where nothing else holds that buffer (a loop's
+    /// state, such as a generation's key/value cache written once per layer and token).
+    /// `None`: the instruction runs as any other.
+    fn handed_over(&self, i: usize, values: &mut [Option<Tensor>]) -> Result<Option<Vec<Tensor>>> {
+        let ins = &self.instrs[i];
+        if !matches!(ins.op, Step::Op(crate::Op::PutSlice { .. }))
+            || self.input_free.get(i) == Some(&true)
+        {
+            return Ok(None);
+        }
+        let Some((&a, rest)) = ins.args.split_first() else {
+            return Ok(None);
+        };
+        if self.last_use.get(a) != Some(&i) || rest.contains(&a) {
+            return Ok(None);
+        }
+        let args = operands(ins, values)?;
+        if let Some(slot) = values.get_mut(a) {
+            *slot = None;
+        }
+        Ok(Some(args))
     }
 
     /// For the `len` values from number `first`, whether an instruction from `end` on (or the

@@ -137,11 +137,74 @@ pub fn put_slice(t: Operand, update: Operand, starts: &[Start]) -> Result<Option
     }
     let mut inputs = vec![t, update];
     let at = starts_as_inputs(starts, &mut inputs);
+    if elementwise::reusable(t, t.numel()) {
+        // nothing else holds `t`'s buffer: the update written into it, one thread per element
+        // of the update (a cache of 377 MB was copied whole for each layer's keys and values)
+        let source = put_slice_in_place_source(full, lens, &us, &at);
+        let n = update.numel();
+        if n == 0 {
+            return Ok(None);
+        }
+        let out = elementwise::submit_reusing(
+            &source,
+            &inputs,
+            &[full.to_vec()],
+            grid(n),
+            n,
+            &[Some(0)],
+        )?;
+        ex_burn_core::profile::note("kernel, in place");
+        return Ok(out.and_then(|mut o| o.pop()));
+    }
     let source = put_slice_source(full, lens, &ts, &us, &at);
     let n = t.numel();
     let out = submit(&source, &inputs, &[full.to_vec()], grid(n), n)?;
     ex_burn_core::profile::note("kernel");
     Ok(out.and_then(|mut o| o.pop()))
+}
+
+/// The kernel of [`put_slice`] written over the target's buffer (`o0`, the same buffer as
+/// operand `e0`, which it does not read; contiguous, of shape `full`): for each element `i` of
+/// the update (shape `lens`, stored with strides `us`), its place in the window at `starts`.
+fn put_slice_in_place_source(
+    full: &[usize],
+    lens: &[usize],
+    us: &[usize],
+    starts: &[At],
+) -> String {
+    let (mut read, mut to, mut from) = (String::new(), Vec::new(), Vec::new());
+    let total: usize = lens.iter().product();
+    for a in 0..full.len() {
+        let s = start_expr(a, full[a] - lens[a], starts[a], &mut read);
+        let inner: usize = full[a + 1..].iter().product();
+        if lens[a] == 1 {
+            to.push(format!("{s} * {inner}ULL"));
+            continue;
+        }
+        let c = format!(
+            "(unsigned long long){}",
+            elementwise::coordinate(lens[a + 1..].iter().product(), lens[a], total)
+        );
+        to.push(format!("({s} + {c}) * {inner}ULL"));
+        if us[a] != 0 {
+            from.push(format!("{c} * {}ULL", us[a]));
+        }
+    }
+    let from = if from.is_empty() {
+        "0".to_string()
+    } else {
+        from.join(" + ")
+    };
+    let inputs = 2 + starts
+        .iter()
+        .filter(|s| matches!(s, At::Operand(_)))
+        .count();
+    format!(
+        "{}{}{read}    o0[{}] = e1[{from}];\n  }}\n}}\n",
+        elementwise::header_with("", inputs, 1, false),
+        elementwise::grid_loop("i"),
+        to.join(" + ")
+    )
 }
 
 /// The window of `t` (an f32 CUDA tensor read through its strides) of `lens` elements per
@@ -631,6 +694,15 @@ mod tests {
             &[Fixed(0), Fixed(0), Operand(2), Fixed(0)],
         );
         assert!(source.contains("e2[0]"));
+        crate::elementwise::assert_compiles(&source);
+        // the same written into the cache's own buffer: one thread per update element
+        let source = super::put_slice_in_place_source(
+            &[2, 12, 160, 64],
+            &[2, 12, 1, 64],
+            &[768, 64, 64, 1],
+            &[Fixed(0), Fixed(0), Operand(2), Fixed(0)],
+        );
+        assert!(source.contains("e2[0]") && !source.contains("__restrict__"));
         crate::elementwise::assert_compiles(&source);
     }
 

@@ -284,7 +284,12 @@ fn put_slice(
         )));
     }
     let out = DType::merge(t.dtype(), update.dtype());
-    let (t, u) = (t.cast(out)?, update.cast(out)?);
+    // `t` itself where no cast is needed (not a clone: the device kernels may write into its
+    // buffer when nothing else holds it, see `Program::handed_over`)
+    let cast = (t.dtype() != out || t.kind() == Kind::Bool)
+        .then(|| t.cast(out))
+        .transpose()?;
+    let (t, u) = (cast.as_ref().unwrap_or(t), update.cast(out)?);
     for i in 0..r {
         let (d, l) = (t.shape()[i], u.shape()[i]);
         if l > d {
@@ -296,8 +301,8 @@ fn put_slice(
     if let Some(k) = t.kernels() {
         // Starts computed on the device (a loop's position) are read by the kernel itself:
         // no wait for the device, and one kernel for every position.
-        if let Some(read) = device_starts(k, &t, dynamic, given)? {
-            let at = window_starts(&t, u.shape(), starts, dynamic, &read);
+        if let Some(read) = device_starts(k, t, dynamic, given)? {
+            let at = window_starts(t, u.shape(), starts, dynamic, &read);
             if let Some(p) = k.put_slice(t.operand(), u.operand(), &at)? {
                 return Ok(Tensor::from_kernel(p, t.shape().to_vec()));
             }
@@ -317,7 +322,7 @@ fn put_slice(
             return Ok(Tensor::from_kernel(p, t.shape().to_vec()));
         }
     }
-    assign(&t, &spec, &u)
+    assign(t, &spec, &u)
 }
 
 /// `t`'s window (Nx's `slice`) where some starts are computed on `t`'s device: taken by a

@@ -190,9 +190,14 @@ fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
             let (mut st, inv) = (inputs[..*state].to_vec(), &inputs[*state..]);
             loop {
                 crate::cancel::check()?;
-                let args: Vec<Tensor> = st.iter().chain(inv).cloned().collect();
+                // the state is handed to the body (not also kept here): a state tensor nothing
+                // else holds may then be updated in place (`put_slice` into a cache)
+                let args: Vec<Tensor> = std::mem::take(&mut st)
+                    .into_iter()
+                    .chain(inv.iter().cloned())
+                    .collect();
                 if !truthy(&cond.run(args.clone(), device)?[0])? {
-                    return Ok(st);
+                    return Ok(args[..*state].to_vec());
                 }
                 st = body.run(args, device)?;
             }

@@ -259,3 +259,126 @@ fn hooks_log_their_values_per_iteration_and_only_in_taken_branches() {
         .unwrap_err();
     assert!(err.to_string().contains("hook"), "{err}");
 }
+
+/// Results written over an operand's buffer on CUDA, where nothing else holds it.
+fn reused() -> u64 {
+    ex_burn_core::kernels::counts().reused_buffers
+}
+
+/// A generation loop's cache: state (i, cache), invariants (n, update); each step writes the
+/// update into layers 0 and 1 of the cache at position i (read on the device).
+fn cache_loop() -> Step {
+    let put = |layer: i64| Op::PutSlice {
+        starts: vec![layer, 0, 0, 0],
+        dynamic: vec![2],
+    };
+    let cond = Program::new(4, vec![ins(Op::Compare(Compare::Less), &[0, 2])], vec![4]).unwrap();
+    let body = Program::new(
+        4,
+        vec![
+            ins(put(0), &[1, 3, 0]), // 4: the body's own cache (in place after the first step)
+            ins(put(1), &[4, 3, 0]), // 5: a value made here and read last here (in place)
+            ins(scalar(1.), &[]),    // 6
+            ins(
+                Op::Binary {
+                    op: Arith::Add,
+                    out: None,
+                },
+                &[0, 6],
+            ), // 7
+        ],
+        vec![7, 5],
+    )
+    .unwrap();
+    Step::While {
+        cond,
+        body,
+        state: 2,
+    }
+}
+
+#[test]
+fn a_loop_writes_its_cache_in_place_and_never_the_callers_tensor() {
+    // (more elements than the loop interpreter of small tensors takes: the device runs it)
+    let (layers, heads, max, d, n) = (3, 2, 64, 16, 5);
+    let start: Vec<f64> = (0..layers * heads * max * d).map(|k| -(k as f64)).collect();
+    let cache = f(&start, &[layers, heads, max, d]);
+    let update: Vec<f64> = (0..heads * d).map(|k| 100.0 + k as f64).collect();
+    let upd = f(&update, &[1, heads, 1, d]);
+    // inputs: i, n, cache, update; the loop's arguments: state (i, cache), then (n, update)
+    let p = Program::new(4, vec![ins(cache_loop(), &[0, 2, 1, 3])], vec![4, 5]).unwrap();
+    let before = reused();
+    let out = p
+        .run(
+            vec![s(&[0.], &[]), s(&[n as f64], &[]), cache.clone(), upd],
+            dev(),
+        )
+        .unwrap();
+    let written = reused() - before;
+    check(&out[0], &[], DType::S64, &[n as f64]);
+    let mut want = start.clone();
+    for layer in 0..2 {
+        for h in 0..heads {
+            for pos in 0..n {
+                for c in 0..d {
+                    want[((layer * heads + h) * max + pos) * d + c] = update[h * d + c];
+                }
+            }
+        }
+    }
+    assert_eq!(v(&out[1]), want);
+    assert_eq!(v(&cache), start, "the caller's cache is unchanged");
+    if matches!(dev(), ex_burn_core::Device::Cuda(_)) {
+        // every write but the first step's into the caller's cache
+        assert_eq!(written, 2 * n as u64 - 1, "writes in place");
+    }
+}
+
+#[test]
+fn put_slice_leaves_a_target_read_later_or_held_elsewhere_alone() {
+    // rows of 64 elements: buffers without padding between rows
+    let x: Vec<f64> = (0..512).map(|k| k as f64 * 0.5 - 3.0).collect();
+    let (xt, upd) = (f(&x, &[8, 64]), f(&[9., 8., 7.], &[1, 3]));
+    let neg: Vec<f64> = x.iter().map(|a| -a).collect();
+    let mut put = neg.clone();
+    put[64 + 2..64 + 5].copy_from_slice(&[9., 8., 7.]);
+    let put_slice = || {
+        ins(
+            Op::PutSlice {
+                starts: vec![1, 2],
+                dynamic: vec![],
+            },
+            &[2, 1],
+        )
+    };
+    let neg_op = || ins(Op::Unary(Unary::Neg), &[0]); // 2: a value of the program's own
+    let reshape = || {
+        ins(
+            Op::Reshape {
+                shape: vec![16, 32],
+            },
+            &[2],
+        )
+    };
+    for (instrs, outputs, in_place) in [
+        // the target is only read there: written in place on CUDA
+        (vec![neg_op(), put_slice()], vec![3], 1),
+        // the target is also a result
+        (vec![neg_op(), put_slice()], vec![3, 2], 0),
+        // a view of the target (its buffer) is read after it
+        (vec![neg_op(), reshape(), put_slice()], vec![4, 3], 0),
+    ] {
+        let p = Program::new(2, instrs, outputs.clone()).unwrap();
+        let before = reused();
+        let out = p.run(vec![xt.clone(), upd.clone()], dev()).unwrap();
+        let written = reused() - before;
+        assert_eq!(v(&out[0]), put, "outputs {outputs:?}");
+        if let Some(other) = out.get(1) {
+            assert_eq!(v(other), neg, "outputs {outputs:?}: the target's value");
+        }
+        assert_eq!(v(&xt), x, "the input is unchanged");
+        if matches!(dev(), ex_burn_core::Device::Cuda(_)) {
+            assert_eq!(written, in_place, "outputs {outputs:?}: writes in place");
+        }
+    }
+}
