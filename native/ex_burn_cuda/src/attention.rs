@@ -51,6 +51,17 @@ pub(crate) struct Layout {
     pub(crate) col: usize,
 }
 
+impl Layout {
+    /// Strides `batch` over the batch axes, `row` and `col` over the matrix's.
+    pub(crate) fn new(batch: &[usize], row: usize, col: usize) -> Layout {
+        Layout {
+            batch: batch.to_vec(),
+            row,
+            col,
+        }
+    }
+}
+
 /// The attention `call` on the GPU, when every operand is an f32 CUDA tensor of the
 /// expected shapes (predicates f32 or boolean) and the kernel takes them; `Ok(None)`
 /// otherwise.
@@ -97,23 +108,12 @@ pub fn run(call: &AttentionCall) -> Result<Option<DispatchTensor>> {
     let layout = |t: Operand| -> Option<(&'static str, Layout)> {
         let (ty, st) = elementwise::operand_layout(t)?;
         let full = broadcast_strides(t.shape, &st, &scores)?;
-        Some((
-            ty,
-            Layout {
-                batch: full[..nb].to_vec(),
-                row: full[nb],
-                col: full[nb + 1],
-            },
-        ))
+        Some((ty, Layout::new(&full[..nb], full[nb], full[nb + 1])))
     };
     // q, k, v as [batch.., rows, cols] over their own axes
     let own = |t: Operand| -> Option<Layout> {
         let st = elementwise::strides(t)?;
-        (st.len() == nb + 2).then(|| Layout {
-            batch: st[..nb].to_vec(),
-            row: st[nb],
-            col: st[nb + 1],
-        })
+        (st.len() == nb + 2).then(|| Layout::new(&st[..nb], st[nb], st[nb + 1]))
     };
     let (Some(ql), Some(kl), Some(vl)) = (own(q), own(k), own(v)) else {
         return Ok(None);
@@ -601,14 +601,6 @@ extern "C" __global__ void __launch_bounds__({threads}, 4) exburn_attention(cons
 mod tests {
     use super::*;
 
-    fn layout(batch: &[usize], row: usize, col: usize) -> Layout {
-        Layout {
-            batch: batch.to_vec(),
-            row,
-            col,
-        }
-    }
-
     #[test]
     fn only_powers_of_two_divide_as_products() {
         assert!(exact_reciprocal(8.0) && exact_reciprocal(0.125) && exact_reciprocal(-2.0));
@@ -635,8 +627,8 @@ mod tests {
             d: 64,
             dv: 64,
         };
-        let qkv = layout(&[512 * 2304, 64], 2304, 1);
-        let mask = ("unsigned char", layout(&[0, 0], 512, 1));
+        let qkv = Layout::new(&[512 * 2304, 64], 2304, 1);
+        let mask = ("unsigned char", Layout::new(&[0, 0], 512, 1));
         let steps = [(ScoreStep::Divide, 8.0), (ScoreStep::Select, -1.0e9)];
         assert_eq!(stages(&shape), Some(2));
         let src = source(&shape, [&qkv, &qkv, &qkv], &[mask], &steps);
@@ -649,7 +641,7 @@ mod tests {
             d: 20,
             dv: 12,
         };
-        let l = layout(&[41 * 20], 20, 1);
+        let l = Layout::new(&[41 * 20], 20, 1);
         elementwise::assert_compiles_for(
             BUILD.arch,
             &source(&odd, [&l, &l, &l], &[], &[(ScoreStep::Multiply, 0.125)]),

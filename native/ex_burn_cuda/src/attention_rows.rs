@@ -180,14 +180,6 @@ extern "C" __global__ void __launch_bounds__({threads}) {entry}(const float* __r
 mod tests {
     use super::*;
 
-    fn layout(batch: &[usize], row: usize, col: usize) -> Layout {
-        Layout {
-            batch: batch.to_vec(),
-            row,
-            col,
-        }
-    }
-
     #[test]
     fn row_attention_sources_compile() {
         // generation's step: one query row of GPT-2's heads (strided views of a projection)
@@ -199,9 +191,9 @@ mod tests {
             d: 64,
             dv: 64,
         };
-        let qkv = layout(&[2304, 64], 2304, 1);
-        let cache = layout(&[12 * 160 * 64, 160 * 64], 64, 1);
-        let mask = ("unsigned char", layout(&[0, 0], 0, 1));
+        let qkv = Layout::new(&[2304, 64], 2304, 1);
+        let cache = Layout::new(&[12 * 160 * 64, 160 * 64], 64, 1);
+        let mask = ("unsigned char", Layout::new(&[0, 0], 0, 1));
         let steps = [(ScoreStep::Divide, 8.0), (ScoreStep::Select, -1.0e9)];
         let src = source(&shape, [&qkv, &cache, &cache], &[mask], &steps);
         assert!(src.contains("exburn_attention_rows"));
@@ -214,10 +206,13 @@ mod tests {
             d: 128,
             dv: 128,
         };
-        let l = layout(&[MAX_KEYS * 128], 128, 1);
+        let l = Layout::new(&[MAX_KEYS * 128], 128, 1);
         let masks = [
-            ("float", layout(&[0], MAX_KEYS, 1)),
-            ("unsigned char", layout(&[MAX_ROWS * MAX_KEYS], MAX_KEYS, 1)),
+            ("float", Layout::new(&[0], MAX_KEYS, 1)),
+            (
+                "unsigned char",
+                Layout::new(&[MAX_ROWS * MAX_KEYS], MAX_KEYS, 1),
+            ),
         ];
         let steps = [
             (ScoreStep::Select, f32::NEG_INFINITY),

@@ -11,6 +11,13 @@ fn scalar(v: f64) -> Op {
     }
 }
 
+fn add() -> Op {
+    Op::Binary {
+        op: Arith::Add,
+        out: None,
+    }
+}
+
 /// state (i, acc), invariant step: while i < 5 do (i + 1, acc + step)
 fn counting_loop() -> Step {
     let cond = Program::new(
@@ -26,20 +33,8 @@ fn counting_loop() -> Step {
         3,
         vec![
             ins(scalar(1.), &[]),
-            ins(
-                Op::Binary {
-                    op: Arith::Add,
-                    out: None,
-                },
-                &[0, 3],
-            ),
-            ins(
-                Op::Binary {
-                    op: Arith::Add,
-                    out: None,
-                },
-                &[1, 2],
-            ),
+            ins(add(), &[0, 3]),
+            ins(add(), &[1, 2]),
         ],
         vec![4, 5],
     )
@@ -279,13 +274,7 @@ fn cache_loop() -> Step {
             ins(put(0), &[1, 3, 0]), // 4: the body's own cache (in place after the first step)
             ins(put(1), &[4, 3, 0]), // 5: a value made here and read last here (in place)
             ins(scalar(1.), &[]),    // 6
-            ins(
-                Op::Binary {
-                    op: Arith::Add,
-                    out: None,
-                },
-                &[0, 6],
-            ), // 7
+            ins(add(), &[0, 6]),     // 7
         ],
         vec![7, 5],
     )
