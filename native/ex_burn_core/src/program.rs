@@ -569,16 +569,8 @@ impl Program {
                 let out = crate::op::eval(&op, &swapped, device)?;
                 profile::record(t, || format!("{} (transpose folded)", op.name()));
                 out
-            } else if let Some(args) = self.handed_over(i, &mut values)? {
-                let t = profile::start();
-                let out = eval(&ins.op, &args, device)?;
-                profile::note_detail(|| {
-                    format!("{:?}", out.first().map(Tensor::shape).unwrap_or(&[]))
-                });
-                profile::record(t, || ins.op.name());
-                out
             } else {
-                self.eval_one(i, &values, device)?
+                self.eval_one(i, &mut values, device)?
             };
             if out.len() != ins.op.results() {
                 return Err(Error::Execution(format!(
@@ -754,7 +746,12 @@ impl Program {
     /// The results of instruction `i` on its operands among `values`: a value that depends on
     /// no input is made once per device and kept, arithmetic with a literal operand takes the
     /// literal's value from the host, anything else is evaluated on `device`.
-    fn eval_one(&self, i: usize, values: &[Option<Tensor>], device: Device) -> Result<Vec<Tensor>> {
+    fn eval_one(
+        &self,
+        i: usize,
+        values: &mut [Option<Tensor>],
+        device: Device,
+    ) -> Result<Vec<Tensor>> {
         let ins = &self.instrs[i];
         if self.input_free.get(i) == Some(&true) {
             let t = profile::start();
@@ -767,6 +764,7 @@ impl Program {
             return Ok(vec![kept]);
         }
         let args = operands(ins, values)?;
+        self.release_target(i, values);
         if let Some(op) = ins.op.as_op() {
             let t = profile::start();
             let out = literal::arithmetic(op, &ins.args, &args, &self.literals)
@@ -784,30 +782,24 @@ impl Program {
         Ok(out)
     }
 
-    /// The operands of instruction `i` when it is a `put_slice` that reads its target for the
-    /// last time (and only as its target), with the program's own hold on the target dropped:
-    /// the op is then the only holder, and the device kernels may write the update into the
-    /// target's buffer instead of a copy of it where nothing else holds that buffer (a loop's
-    /// state, such as a generation's key/value cache written once per layer and token).
-    /// `None`: the instruction runs as any other.
-    fn handed_over(&self, i: usize, values: &mut [Option<Tensor>]) -> Result<Option<Vec<Tensor>>> {
+    /// After the operands of instruction `i` are taken: when it is a `put_slice` that reads its
+    /// target for the last time (and only as its target), drops the program's own hold on the
+    /// target, so the operand list is the only holder and the device kernels may write the
+    /// update into the target's buffer instead of a copy of it where nothing else holds that
+    /// buffer (a loop's state, such as a generation's key/value cache written once per layer
+    /// and token). The value is not read again: its last use is `i`.
+    fn release_target(&self, i: usize, values: &mut [Option<Tensor>]) {
         let ins = &self.instrs[i];
-        if !matches!(ins.op, Step::Op(crate::Op::PutSlice { .. }))
-            || self.input_free.get(i) == Some(&true)
-        {
-            return Ok(None);
+        if !matches!(ins.op, Step::Op(crate::Op::PutSlice { .. })) {
+            return;
         }
-        let Some((&a, rest)) = ins.args.split_first() else {
-            return Ok(None);
-        };
-        if self.last_use.get(a) != Some(&i) || rest.contains(&a) {
-            return Ok(None);
+        if let Some((&a, rest)) = ins.args.split_first() {
+            if self.last_use.get(a) == Some(&i) && !rest.contains(&a) {
+                if let Some(slot) = values.get_mut(a) {
+                    *slot = None;
+                }
+            }
         }
-        let args = operands(ins, values)?;
-        if let Some(slot) = values.get_mut(a) {
-            *slot = None;
-        }
-        Ok(Some(args))
     }
 
     /// For the `len` values from number `first`, whether an instruction from `end` on (or the

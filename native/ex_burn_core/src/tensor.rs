@@ -418,12 +418,16 @@ impl Tensor {
         }
     }
 
+    /// Whether [`Tensor::cast`] to `to` makes a new tensor (else it returns this one).
+    pub(crate) fn casts_to(&self, to: DType) -> bool {
+        self.dtype() != to || self.kind == Kind::Bool
+    }
+
     /// Converts to another Nx type with Nx's rules: floats to ints as `trunc(x)` modulo 2^bits
     /// (NaN 0, infinities the type's extremes), ints wrap to narrower ints, and booleans become
     /// 0/1.
     pub fn cast(&self, to: DType) -> Result<Tensor> {
-        let from = self.dtype();
-        if from == to && self.kind != Kind::Bool {
+        if !self.casts_to(to) {
             return Ok(self.clone());
         }
         self.device().check_dtype(to)?;

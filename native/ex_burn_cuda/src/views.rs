@@ -195,10 +195,7 @@ fn put_slice_in_place_source(
     } else {
         from.join(" + ")
     };
-    let inputs = 2 + starts
-        .iter()
-        .filter(|s| matches!(s, At::Operand(_)))
-        .count();
+    let inputs = 2 + read_starts(starts);
     format!(
         "{}{}{read}    o0[{}] = e1[{from}];\n  }}\n}}\n",
         elementwise::header_with("", inputs, 1, false),
@@ -313,6 +310,15 @@ fn start_expr(a: usize, hi: usize, at: At, read: &mut String) -> String {
     }
 }
 
+/// How many of `starts` are read from operands (the kernels' operands after the target and
+/// the update).
+fn read_starts(starts: &[At]) -> usize {
+    starts
+        .iter()
+        .filter(|s| matches!(s, At::Operand(_)))
+        .count()
+}
+
 /// A window's start along one axis in the kernels of [`put_slice`] and [`slice`].
 #[derive(Clone, Copy)]
 enum At {
@@ -359,10 +365,7 @@ fn put_slice_source(
         at.join(" + ")
     };
     let index = strided_index(full, ts, full);
-    let inputs = 2 + starts
-        .iter()
-        .filter(|s| matches!(s, At::Operand(_)))
-        .count();
+    let inputs = 2 + read_starts(starts);
     map_source(
         inputs,
         &format!("{read}    o0[i] = ({inside}) ? e1[{at}] : e0[{index}];"),

@@ -285,10 +285,8 @@ fn put_slice(
     }
     let out = DType::merge(t.dtype(), update.dtype());
     // `t` itself where no cast is needed (not a clone: the device kernels may write into its
-    // buffer when nothing else holds it, see `Program::handed_over`)
-    let cast = (t.dtype() != out || t.kind() == Kind::Bool)
-        .then(|| t.cast(out))
-        .transpose()?;
+    // buffer when nothing else holds it, see `Program::release_target`)
+    let cast = t.casts_to(out).then(|| t.cast(out)).transpose()?;
     let (t, u) = (cast.as_ref().unwrap_or(t), update.cast(out)?);
     for i in 0..r {
         let (d, l) = (t.shape()[i], u.shape()[i]);

@@ -192,12 +192,11 @@ fn run(step: &Step, inputs: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
                 crate::cancel::check()?;
                 // the state is handed to the body (not also kept here): a state tensor nothing
                 // else holds may then be updated in place (`put_slice` into a cache)
-                let args: Vec<Tensor> = std::mem::take(&mut st)
-                    .into_iter()
-                    .chain(inv.iter().cloned())
-                    .collect();
+                let mut args: Vec<Tensor> = std::mem::take(&mut st);
+                args.extend(inv.iter().cloned());
                 if !truthy(&cond.run(args.clone(), device)?[0])? {
-                    return Ok(args[..*state].to_vec());
+                    args.truncate(*state);
+                    return Ok(args);
                 }
                 st = body.run(args, device)?;
             }
