@@ -105,6 +105,10 @@ pub enum Layout {
     /// The operand's shape is a leading part of the run's, then unit axes (a per-row
     /// statistic kept with `keep_axes`): element `i / inner`.
     Columns(usize),
+    /// The operand's shape is a middle part of the run's, unit axes around it (a
+    /// per-channel value of an NCHW tensor, `[1, c, 1, 1]`): `(len, inner)`, element
+    /// `i / inner % len`.
+    Middle(usize, usize),
 }
 
 impl Layout {
@@ -122,7 +126,11 @@ impl Layout {
         if s.len() == full.len() && s[..keep] == full[..keep] {
             return Some(Layout::Columns(full[keep..].iter().product()));
         }
-        None
+        // right-aligned with `full`: the axes `lead..keep` of `s` are `full`'s `at..at + k`
+        let at = (full.len() + lead).checked_sub(s.len())?;
+        let end = at + keep.checked_sub(lead)?;
+        (keep > lead && full.get(at..end) == Some(&s[lead..keep]))
+            .then(|| Layout::Middle(s[lead..keep].iter().product(), full[end..].iter().product()))
     }
 }
 
@@ -220,6 +228,9 @@ pub enum Stage {
     Binary(Map, Src, Src),
     /// Nx `select(pred, on_true, on_false)`: `pred` is true where it is not 0 (NaN included).
     Select(Src, Src, Src),
+    /// The operand itself: a broadcast or reshape that reads each element where the run
+    /// reads it already.
+    Same(Src),
 }
 
 /// A run of f32 element-wise steps over one shape, for one kernel: each element computed
@@ -838,4 +849,32 @@ pub fn check_failures() -> Result<()> {
 /// What the installed kernels did for the calling thread (zeros without kernels).
 pub fn counts() -> Counts {
     installed().map_or_else(Counts::default, |k| k.counts())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Layout;
+
+    #[test]
+    fn layouts_name_how_each_broadcast_operand_is_read() {
+        let full = [4, 6, 8, 9];
+        assert_eq!(Layout::of(&full, &full), Some(Layout::Full));
+        assert_eq!(Layout::of(&[8, 9], &full), Some(Layout::Rows(72)));
+        assert_eq!(Layout::of(&[1, 1, 1, 9], &full), Some(Layout::Rows(9)));
+        assert_eq!(Layout::of(&[4, 6, 1, 1], &full), Some(Layout::Columns(72)));
+        // per channel, in NCHW: element i / (8 * 9) % 6
+        assert_eq!(
+            Layout::of(&[1, 6, 1, 1], &full),
+            Some(Layout::Middle(6, 72))
+        );
+        assert_eq!(Layout::of(&[6, 1, 1], &full), Some(Layout::Middle(6, 72)));
+        assert_eq!(
+            Layout::of(&[1, 6, 8, 1], &full),
+            Some(Layout::Middle(48, 9))
+        );
+        // a unit axis inside the kept part, or axes that are not the run's
+        assert_eq!(Layout::of(&[1, 6, 1, 9], &full), None);
+        assert_eq!(Layout::of(&[1, 5, 1, 1], &full), None);
+        assert_eq!(Layout::of(&[6, 1, 1, 1, 1], &full), None);
+    }
 }

@@ -495,6 +495,8 @@ impl Program {
         };
         // no element-wise run is tried before this instruction
         let mut runs_from = 0;
+        // where whole runs with views may be tried again (one attempt per run)
+        let mut whole_from = 0;
         // attentions run as one step (their instructions skipped) where a kernel exists
         let attend = attention::fused_on(device) && self.attention.inner.contains(&true);
         let (runs, row_spans) = if attend {
@@ -536,20 +538,49 @@ impl Program {
             }
             if let Some(end) = span_at(runs, i, runs_from) {
                 let t = profile::start();
-                if self.run_fused(i, end, &mut values, device)? {
-                    profile::record(t, || "(fused run)".into());
-                    i = end;
-                    continue;
-                }
                 // (not where a row region may start inside the run and go on after it)
-                let region_after =
-                    (i + 1..end).any(|j| span_at(row_spans, j, rows_from).is_some_and(|e| e > end));
-                if !region_after && self.run_grouped(i..end, &mut values, device)? {
-                    i = end;
-                    continue;
+                let region_after = |end: usize| {
+                    (i + 1..end).any(|j| span_at(row_spans, j, rows_from).is_some_and(|e| e > end))
+                };
+                // the run with its views where the device's kernels may read them, else
+                // (and on the CPU) the element-wise instructions before the first view
+                let cut = (i..end)
+                    .find(|&j| fuse::view(&self.instrs[j].op))
+                    .unwrap_or(end);
+                if cut < end && i >= whole_from && device != Device::Cpu {
+                    // up to the first view read after the run (the op table makes it
+                    // without moving data; a kernel would write it out)
+                    let live = self.live_after(values.len(), end - i, end);
+                    let whole = (cut..end)
+                        .find(|&j| live[j - i] && fuse::view(&self.instrs[j].op))
+                        .unwrap_or(end);
+                    // (and not ending with views)
+                    let whole = (cut..whole)
+                        .rev()
+                        .find(|&j| !fuse::view(&self.instrs[j].op))
+                        .map_or(cut, |j| j + 1);
+                    if whole > cut && !region_after(whole) {
+                        if self.run_fused(i, whole, &mut values, device)? {
+                            profile::record(t, || "(fused run)".into());
+                            i = whole;
+                            continue;
+                        }
+                        whole_from = end;
+                    }
+                }
+                if cut - i >= 2 || (cut > i && fuse::worth_alone(&self.instrs[i].op)) {
+                    if self.run_fused(i, cut, &mut values, device)? {
+                        profile::record(t, || "(fused run)".into());
+                        i = cut;
+                        continue;
+                    }
+                    if !region_after(cut) && self.run_grouped(i..cut, &mut values, device)? {
+                        i = cut;
+                        continue;
+                    }
                 }
                 // one attempt per run (a row region may end inside it: the rest is one)
-                runs_from = end;
+                runs_from = runs_from.max(cut);
             }
             let ins = &self.instrs[i];
             let fold = match self.folds[i] {
@@ -854,15 +885,24 @@ fn span_at(table: &[Option<usize>], i: usize, from: usize) -> Option<usize> {
 
 /// For each element-wise instruction from which two or more element-wise instructions follow
 /// (or one that the op table computes in several passes), where they end; instructions marked
-/// in `barriers` belong to no run. The run's first
+/// in `barriers` belong to no run. Views (broadcasts, reshapes) followed by an element-wise
+/// instruction belong to runs too: devices whose kernels fuse read them inside the run's
+/// kernel, the CPU ends its runs before them. The run's first
 /// instruction starts it; a later one does when a row region ends inside the run.
 fn element_wise_runs(instrs: &[Instr], barriers: &[bool]) -> Vec<Option<usize>> {
     let mut runs = vec![None; instrs.len()];
     let mut end = instrs.len();
+    // whether an element-wise instruction lies in `i + 1..end` (a run does not end with views)
+    let mut maps = false;
     for i in (0..instrs.len()).rev() {
-        if !fuse::elementwise(&instrs[i].op) || barriers.get(i) == Some(&true) {
-            end = i;
-        } else if end - i >= 2 || fuse::worth_alone(&instrs[i].op) {
+        let op = &instrs[i].op;
+        let view = fuse::view(op) && maps;
+        if !(fuse::elementwise(op) || view) || barriers.get(i) == Some(&true) {
+            (end, maps) = (i, false);
+            continue;
+        }
+        maps |= !view;
+        if end - i >= 2 || fuse::worth_alone(op) {
             runs[i] = Some(end);
         }
     }

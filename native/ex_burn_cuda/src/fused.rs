@@ -33,6 +33,7 @@ fn index(layout: Option<Layout>, shape: &[usize], strides: &[usize], full: &[usi
             Layout::Full => "i".to_string(),
             Layout::Rows(m) => elementwise::coordinate(1, m, total),
             Layout::Columns(inner) => elementwise::coordinate(inner, 0, total),
+            Layout::Middle(len, inner) => elementwise::coordinate(inner, len, total),
         };
     }
     elementwise::strided_index(shape, strides, full)
@@ -105,6 +106,7 @@ fn expression(step: Stage, src: &dyn Fn(Src) -> String) -> Option<String> {
         }
         Stage::Binary(m, a, b) => binary(m, &src(a), &src(b))?,
         Stage::Select(p, t, f) => format!("({} != 0.0f) ? {} : {}", src(p), src(t), src(f)),
+        Stage::Same(a) => src(a),
     })
 }
 

@@ -1,14 +1,15 @@
 //! Cache-blocked execution of element-wise runs on the CPU.
 //!
 //! A run of consecutive element-wise instructions whose tensor operands all share one shape
-//! (other operands being scalars; f32 runs also take bias rows and per-row columns that
-//! broadcast to it) is executed chunk by chunk: every op of the run is applied
-//! to a slice of a few thousand elements before the next slice is read, so intermediates stay
-//! in cache instead of making one pass over memory per op. Chunks are spread over the host's
+//! (other operands being scalars; f32 runs also take bias rows, per-row columns and
+//! per-channel values that broadcast to it) is executed chunk by chunk: every op of the run is
+//! applied to a slice of a few thousand elements before the next slice is read, so
+//! intermediates stay in cache instead of making one pass over memory per op. Chunks are spread over the host's
 //! cores. Runs over f32 whose instructions are all plain maps run as tight loops over chunk
 //! buffers ([`map32`]); others run the same op-table code on chunk tensors. Either way results
 //! are identical to the unfused program. On devices whose kernels fuse (NVIDIA GPUs with
-//! the CUDA kernels, see [`crate::kernels`]) the same f32 plans run as one kernel per run, and
+//! the CUDA kernels, see [`crate::kernels`]) the same f32 plans run as one kernel per run (a
+//! run there may also hold broadcasts and reshapes, read inside the kernel: [`view`]), and
 //! element-wise instructions together with reductions over the same trailing axes (softmax,
 //! layer norm, their gradients) as one kernel per region (`rows`); other GPUs run op by op.
 
@@ -51,6 +52,16 @@ pub(super) fn elementwise(step: &Step) -> bool {
         Bitcast { .. } | Narrow { .. } => false,
         op => matches!(op.arity(), Some(1) | Some(2)) && is_map(op),
     }
+}
+
+/// Whether `step` is a view that runs may hold on devices whose kernels fuse (a broadcast or
+/// a reshape: the kernel reads its operand where the run reads the view). The CPU's runs end
+/// before views.
+pub(super) fn view(step: &Step) -> bool {
+    matches!(
+        step.as_op(),
+        Some(Op::Broadcast { .. } | Op::Reshape { .. })
+    )
 }
 
 /// Whether a run of this single op is worth executing in chunks: the op table computes it
@@ -194,15 +205,32 @@ pub(super) fn execute(
             Ok((a, t))
         })
         .collect::<Result<_>>()?;
+    // the run's shape: its operands' and views' shapes broadcast together (a view's operand
+    // is read through the view)
     let mut shape: Option<Vec<usize>> = None;
-    for (_, t) in external.iter().filter(|(_, t)| t.rank() > 0) {
-        shape = Some(match shape {
-            None => t.shape().to_vec(),
-            Some(s) => match crate::op::util::broadcast_shape(&s, t.shape()) {
-                Ok(s) => s,
-                Err(_) => return Ok(None),
-            },
-        });
+    let mut views = false;
+    for ins in run.instrs {
+        let shapes: Vec<&[usize]> = match ins.op.as_op() {
+            Some(Op::Broadcast { shape, .. } | Op::Reshape { shape }) => {
+                views = true;
+                vec![shape.as_slice()]
+            }
+            _ => ins
+                .args
+                .iter()
+                .filter_map(|a| external.iter().find(|(v, _)| v == a))
+                .map(|(_, t)| t.shape())
+                .collect(),
+        };
+        for s in shapes.into_iter().filter(|s| !s.is_empty()) {
+            shape = Some(match shape {
+                None => s.to_vec(),
+                Some(have) => match crate::op::util::broadcast_shape(&have, s) {
+                    Ok(s) => s,
+                    Err(_) => return Ok(None),
+                },
+            });
+        }
     }
     let Some(shape) = shape else {
         return Ok(None);
@@ -231,6 +259,7 @@ pub(super) fn execute(
     // The op table on chunks: every tensor operand has the run's shape (a single op gains
     // nothing from it).
     if run.instrs.len() < 2
+        || views
         || external
             .iter()
             .any(|(_, t)| t.rank() > 0 && t.shape() != shape)

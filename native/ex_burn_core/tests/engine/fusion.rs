@@ -1056,3 +1056,127 @@ fn two_parameter_update(s1: [usize; 2], s2: [usize; 2], fused: bool) {
     let want: Vec<Tensor> = outputs.iter().map(|&o| values[o].clone()).collect();
     same_bits_or_nan(&got, &want, "grouped run");
 }
+
+/// Batch normalization's normalize step in NCHW as Nx writes it: the batch's mean, the
+/// reciprocal deviation, the gain and the bias are per-channel values (`[1, c, 1, 1]`, one of
+/// them `[c, 1, 1]`) that broadcast over the middle axis, then ReLU: one fused run, the bits of
+/// op-by-op evaluation, special values included.
+#[test]
+fn per_channel_operands_of_a_batch_norm_fuse_and_match_op_by_op_evaluation() {
+    let (n, c, h, w) = (4, 6, 80, 71);
+    let x = f(&special(n * c * h * w, 0), &[n, c, h, w]);
+    let per = |shift: usize, shape: &[usize]| f(&special(c, shift), shape);
+    let (mean, inv, gain) = (
+        per(1, &[1, c, 1, 1]),
+        per(2, &[1, c, 1, 1]),
+        per(5, &[c, 1, 1]),
+    );
+    let bias = per(4, &[1, c, 1, 1]);
+    let arith = |op| Op::Binary { op, out: None };
+    let prog = Program::new(
+        5,
+        vec![
+            ins(arith(Arith::Subtract), &[0, 1]), // 5: x - mean
+            ins(arith(Arith::Multiply), &[5, 2]), // 6: * inv
+            ins(arith(Arith::Multiply), &[6, 3]), // 7: * gain
+            ins(arith(Arith::Add), &[7, 4]),      // 8: + bias
+            ins(scalar(0.0), &[]),                // 9
+            ins(arith(Arith::Max), &[8, 9]),      // 10: relu
+        ],
+        vec![10, 5],
+    )
+    .unwrap();
+    let inputs = [x, mean, inv, gain, bias];
+    let before = fused_so_far();
+    let got = prog.run(inputs.to_vec(), dev()).unwrap();
+    if fuses() {
+        assert_eq!(fused_so_far(), before + 1, "not fused");
+    }
+    same_bits_or_nan(&got, &op_by_op(&prog, &inputs), "batch norm");
+}
+
+/// A batch norm's gradient as Nx's `grad` writes it: per-channel sums broadcast back with
+/// explicit axes, a per-channel value computed in the run and broadcast over the whole shape,
+/// a reshaped gain. Where the device's kernels fuse, the run with its views is one kernel;
+/// everywhere the values are op-by-op evaluation's bit for bit.
+#[test]
+fn runs_through_broadcasts_and_reshapes_match_op_by_op_evaluation() {
+    let (n, c, h, w) = (4, 6, 30, 31);
+    let x = f(&special(n * c * h * w, 0), &[n, c, h, w]);
+    let gain = f(&special(c, 2), &[c]);
+    let sums = f(&special(c, 5), &[c]);
+    let arith = |op| Op::Binary { op, out: None };
+    let broadcast = |shape: &[usize], axes: &[usize]| Op::Broadcast {
+        shape: shape.to_vec(),
+        axes: Some(axes.to_vec()),
+    };
+    let prog = Program::new(
+        3,
+        vec![
+            ins(broadcast(&[1, c, 1, 1], &[1]), &[2]), // 3: the sums per channel
+            ins(scalar(-0.5), &[]),                    // 4
+            ins(arith(Arith::Multiply), &[4, 3]),      // 5: [1, c, 1, 1] in the run
+            ins(broadcast(&[n, c, h, w], &[0, 1, 2, 3]), &[5]), // 6: over the whole shape
+            ins(arith(Arith::Multiply), &[6, 0]),      // 7
+            ins(
+                Op::Reshape {
+                    shape: vec![1, c, 1, 1],
+                },
+                &[1],
+            ), // 8: the gain per channel
+            ins(arith(Arith::Multiply), &[7, 8]),      // 9
+            ins(Op::Unary(Unary::Neg), &[9]),          // 10
+        ],
+        vec![10, 7],
+    )
+    .unwrap();
+    let inputs = [x, gain, sums];
+    let before = fused_so_far();
+    let got = prog.run(inputs.to_vec(), dev()).unwrap();
+    if fuses() && dev() != Device::Cpu {
+        assert_eq!(fused_so_far(), before + 1, "not one kernel");
+    }
+    same_bits_or_nan(&got, &op_by_op(&prog, &inputs), "views in a run");
+}
+
+/// A value computed in a run and broadcast onto a middle axis is not where the run would read
+/// it (its own shape lines up with the last axis): such a run is not fused through the view,
+/// and its values stay op-by-op evaluation's.
+#[test]
+fn a_broadcast_that_moves_a_run_value_to_another_axis_keeps_its_values() {
+    let (n, c, h) = (4, 5, 3);
+    let x = f(&special(n * c * h * c, 1), &[n, c, h, c]);
+    let per = f(&special(c, 3), &[c]);
+    let prog = Program::new(
+        2,
+        vec![
+            ins(
+                Op::Binary {
+                    op: Arith::Multiply,
+                    out: None,
+                },
+                &[1, 1],
+            ), // 2: [c]
+            ins(
+                Op::Broadcast {
+                    shape: vec![1, c, 1, 1],
+                    axes: Some(vec![1]),
+                },
+                &[2],
+            ), // 3: onto axis 1
+            ins(
+                Op::Binary {
+                    op: Arith::Add,
+                    out: None,
+                },
+                &[0, 3],
+            ), // 4
+            ins(Op::Unary(Unary::Abs), &[4]), // 5
+        ],
+        vec![5],
+    )
+    .unwrap();
+    let inputs = [x, per];
+    let got = prog.run(inputs.to_vec(), dev()).unwrap();
+    same_bits_or_nan(&got, &op_by_op(&prog, &inputs), "broadcast onto axis 1");
+}

@@ -1,7 +1,8 @@
 //! f32 element-wise runs on the CPU as plain loops over chunk buffers.
 //!
 //! When every operand of a fused run is f32 (or boolean, read as a mask), broadcasts to the
-//! run's shape as a whole tensor, a bias row or a per-row column, and every instruction is one
+//! run's shape as a whole tensor, a bias row, a per-row column or a per-channel value (a
+//! [`Layout`]), and every instruction is one
 //! of the maps below, `select`, or a scalar constant, each worker keeps one chunk-sized buffer
 //! per instruction and applies the whole run to a chunk with one tight loop per instruction,
 //! writing live results straight into the output buffers. Nothing is allocated per op and
@@ -154,11 +155,56 @@ pub(super) fn stage(op: &Op, srcs: &[Src], tys: &[Ty]) -> Option<(Stage, Ty)> {
     })
 }
 
+/// The shape a view step (a broadcast or reshape) gives its operand.
+fn view_shape(op: &Op) -> Option<&[usize]> {
+    match op {
+        Op::Broadcast { shape, .. } | Op::Reshape { shape } => Some(shape),
+        _ => None,
+    }
+}
+
+/// The operand of view `op` (of shape `from`) reshaped to the view's rank so that, read
+/// right-aligned as the run reads its operands, it gives the view's elements: unit axes where
+/// a broadcast adds axes, the view's own shape for a reshape. `None` where no such shape
+/// exists (axes that do not fit).
+fn view_source_shape(op: &Op, from: &[usize]) -> Option<Vec<usize>> {
+    match op {
+        Op::Broadcast { shape, axes } => {
+            let axes: Vec<usize> = match axes {
+                Some(a) => a.clone(),
+                None => (shape.len().checked_sub(from.len())?..shape.len()).collect(),
+            };
+            let fits = axes.len() == from.len()
+                && axes.windows(2).all(|w| w[0] < w[1])
+                && axes.iter().all(|&a| a < shape.len());
+            if !fits {
+                return None;
+            }
+            let mut aligned = vec![1; shape.len()];
+            for (&a, &d) in axes.iter().zip(from) {
+                if d != 1 && d != shape[a] {
+                    return None;
+                }
+                aligned[a] = d;
+            }
+            Some(aligned)
+        }
+        Op::Reshape { shape } => Some(shape.clone()),
+        _ => None,
+    }
+}
+
+/// `s` without its leading unit axes (how right-aligned reads see it).
+fn leading_units_dropped(s: &[usize]) -> &[usize] {
+    &s[s.iter().take_while(|&&d| d == 1).count()..]
+}
+
 impl Plan {
     /// Compiles `run` when every external operand is f32 or boolean and broadcasts to `full`
     /// as one of the [`Layout`]s, every instruction has an f32 map (comparisons and `select`
-    /// included), computes in f32 a tensor of the run's shape, and no mask is read after the
-    /// run; `Ok(None)` otherwise.
+    /// included) or is a view that reads its operand where the run reads it (off the CPU, not
+    /// read after the run), computes in f32 a tensor of the run's shape, and no mask is read
+    /// after the run; `Ok(None)` otherwise.
     pub(super) fn new(
         run: &Run,
         external: &[(usize, Tensor)],
@@ -173,10 +219,71 @@ impl Plan {
         let mut consts: Vec<Option<Tensor>> = Vec::with_capacity(run.instrs.len());
         // per step: its type and whether it has the run's shape (false for constants)
         let mut kinds: Vec<(Ty, bool)> = Vec::with_capacity(run.instrs.len());
+        // per step: the shape of its value (as Nx has it)
+        let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(run.instrs.len());
+        // operands read through a view: their index in `ext`, view shape and type
+        let mut reshaped: Vec<(usize, Vec<usize>, Ty)> = Vec::new();
         for ins in run.instrs {
             let Some(op) = ins.op.as_op() else {
                 return Ok(None);
             };
+            if super::view(&ins.op) {
+                // a broadcast or reshape: its operand read where the run reads the view (off
+                // the CPU; the CPU's runs end before views)
+                let (Some(to), &[a]) = (view_shape(op), ins.args.as_slice()) else {
+                    return Ok(None);
+                };
+                // (a view read after the run is left to the op table, where it moves no data)
+                if device == Device::Cpu || live_out[steps.len()] {
+                    return Ok(None);
+                }
+                let (src, ty) = if a >= run.first {
+                    let j = a - run.first;
+                    // a value of the run: the view must read each element where the run
+                    // reads the value (unit axes added or dropped in front)
+                    match view_source_shape(op, &shapes[j]) {
+                        Some(s)
+                            if leading_units_dropped(&s) == leading_units_dropped(&shapes[j]) => {}
+                        _ => return Ok(None),
+                    }
+                    let src = match steps[j] {
+                        Stage::Const(v) => Src::Const(v),
+                        _ => Src::Stage(j),
+                    };
+                    (src, kinds[j].0)
+                } else {
+                    let (_, t) = external
+                        .iter()
+                        .find(|(v, _)| *v == a)
+                        .ok_or_else(|| Error::Execution(format!("value {a} missing")))?;
+                    if let Some((v, dtype)) = run.literal(a) {
+                        (Src::Const(v), Ty::Const(dtype))
+                    } else {
+                        // the operand reshaped to the view's rank, read right-aligned
+                        let Some(aligned) = view_source_shape(op, t.shape()) else {
+                            return Ok(None);
+                        };
+                        let (Some(layout), Some(ty)) =
+                            (Layout::of(&aligned, full), Ty::of_run_operand(t))
+                        else {
+                            return Ok(None);
+                        };
+                        // (reshaped once the whole run is known to fit: a reshape may copy)
+                        reshaped.push((ext.len(), aligned, ty));
+                        ext.push(Ext {
+                            tensor: t.clone(),
+                            layout,
+                        });
+                        ext_ids.push(usize::MAX);
+                        (Src::Ext(ext.len() - 1), ty)
+                    }
+                };
+                steps.push(Stage::Same(src));
+                consts.push(None);
+                kinds.push((ty, to == full));
+                shapes.push(to.to_vec());
+                continue;
+            }
             if let Op::Full {
                 shape,
                 dtype,
@@ -207,6 +314,7 @@ impl Plan {
                     });
                 }
                 kinds.push((Ty::Const(*dtype), false));
+                shapes.push(Vec::new());
                 continue;
             }
             if !matches!(op, Op::Select { .. }) && map_of(op).is_none() {
@@ -215,7 +323,19 @@ impl Plan {
             let mut srcs = Vec::with_capacity(3);
             let mut tys = Vec::with_capacity(3);
             let mut full_operand = false;
+            let mut shape: Vec<usize> = Vec::new();
             for &a in &ins.args {
+                let of = match a.checked_sub(run.first) {
+                    Some(j) => shapes[j].as_slice(),
+                    None => external
+                        .iter()
+                        .find(|(v, _)| *v == a)
+                        .map_or(&[][..], |(_, t)| t.shape()),
+                };
+                let Ok(s) = crate::op::util::broadcast_shape(&shape, of) else {
+                    return Ok(None);
+                };
+                shape = s;
                 let src = if a >= run.first {
                     let (ty, is_full) = kinds[a - run.first];
                     tys.push(ty);
@@ -287,6 +407,10 @@ impl Plan {
             steps.push(step);
             consts.push(None);
             kinds.push((ty, full_operand));
+            shapes.push(shape);
+        }
+        for (j, aligned, ty) in reshaped {
+            ext[j].tensor = ty.operand(&ext[j].tensor.reshape(aligned)?, device)?;
         }
         let masks = kinds.iter().map(|&(ty, _)| ty == Ty::Mask).collect();
         Ok(Some(Plan {
@@ -487,6 +611,10 @@ impl Plan {
                     Stage::Unary(m, a) => run_step(m, arg(a), None, out),
                     Stage::Binary(m, a, b) => run_step(m, arg(a), Some(arg(b)), out),
                     Stage::Select(p, t, f) => select(arg(p), arg(t), arg(f), out),
+                    Stage::Same(a) => match arg(a) {
+                        Arg::Slice(v) => out.copy_from_slice(v),
+                        Arg::Scalar(c) => out.fill(c),
+                    },
                 }
             }
             for (part, &k) in parts.iter_mut().zip(live) {
@@ -571,6 +699,15 @@ fn broadcast_view(t: &Tensor) -> Result<Option<(Tensor, Layout)>> {
             let m = count(&axes[k..]);
             (m, Layout::Rows(m))
         }
+        // broadcast axes around axes in row-major order: a value per channel, say
+        (Some(0), Some(k)) => {
+            let e = k + axes[k..].iter().take_while(|&&(_, s)| s != 0).count();
+            if !axes[e..].iter().all(|&(_, s)| s == 0) || !row_major(&axes[k..e]) {
+                return Ok(None);
+            }
+            let m = count(&axes[k..e]);
+            (m, Layout::Middle(m, count(&axes[e..])))
+        }
         _ => return Ok(None),
     };
     let Some(values) = data.get(offset..offset.saturating_add(n)) else {
@@ -609,6 +746,15 @@ fn broadcast_chunk(
                 let row = i / inner;
                 let take = ((row + 1) * inner).min(end) - i;
                 buf.resize(buf.len() + take, v[row]);
+                i += take;
+            }
+        }
+        Layout::Middle(m, inner) if m > 0 && inner > 0 && v.len() == m => {
+            let mut i = start;
+            while i < end {
+                let block = i / inner;
+                let take = ((block + 1) * inner).min(end) - i;
+                buf.resize(buf.len() + take, v[block % m]);
                 i += take;
             }
         }
@@ -742,7 +888,17 @@ mod tests {
         let (small, layout) = broadcast_view(&view).unwrap().unwrap();
         assert_eq!(layout, Layout::Rows(5));
         assert_eq!(small.to_f32_vec().unwrap(), row.to_f32_vec().unwrap());
-        // repeated along a middle axis: neither layout
+        // a value per channel, repeated around it
+        let channel = host((0..3).map(|i| i as f32).collect(), &[3]);
+        let view = broadcast(&channel, &[2, 3, 4, 5], vec![1]);
+        let (small, layout) = broadcast_view(&view).unwrap().unwrap();
+        assert_eq!(layout, Layout::Middle(3, 20));
+        assert_eq!(small.to_f32_vec().unwrap(), channel.to_f32_vec().unwrap());
+        let mut chunk = Vec::new();
+        broadcast_chunk(&[0.0, 1.0, 2.0], layout, 37, 30, &mut chunk).unwrap();
+        let want: Vec<f32> = (37..67).map(|i| ((i / 20) % 3) as f32).collect();
+        assert_eq!(chunk, want);
+        // repeated along a middle axis: no layout
         let ends = host((0..10).map(|i| i as f32).collect(), &[2, 1, 5]);
         let view = broadcast(&ends, &[2, 3, 5], vec![0, 1, 2]);
         assert!(broadcast_view(&view).unwrap().is_none());

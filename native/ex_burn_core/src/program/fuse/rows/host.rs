@@ -332,7 +332,7 @@ impl Plan {
                         };
                     }
                 }
-                Step::Same(src) => match arg(src, full)? {
+                Step::Same(src) | Step::Map(Stage::Same(src)) => match arg(src, full)? {
                     Arg::Slice(v) => out.copy_from_slice(v),
                     Arg::Scalar(c) => out.fill(c),
                 },
@@ -377,7 +377,7 @@ impl Uses {
                 Step::Map(Stage::Unary(_, a)) => vec![a],
                 Step::Map(Stage::Binary(_, a, b)) => vec![a, b],
                 Step::Map(Stage::Select(p, t, f)) => vec![p, t, f],
-                Step::Fold(_, a) | Step::Same(a) => vec![a],
+                Step::Fold(_, a) | Step::Same(a) | Step::Map(Stage::Same(a)) => vec![a],
             };
             for src in srcs {
                 match src {
