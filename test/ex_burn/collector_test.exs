@@ -15,7 +15,9 @@ defmodule ExBurn.CollectorTest do
 
   # In a fresh process whose heap has room to spare (as a process holding state has), so that
   # the BEAM itself does not collect during the loop: `n` results of 4 MiB each, every one
-  # dropped at once. Returns how many more tensors the VM holds at the end of the loop.
+  # dropped at once. Returns how many more tensors the VM holds at the end of the loop, once
+  # the count has settled (the BEAM may run the destructors of what a collection freed a
+  # little later: counted at once, 9 were seen in a CI run where at most 4 are dead).
   defp dropped_results(collect_after, n) do
     ExBurn.configure!(collect_after: collect_after)
     x = Tensor.from_binary(:binary.copy(<<1.0::float-32-little>>, 1 <<< 20), {1 <<< 20}, :f32)
@@ -26,7 +28,7 @@ defmodule ExBurn.CollectorTest do
       :erlang.spawn_opt(
         fn ->
           Enum.each(1..n, fn _ -> BurnBridge.add(x, 1.0) end)
-          send(parent, {:grown, held() - before})
+          send(parent, {:grown, settled_held() - before})
         end,
         [:monitor, {:min_heap_size, 2_000_000}]
       )
@@ -43,8 +45,7 @@ defmodule ExBurn.CollectorTest do
 
   test "tensors a process dropped are freed after collect_after bytes, not when its heap fills" do
     # 64 results of 4 MiB, collected every 16 MiB: at most 4 dead results at any time (the
-    # count is the whole VM's: one more allowed for a tensor another process holds meanwhile,
-    # seen once in 6 clean-clone CI runs of the suite).
+    # count is the whole VM's: one more allowed for a tensor another process holds meanwhile).
     assert dropped_results(16 <<< 20, 64) <= 5
     # Without it the heap never fills during the loop and every dead result stays allocated.
     assert dropped_results(:never, 64) >= 60

@@ -811,9 +811,9 @@ pub trait DeviceKernels: Send + Sync {
     }
 
     /// Host time the device's own queue spent on the kernels' queued work since the last
-    /// call: `(pieces, looking up buffers, in all)`.
-    fn queued_work_time(&self) -> (u64, Duration, Duration) {
-        (0, Duration::ZERO, Duration::ZERO)
+    /// call, by kind of work: `(what, pieces, looking up buffers, in all)`.
+    fn queued_work_time(&self) -> Vec<(&'static str, u64, Duration, Duration)> {
+        Vec::new()
     }
 
     /// What the kernels did for the calling thread.

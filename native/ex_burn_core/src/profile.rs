@@ -208,15 +208,22 @@ fn read_events() {
     }
     // the device thread's time on ExBurn's own queued work (kernels, products, events),
     // counted once per queued piece: host time there, not GPU time
-    let (pieces, lookups, total) = kernels.queued_work_time();
+    // (and by kind of work: the events of this profile are pieces too)
+    let by_kind = kernels.queued_work_time();
     if let Ok(mut t) = table().lock() {
-        for (name, time) in [
-            ("(device thread: our work, buffer lookups)", lookups),
-            ("(device thread: our work, in all)", total),
-        ] {
-            let e = t.entry(name.into()).or_insert((0, Duration::ZERO));
-            e.0 += pieces;
-            e.1 += time;
+        for (what, pieces, lookups, total) in by_kind {
+            for (name, time) in [
+                (
+                    "(device thread: our work, buffer lookups)".to_string(),
+                    lookups,
+                ),
+                ("(device thread: our work, in all)".to_string(), total),
+                (format!("(device thread: {what})"), total),
+            ] {
+                let e = t.entry(name).or_insert((0, Duration::ZERO));
+                e.0 += pieces;
+                e.1 += time;
+            }
         }
     }
 }

@@ -221,7 +221,7 @@ impl DeviceKernels for Cuda {
         events::elapsed(index, pairs)
     }
 
-    fn queued_work_time(&self) -> (u64, Duration, Duration) {
+    fn queued_work_time(&self) -> Vec<(&'static str, u64, Duration, Duration)> {
         queue::DEVICE_THREAD.take()
     }
 

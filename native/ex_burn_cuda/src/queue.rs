@@ -221,7 +221,7 @@ pub(crate) fn submit<W>(
             DISABLED.store(true, Ordering::Release);
         }
         if let (Some(t), Some(lookups)) = (started, looked_up) {
-            DEVICE_THREAD.record(lookups, t.elapsed());
+            DEVICE_THREAD.record(what, lookups, t.elapsed());
         }
     });
 }
@@ -235,41 +235,48 @@ pub fn flush(index: usize) {
     DeviceHandle::<Server>::new(cubecl_cuda::CudaDevice::new(index).to_id()).flush_queue();
 }
 
-/// Time CubeCL's device thread spent on ExBurn's queued work: pieces, nanoseconds looking up
-/// their buffers, nanoseconds in all (read by the GPU-time profile, `EX_BURN_PROFILE=gpu`).
+/// Time CubeCL's device thread spent on ExBurn's queued work, by kind of work (the `what`
+/// of [`submit`]): pieces, nanoseconds looking up their buffers, nanoseconds in all (read by
+/// the GPU-time profile, `EX_BURN_PROFILE=gpu`, which alone records it).
 pub struct DeviceThreadTime {
-    count: std::sync::atomic::AtomicU64,
-    lookups: std::sync::atomic::AtomicU64,
-    total: std::sync::atomic::AtomicU64,
+    by_kind: Mutex<Vec<(&'static str, u64, u64, u64)>>,
 }
 
 impl DeviceThreadTime {
-    fn record(&self, lookups: std::time::Duration, total: std::time::Duration) {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.lookups
-            .fetch_add(lookups.as_nanos() as u64, Ordering::Relaxed);
-        self.total
-            .fetch_add(total.as_nanos() as u64, Ordering::Relaxed);
+    fn record(&self, what: &'static str, lookups: std::time::Duration, total: std::time::Duration) {
+        let Ok(mut kinds) = self.by_kind.lock() else {
+            return;
+        };
+        let at = match kinds.iter().position(|k| k.0 == what) {
+            Some(at) => at,
+            None => {
+                kinds.push((what, 0, 0, 0));
+                kinds.len() - 1
+            }
+        };
+        let k = &mut kinds[at];
+        k.1 += 1;
+        k.2 += lookups.as_nanos() as u64;
+        k.3 += total.as_nanos() as u64;
     }
 
-    /// `(pieces, lookup time, total time)` since the last call.
-    pub fn take(&self) -> (u64, std::time::Duration, std::time::Duration) {
-        let ns = |a: &std::sync::atomic::AtomicU64| {
-            std::time::Duration::from_nanos(a.swap(0, Ordering::Relaxed))
+    /// `(what, pieces, lookup time, total time)` by kind since the last call.
+    pub fn take(&self) -> Vec<(&'static str, u64, std::time::Duration, std::time::Duration)> {
+        let kinds = match self.by_kind.lock() {
+            Ok(mut k) => std::mem::take(&mut *k),
+            Err(_) => Vec::new(),
         };
-        (
-            self.count.swap(0, Ordering::Relaxed),
-            ns(&self.lookups),
-            ns(&self.total),
-        )
+        let ns = std::time::Duration::from_nanos;
+        kinds
+            .into_iter()
+            .map(|(what, n, lookups, total)| (what, n, ns(lookups), ns(total)))
+            .collect()
     }
 }
 
 /// See [`DeviceThreadTime`].
 pub static DEVICE_THREAD: DeviceThreadTime = DeviceThreadTime {
-    count: std::sync::atomic::AtomicU64::new(0),
-    lookups: std::sync::atomic::AtomicU64::new(0),
-    total: std::sync::atomic::AtomicU64::new(0),
+    by_kind: Mutex::new(Vec::new()),
 };
 
 /// Makes `stream` wait for the work queued so far on the streams of `operands` that are
