@@ -212,14 +212,17 @@ fn read_events() {
     let by_kind = kernels.queued_work_time();
     if let Ok(mut t) = table().lock() {
         for (what, pieces, lookups, total) in by_kind {
-            for (name, time) in [
+            // (parts of other pieces, named `within ...`, are not counted again in all)
+            let whole = !what.starts_with("within ");
+            let rows = [
                 (
                     "(device thread: our work, buffer lookups)".to_string(),
                     lookups,
                 ),
                 ("(device thread: our work, in all)".to_string(), total),
-                (format!("(device thread: {what})"), total),
-            ] {
+            ];
+            let rows = rows.into_iter().filter(|_| whole);
+            for (name, time) in rows.chain([(format!("(device thread: {what})"), total)]) {
                 let e = t.entry(name).or_insert((0, Duration::ZERO));
                 e.0 += pieces;
                 e.1 += time;

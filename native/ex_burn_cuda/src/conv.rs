@@ -690,7 +690,9 @@ unsafe fn run(
     let &[out, x, b, space] = bufs else {
         return Err(Error::Execution("a convolution needs four buffers".into()));
     };
+    let timed = ex_burn_core::profile::gpu_mode().then(std::time::Instant::now);
     let d = Descriptors::of(s)?;
+    let described = timed.map(|t| t.elapsed());
     let done = with_handle(s.index, Some(stream), |handle| {
         let (alpha, beta) = (1f32, 0f32);
         // SAFETY: the caller's guarantees; the handle is bound to `stream` and used under its
@@ -741,6 +743,16 @@ unsafe fn run(
     // an exit waits for queued convolutions before that state is torn down
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     REGISTERED.call_once(ex_burn_core::exit::after_load);
+    // the profile's parts of a convolution's time on the device thread
+    if let (Some(t), Some(described)) = (timed, described) {
+        let zero = std::time::Duration::ZERO;
+        queue::DEVICE_THREAD.record("within a convolution: its descriptors", zero, described);
+        queue::DEVICE_THREAD.record(
+            "within a convolution: cuDNN's call",
+            zero,
+            t.elapsed().saturating_sub(described),
+        );
+    }
     done.ok_or_else(|| Error::Device("no cuDNN handle for the stream".into()))
 }
 

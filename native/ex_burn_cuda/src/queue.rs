@@ -243,7 +243,14 @@ pub struct DeviceThreadTime {
 }
 
 impl DeviceThreadTime {
-    fn record(&self, what: &'static str, lookups: std::time::Duration, total: std::time::Duration) {
+    /// Adds a piece of kind `what` (a kind named `within ...` is a part of other pieces'
+    /// time, not counted again in the profile's totals).
+    pub(crate) fn record(
+        &self,
+        what: &'static str,
+        lookups: std::time::Duration,
+        total: std::time::Duration,
+    ) {
         let Ok(mut kinds) = self.by_kind.lock() else {
             return;
         };
