@@ -69,5 +69,6 @@ mod tensor;
 mod train;
 mod train_math;
 mod unary;
+mod view_runs;
 mod widening;
 mod window;
