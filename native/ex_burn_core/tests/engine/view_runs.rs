@@ -57,7 +57,7 @@ fn values(n: usize, seed: u64) -> Vec<f64> {
                 .wrapping_mul(seed | 1)
                 .wrapping_mul(0x9E37_79B9)
                 >> 7;
-            if h % 23 == 0 {
+            if h.is_multiple_of(23) {
                 special[(h / 23 % special.len() as u64) as usize]
             } else {
                 (h % 2001) as f64 / 250.0 - 4.0
