@@ -58,10 +58,7 @@ pub(super) fn elementwise(step: &Step) -> bool {
 /// a reshape: the kernel reads its operand where the run reads the view). The CPU's runs end
 /// before views.
 pub(super) fn view(step: &Step) -> bool {
-    matches!(
-        step.as_op(),
-        Some(Op::Broadcast { .. } | Op::Reshape { .. })
-    )
+    step.as_op().and_then(map32::view_shape).is_some()
 }
 
 /// Whether a run of this single op is worth executing in chunks: the op table computes it
@@ -210,12 +207,12 @@ pub(super) fn execute(
     let mut shape: Option<Vec<usize>> = None;
     let mut views = false;
     for ins in run.instrs {
-        let shapes: Vec<&[usize]> = match ins.op.as_op() {
-            Some(Op::Broadcast { shape, .. } | Op::Reshape { shape }) => {
+        let shapes: Vec<&[usize]> = match ins.op.as_op().and_then(map32::view_shape) {
+            Some(shape) => {
                 views = true;
-                vec![shape.as_slice()]
+                vec![shape]
             }
-            _ => ins
+            None => ins
                 .args
                 .iter()
                 .filter_map(|a| external.iter().find(|(v, _)| v == a))

@@ -156,7 +156,7 @@ pub(super) fn stage(op: &Op, srcs: &[Src], tys: &[Ty]) -> Option<(Stage, Ty)> {
 }
 
 /// The shape a view step (a broadcast or reshape) gives its operand.
-fn view_shape(op: &Op) -> Option<&[usize]> {
+pub(super) fn view_shape(op: &Op) -> Option<&[usize]> {
     match op {
         Op::Broadcast { shape, .. } | Op::Reshape { shape } => Some(shape),
         _ => None,
